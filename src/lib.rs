@@ -1,0 +1,26 @@
+//! webhookd: a self-hosted scheduled webhook service over one embedded SQLite file.
+//!
+//! # Layout
+//! - `cli`, `config`: the command line and the validated server configuration.
+//! - `server`: the hyper 1 accept loop; `api`: the router and one file per resource;
+//!   `auth`: inbound request signatures; `error`: the one API error type and the envelope.
+//! - `store`: every SQL statement, one file per table, over an r2d2 pool of SQLite connections.
+//! - `cron`: cron parsing and next-fire computation in a time zone (pure).
+//! - `scheduler`: fires due schedules into tasks; `delivery`: the blocking worker pool that
+//!   sends tasks; `retry`, `signing`, `filter`: pure helpers of the delivery path.
+//! - `clock`: the time source, movable in tests.
+
+pub mod api;
+pub mod auth;
+pub mod cli;
+pub mod clock;
+pub mod config;
+pub mod cron;
+pub mod delivery;
+pub mod error;
+pub mod filter;
+pub mod retry;
+pub mod scheduler;
+pub mod server;
+pub mod signing;
+pub mod store;
