@@ -1,1 +1,126 @@
-//! placeholder
+//! The time source: the system clock in production, a movable clock in tests.
+//!
+//! Everything that decides "is it due yet" (scheduler, delivery pool, auth skew window) asks a
+//! [`Clock`], so tests can jump hours ahead without sleeping.
+
+use chrono::{DateTime, TimeZone, Utc};
+use std::sync::Mutex;
+
+/// A source of the current instant.
+pub trait Clock: Send + Sync + 'static {
+    fn now(&self) -> DateTime<Utc>;
+
+    /// Current time as Unix epoch milliseconds, the unit the store uses.
+    fn now_ms(&self) -> i64 {
+        self.now().timestamp_millis()
+    }
+}
+
+/// The real wall clock.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct SystemClock;
+
+impl Clock for SystemClock {
+    fn now(&self) -> DateTime<Utc> {
+        Utc::now()
+    }
+}
+
+/// A clock that only moves when told to; for tests.
+#[derive(Debug)]
+pub struct ManualClock {
+    now: Mutex<DateTime<Utc>>,
+}
+
+impl ManualClock {
+    pub fn new(start: DateTime<Utc>) -> Self {
+        ManualClock {
+            now: Mutex::new(start),
+        }
+    }
+
+    pub fn set(&self, to: DateTime<Utc>) {
+        *self.now.lock().unwrap_or_else(|e| e.into_inner()) = to;
+    }
+
+    pub fn advance(&self, by: chrono::Duration) {
+        let mut now = self.now.lock().unwrap_or_else(|e| e.into_inner());
+        *now += by;
+    }
+}
+
+impl Clock for ManualClock {
+    fn now(&self) -> DateTime<Utc> {
+        *self.now.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// Converts store milliseconds to a UTC instant (out-of-range values clamp to the epoch).
+pub fn from_ms(ms: i64) -> DateTime<Utc> {
+    Utc.timestamp_millis_opt(ms).single().unwrap_or_default()
+}
+
+/// Formats store milliseconds the way every reply shows time: RFC 3339, UTC, seconds, `Z`.
+pub fn rfc3339(ms: i64) -> String {
+    from_ms(ms).to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
+}
+
+/// Parses a time given in a request: an RFC 3339 string or epoch seconds (number or digits).
+pub fn parse_instant(value: &serde_json::Value) -> Option<DateTime<Utc>> {
+    match value {
+        serde_json::Value::Number(n) => n
+            .as_i64()
+            .and_then(|secs| Utc.timestamp_opt(secs, 0).single()),
+        serde_json::Value::String(s) => {
+            if let Ok(secs) = s.trim().parse::<i64>() {
+                return Utc.timestamp_opt(secs, 0).single();
+            }
+            DateTime::parse_from_rfc3339(s.trim())
+                .ok()
+                .map(|t| t.with_timezone(&Utc))
+        }
+        _ => None,
+    }
+}
+
+/// `serialize_with` helper: store milliseconds as an RFC 3339 reply timestamp.
+pub fn ser_ms<S: serde::Serializer>(ms: &i64, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_str(&rfc3339(*ms))
+}
+
+/// `serialize_with` helper: optional store milliseconds as an RFC 3339 timestamp or null.
+pub fn ser_opt_ms<S: serde::Serializer>(ms: &Option<i64>, s: S) -> Result<S::Ok, S::Error> {
+    match ms {
+        Some(ms) => s.serialize_str(&rfc3339(*ms)),
+        None => s.serialize_none(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn formats_seconds_precision_utc() {
+        assert_eq!(rfc3339(1_763_758_800_123), "2025-11-21T21:00:00Z");
+    }
+
+    #[test]
+    fn parses_rfc3339_and_epoch_seconds() {
+        let want = Utc.with_ymd_and_hms(2026, 11, 21, 21, 0, 0).unwrap();
+        let epoch = serde_json::json!(want.timestamp());
+        assert_eq!(parse_instant(&epoch), Some(want));
+        let text = serde_json::json!("2026-11-21T22:00:00+01:00");
+        assert_eq!(parse_instant(&text), Some(want));
+        assert_eq!(parse_instant(&serde_json::json!("yesterday")), None);
+        assert_eq!(parse_instant(&serde_json::json!(true)), None);
+    }
+
+    #[test]
+    fn manual_clock_moves_only_when_told() {
+        let start = Utc.with_ymd_and_hms(2025, 3, 30, 0, 0, 0).unwrap();
+        let clock = ManualClock::new(start);
+        clock.advance(chrono::Duration::hours(2));
+        assert_eq!(clock.now(), start + chrono::Duration::hours(2));
+    }
+}

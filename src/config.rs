@@ -1,1 +1,154 @@
-//! placeholder
+//! The validated configuration of a running server, with the contract's defaults.
+
+use std::net::{IpAddr, SocketAddr};
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// Everything `serve` needs; built from the CLI, or directly by tests.
+#[derive(Debug, Clone)]
+pub struct Config {
+    pub db: PathBuf,
+    pub listen: SocketAddr,
+    /// Accepted distance between a request's X-Timestamp and the server clock.
+    pub max_skew_secs: u64,
+    /// Larger request bodies get 413.
+    pub max_body_bytes: usize,
+    /// Delivery worker threads.
+    pub workers: usize,
+    /// A missed schedule run older than this is skipped at start-up instead of fired.
+    pub misfire_grace_secs: u64,
+    /// How long in-flight deliveries may take to finish on SIGINT/SIGTERM.
+    pub shutdown_grace_secs: u64,
+    /// Link-local (or, with `deny_private_targets`, private) ranges deliveries may still reach.
+    pub allow_targets: Vec<Cidr>,
+    /// Also refuse loopback, RFC 1918, CGNAT and unique-local delivery targets.
+    pub deny_private_targets: bool,
+    /// Finished tasks, attempts and events older than this many days are deleted.
+    pub retention_days: u64,
+    /// Serve `GET /metrics`.
+    pub metrics: bool,
+    /// Longest the scheduler and delivery pool sleep without looking at the database; they are
+    /// woken sooner whenever work becomes due earlier. Tests shorten it.
+    pub max_idle: Duration,
+}
+
+impl Config {
+    /// The contract's defaults for a database path.
+    pub fn new(db: impl Into<PathBuf>) -> Self {
+        Config {
+            db: db.into(),
+            listen: SocketAddr::from(([127, 0, 0, 1], 8080)),
+            max_skew_secs: 300,
+            max_body_bytes: 1024 * 1024,
+            workers: 16,
+            misfire_grace_secs: 3600,
+            shutdown_grace_secs: 10,
+            allow_targets: Vec::new(),
+            deny_private_targets: false,
+            retention_days: 30,
+            metrics: true,
+            max_idle: Duration::from_secs(60),
+        }
+    }
+
+    /// Checks ranges; the error names the flag to change.
+    pub fn validate(&self) -> Result<(), String> {
+        if self.workers == 0 || self.workers > 1024 {
+            return Err("--workers must be between 1 and 1024".into());
+        }
+        if self.max_body_bytes < 1024 {
+            return Err("--max-body-bytes must be at least 1024".into());
+        }
+        if self.retention_days == 0 {
+            return Err("--retention-days must be at least 1".into());
+        }
+        Ok(())
+    }
+}
+
+/// An address range such as `169.254.169.254/32` or `fd00::/8`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Cidr {
+    pub addr: IpAddr,
+    pub prefix: u8,
+}
+
+impl Cidr {
+    pub fn contains(&self, ip: IpAddr) -> bool {
+        match (self.addr, ip) {
+            (IpAddr::V4(net), IpAddr::V4(ip)) => {
+                prefix_eq(&net.octets(), &ip.octets(), self.prefix)
+            }
+            (IpAddr::V6(net), IpAddr::V6(ip)) => {
+                prefix_eq(&net.octets(), &ip.octets(), self.prefix)
+            }
+            (IpAddr::V6(net), IpAddr::V4(ip)) => {
+                prefix_eq(&net.octets(), &ip.to_ipv6_mapped().octets(), self.prefix)
+            }
+            (IpAddr::V4(_), IpAddr::V6(ip)) => ip
+                .to_ipv4_mapped()
+                .is_some_and(|v4| self.contains(IpAddr::V4(v4))),
+        }
+    }
+}
+
+fn prefix_eq(a: &[u8], b: &[u8], prefix: u8) -> bool {
+    let full = usize::from(prefix / 8);
+    let rest = prefix % 8;
+    if a[..full] != b[..full] {
+        return false;
+    }
+    if rest == 0 {
+        return true;
+    }
+    let mask = 0xffu8 << (8 - rest);
+    (a[full] & mask) == (b[full] & mask)
+}
+
+impl std::str::FromStr for Cidr {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        let s = s.trim();
+        let (addr, prefix) = match s.split_once('/') {
+            Some((a, p)) => (a, Some(p)),
+            None => (s, None),
+        };
+        let addr: IpAddr = addr
+            .parse()
+            .map_err(|_| format!("'{s}' is not an IP address or CIDR range"))?;
+        let max = if addr.is_ipv4() { 32 } else { 128 };
+        let prefix = match prefix {
+            Some(p) => p
+                .parse::<u8>()
+                .ok()
+                .filter(|p| *p <= max)
+                .ok_or_else(|| format!("'{s}' has a bad prefix length (0..={max})"))?,
+            None => max,
+        };
+        Ok(Cidr { addr, prefix })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cidr_contains() {
+        let link_local: Cidr = "169.254.0.0/16".parse().unwrap();
+        assert!(link_local.contains("169.254.169.254".parse().unwrap()));
+        assert!(!link_local.contains("169.255.0.1".parse().unwrap()));
+        let one: Cidr = "10.1.2.3".parse().unwrap();
+        assert!(one.contains("10.1.2.3".parse().unwrap()));
+        assert!(!one.contains("10.1.2.4".parse().unwrap()));
+        let odd: Cidr = "100.64.0.0/10".parse().unwrap();
+        assert!(odd.contains("100.127.255.255".parse().unwrap()));
+        assert!(!odd.contains("100.128.0.0".parse().unwrap()));
+        let v6: Cidr = "fe80::/10".parse().unwrap();
+        assert!(v6.contains("fe80::1".parse().unwrap()));
+        assert!(!v6.contains("fec0::1".parse().unwrap()));
+        assert!("10.0.0.0/33".parse::<Cidr>().is_err());
+        assert!("nope".parse::<Cidr>().is_err());
+    }
+}

@@ -1,1 +1,126 @@
-//! placeholder
+//! The one API error type: each variant maps to an HTTP status and an envelope `code`
+//! (contract §3). Internal errors are logged with their detail and answered opaquely.
+
+use hyper::StatusCode;
+use std::fmt;
+
+/// An error answered to an API client.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ApiError {
+    pub status: StatusCode,
+    /// The envelope's non-zero `code`.
+    pub code: u32,
+    /// A human message naming the offending field or header.
+    pub message: String,
+}
+
+impl ApiError {
+    fn new(status: StatusCode, code: u32, message: impl Into<String>) -> Self {
+        ApiError {
+            status,
+            code,
+            message: message.into(),
+        }
+    }
+
+    /// 40001: a field is missing, of the wrong type, or out of range.
+    pub fn validation(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::BAD_REQUEST, 40001, message)
+    }
+
+    /// 40002: the body is not JSON, or not a JSON object.
+    pub fn bad_json(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::BAD_REQUEST, 40002, message)
+    }
+
+    pub fn auth_missing(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::UNAUTHORIZED, 40101, message)
+    }
+
+    pub fn auth_unknown_key() -> Self {
+        Self::new(
+            StatusCode::UNAUTHORIZED,
+            40102,
+            "X-Key-ID: unknown or revoked API key",
+        )
+    }
+
+    pub fn auth_bad_signature() -> Self {
+        Self::new(
+            StatusCode::UNAUTHORIZED,
+            40103,
+            "X-Signature: signature does not match (HMAC-SHA256 of X-Timestamp + \"\\n\" + payload)",
+        )
+    }
+
+    pub fn auth_skew(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::UNAUTHORIZED, 40104, message)
+    }
+
+    pub fn auth_replay() -> Self {
+        Self::new(
+            StatusCode::UNAUTHORIZED,
+            40105,
+            "X-Signature: this signature was already used; sign each request anew",
+        )
+    }
+
+    /// 40401: no such route, or no such record in the caller's app.
+    pub fn not_found(what: impl Into<String>) -> Self {
+        Self::new(StatusCode::NOT_FOUND, 40401, what)
+    }
+
+    pub fn method_not_allowed(method: &str, path: &str) -> Self {
+        Self::new(
+            StatusCode::METHOD_NOT_ALLOWED,
+            40501,
+            format!("method {method} is not allowed on {path}"),
+        )
+    }
+
+    /// 40901: the record's state does not allow the operation.
+    pub fn conflict(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::CONFLICT, 40901, message)
+    }
+
+    pub fn too_large(limit: usize) -> Self {
+        Self::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            41301,
+            format!("request body is larger than the limit of {limit} bytes"),
+        )
+    }
+
+    /// 50001: logs the detail, answers nothing secret.
+    pub fn internal(detail: impl fmt::Display) -> Self {
+        tracing::error!(error = %detail, "internal error");
+        Self::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            50001,
+            "internal error; the server log has the detail",
+        )
+    }
+}
+
+impl fmt::Display for ApiError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} ({})", self.message, self.code)
+    }
+}
+
+impl std::error::Error for ApiError {}
+
+impl From<rusqlite::Error> for ApiError {
+    fn from(err: rusqlite::Error) -> Self {
+        ApiError::internal(format!("database: {err}"))
+    }
+}
+
+impl From<r2d2::Error> for ApiError {
+    fn from(err: r2d2::Error) -> Self {
+        ApiError::internal(format!("database pool: {err}"))
+    }
+}
+
+/// Result of an API handler.
+pub type ApiResult<T> = Result<T, ApiError>;

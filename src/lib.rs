@@ -8,11 +8,16 @@
 //! - `cron`: cron parsing and next-fire computation in a time zone (pure).
 //! - `scheduler`: fires due schedules into tasks; `delivery`: the blocking worker pool that
 //!   sends tasks; `retry`, `signing`, `filter`: pure helpers of the delivery path.
-//! - `clock`: the time source, movable in tests.
+//! - `clock`: the time source, movable in tests; `app`: the state a running server shares;
+//!   `background`: starts and stops the scheduler and the delivery pool together.
+//! - `client`: the signing API client behind `webhookd api`, the tests and the benchmark.
 
 pub mod api;
+pub mod app;
 pub mod auth;
+pub mod background;
 pub mod cli;
+pub mod client;
 pub mod clock;
 pub mod config;
 pub mod cron;

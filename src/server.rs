@@ -1,1 +1,297 @@
-//! placeholder
+//! The HTTP server: a hyper 1 accept loop, the envelope on every reply, the body limit, and
+//! the hand-off of each `/v1` request to a blocking thread (auth → route → handler → store).
+
+use crate::api::{self, Ctx, Request, input::Query};
+use crate::app::App;
+use crate::auth::{self, SignedParts};
+use crate::error::{ApiError, ApiResult};
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full, Limited};
+use hyper::body::Incoming;
+use hyper::header::{CONTENT_LENGTH, CONTENT_TYPE, HeaderValue};
+use hyper::service::service_fn;
+use hyper::{Method, Response, StatusCode};
+use hyper_util::rt::TokioIo;
+use serde::Serialize;
+use serde_json::Value;
+use std::future::Future;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+use tokio::net::TcpListener;
+
+type Reply = Response<Full<Bytes>>;
+
+/// Serves the API on `listener` until `shutdown` completes, then stops accepting and lets open
+/// connections finish their current request (up to the shutdown grace).
+pub async fn serve_http(
+    app: Arc<App>,
+    listener: TcpListener,
+    shutdown: impl Future<Output = ()>,
+) -> anyhow::Result<()> {
+    let graceful = hyper_util::server::graceful::GracefulShutdown::new();
+    let mut http = hyper::server::conn::http1::Builder::new();
+    http.timer(hyper_util::rt::TokioTimer::new())
+        .keep_alive(true)
+        .header_read_timeout(Duration::from_secs(30));
+    tokio::pin!(shutdown);
+    loop {
+        tokio::select! {
+            accepted = listener.accept() => {
+                let (stream, _) = match accepted {
+                    Ok(conn) => conn,
+                    Err(e) => {
+                        tracing::warn!(error = %e, "accept failed");
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                        continue;
+                    }
+                };
+                let _ = stream.set_nodelay(true);
+                let app = app.clone();
+                let service = service_fn(move |req| {
+                    let app = app.clone();
+                    async move { Ok::<_, std::convert::Infallible>(handle(app, req).await) }
+                });
+                let conn = http.serve_connection(TokioIo::new(stream), service);
+                let conn = graceful.watch(conn);
+                tokio::spawn(async move {
+                    if let Err(e) = conn.await {
+                        tracing::debug!(error = %e, "connection ended with an error");
+                    }
+                });
+            }
+            _ = &mut shutdown => break,
+        }
+    }
+    drop(listener);
+    let grace = Duration::from_secs(app.config.shutdown_grace_secs);
+    if tokio::time::timeout(grace, graceful.shutdown())
+        .await
+        .is_err()
+    {
+        tracing::warn!("some connections were still open after the shutdown grace");
+    }
+    Ok(())
+}
+
+static REQUEST_COUNTER: AtomicU64 = AtomicU64::new(0);
+static REQUEST_PREFIX: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+
+fn next_request_id() -> String {
+    let prefix = REQUEST_PREFIX.get_or_init(|| format!("{:08x}", rand::random::<u32>()));
+    let n = REQUEST_COUNTER.fetch_add(1, Ordering::Relaxed);
+    format!("req_{prefix}{n:010x}")
+}
+
+#[derive(Serialize)]
+struct Envelope<'a> {
+    code: u32,
+    message: &'a str,
+    request_id: &'a str,
+    data: &'a Value,
+}
+
+fn json_reply(status: StatusCode, request_id: &str, body: Vec<u8>) -> Reply {
+    let mut reply = Response::new(Full::new(Bytes::from(body)));
+    *reply.status_mut() = status;
+    let headers = reply.headers_mut();
+    headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    if let Ok(id) = HeaderValue::from_str(request_id) {
+        headers.insert("x-request-id", id);
+    }
+    reply
+}
+
+/// Wraps a handler's result in the envelope.
+fn envelope(request_id: &str, result: ApiResult<Value>) -> Reply {
+    let (status, code, message, data) = match &result {
+        Ok(data) => (StatusCode::OK, 0, "success", data),
+        Err(e) => (e.status, e.code, e.message.as_str(), &Value::Null),
+    };
+    let body = serde_json::to_vec(&Envelope {
+        code,
+        message,
+        request_id,
+        data,
+    })
+    .unwrap_or_default();
+    json_reply(status, request_id, body)
+}
+
+async fn handle(app: Arc<App>, req: hyper::Request<Incoming>) -> Reply {
+    let request_id = next_request_id();
+    let path = req.uri().path().to_string();
+    match (req.method(), path.as_str()) {
+        (&Method::GET, "/healthz") => return health(app, &request_id).await,
+        (_, "/healthz") => {
+            return envelope(
+                &request_id,
+                Err(ApiError::method_not_allowed(req.method().as_str(), &path)),
+            );
+        }
+        _ => {}
+    }
+    let result = handle_api(app, req).await;
+    if let Err(e) = &result
+        && e.status.is_server_error()
+    {
+        tracing::warn!(request_id, code = e.code, "request failed");
+    }
+    envelope(&request_id, result)
+}
+
+async fn health(app: Arc<App>, request_id: &str) -> Reply {
+    let ok = tokio::task::spawn_blocking(move || {
+        app.pool
+            .get()
+            .ok()
+            .and_then(|c| c.query_row("SELECT 1", [], |r| r.get::<_, i64>(0)).ok())
+            .is_some()
+    })
+    .await
+    .unwrap_or(false);
+    let (status, text) = if ok {
+        (StatusCode::OK, r#"{"status":"ok"}"#)
+    } else {
+        (
+            StatusCode::SERVICE_UNAVAILABLE,
+            r#"{"status":"unavailable","error":"database does not answer"}"#,
+        )
+    };
+    json_reply(status, request_id, text.as_bytes().to_vec())
+}
+
+async fn read_body(app: &App, body: Incoming, declared_len: Option<u64>) -> ApiResult<Bytes> {
+    let limit = app.config.max_body_bytes;
+    if declared_len.is_some_and(|len| len > limit as u64) {
+        return Err(ApiError::too_large(limit));
+    }
+    match Limited::new(body, limit).collect().await {
+        Ok(collected) => Ok(collected.to_bytes()),
+        Err(e) if e.is::<http_body_util::LengthLimitError>() => Err(ApiError::too_large(limit)),
+        Err(e) => Err(ApiError::bad_json(format!("body: could not be read ({e})"))),
+    }
+}
+
+async fn handle_api(app: Arc<App>, req: hyper::Request<Incoming>) -> ApiResult<Value> {
+    let (parts, body) = req.into_parts();
+    if !parts.uri.path().starts_with("/v1/") {
+        return Err(ApiError::not_found(format!(
+            "no route {}; API paths begin with /v1",
+            parts.uri.path()
+        )));
+    }
+    let declared_len = parts
+        .headers
+        .get(CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    let body = read_body(&app, body, declared_len).await?;
+    tokio::task::spawn_blocking(move || handle_blocking(&app, &parts, body))
+        .await
+        .unwrap_or_else(|e| Err(ApiError::internal(format!("handler panicked: {e}"))))
+}
+
+/// Authenticates, routes and runs one request on a blocking thread.
+fn handle_blocking(
+    app: &App,
+    parts: &hyper::http::request::Parts,
+    body: Bytes,
+) -> ApiResult<Value> {
+    let mut conn = app.pool.get()?;
+    let now_ms = app.clock.now_ms();
+    let path_and_query = parts
+        .uri
+        .path_and_query()
+        .map(|pq| pq.as_str())
+        .unwrap_or("/");
+    let app_id = auth::authenticate(
+        &conn,
+        &app.replay,
+        now_ms,
+        app.config.max_skew_secs,
+        &SignedParts {
+            headers: &parts.headers,
+            method: parts.method.as_str(),
+            path_and_query,
+            body: &body,
+        },
+    )?;
+    let (handler, ids) = api::resolve(parts.method.as_str(), parts.uri.path())?;
+    let request = Request {
+        method: parts.method.to_string(),
+        path: parts.uri.path().to_string(),
+        query: Query::parse(parts.uri.query()),
+        body,
+        ids,
+    };
+    let mut ctx = Ctx {
+        app,
+        app_id: &app_id,
+        conn: &mut conn,
+        now_ms,
+    };
+    handler(&mut ctx, &request)
+}
+
+/// A started server: its address, its shared state, and the handle to stop it.
+pub struct Running {
+    pub addr: std::net::SocketAddr,
+    pub app: Arc<App>,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    task: tokio::task::JoinHandle<anyhow::Result<()>>,
+}
+
+impl Running {
+    /// Stops accepting, lets in-flight work finish within the grace, and waits for the end.
+    pub async fn shutdown(mut self) -> anyhow::Result<()> {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        self.wait().await
+    }
+
+    /// Waits until the server stops on its own (its shutdown future completed).
+    pub async fn wait(self) -> anyhow::Result<()> {
+        self.task.await?
+    }
+}
+
+/// Opens the database, binds `config.listen`, and runs the API, the scheduler and the delivery
+/// pool until `shutdown` completes or [`Running::shutdown`] is called.
+pub async fn start(
+    config: crate::config::Config,
+    clock: Arc<dyn crate::clock::Clock>,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> anyhow::Result<Running> {
+    use anyhow::Context;
+    let db = config.db.clone();
+    let pool_size = u32::try_from(config.workers + 8).unwrap_or(32);
+    let pool = tokio::task::spawn_blocking(move || crate::store::open(&db, pool_size)).await??;
+    let listener = TcpListener::bind(config.listen)
+        .await
+        .with_context(|| format!("cannot listen on {} (change --listen)", config.listen))?;
+    let addr = listener.local_addr()?;
+    let app = Arc::new(App::new(config, pool, clock));
+    let background = crate::background::Background::start(app.clone());
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let served = app.clone();
+    let task = tokio::spawn(async move {
+        let stopped = async move {
+            tokio::select! {
+                _ = shutdown => {}
+                _ = stop_rx => {}
+            }
+        };
+        let result = serve_http(served, listener, stopped).await;
+        tokio::task::spawn_blocking(move || background.stop()).await?;
+        result
+    });
+    tracing::info!(%addr, "webhookd listening");
+    Ok(Running {
+        addr,
+        app,
+        stop: Some(stop_tx),
+        task,
+    })
+}

@@ -1,1 +1,141 @@
-//! placeholder
+//! The `/v1` API: a table of routes, each to a handler in one file per resource. Handlers run
+//! on a blocking thread with one pooled database connection; they return the envelope's `data`.
+
+pub mod endpoints;
+pub mod input;
+pub mod policies;
+
+use crate::app::App;
+use crate::error::{ApiError, ApiResult};
+use crate::store::Conn;
+use bytes::Bytes;
+use input::{Body, Query};
+use serde_json::Value;
+
+/// One API request as a handler sees it.
+pub struct Request {
+    pub method: String,
+    /// Path without the query, e.g. `/v1/endpoints/7`.
+    pub path: String,
+    pub query: Query,
+    pub body: Bytes,
+    /// The `{id}` segments of the matched route, in order.
+    pub ids: Vec<i64>,
+}
+
+impl Request {
+    /// The first `{id}` of the route.
+    pub fn id(&self) -> i64 {
+        self.ids.first().copied().unwrap_or_default()
+    }
+
+    pub fn json(&self) -> ApiResult<Body> {
+        Body::parse(&self.body)
+    }
+}
+
+/// What a handler works with: the server, the caller's app, a database connection, and "now".
+pub struct Ctx<'a> {
+    pub app: &'a App,
+    pub app_id: &'a str,
+    pub conn: &'a mut Conn,
+    pub now_ms: i64,
+}
+
+type Handler = fn(&mut Ctx<'_>, &Request) -> ApiResult<Value>;
+
+/// One route: a method and a path pattern under `/v1`, where `{id}` stands for an integer.
+struct Route {
+    method: &'static str,
+    pattern: &'static str,
+    handler: Handler,
+}
+
+const fn route(method: &'static str, pattern: &'static str, handler: Handler) -> Route {
+    Route {
+        method,
+        pattern,
+        handler,
+    }
+}
+
+static ROUTES: &[Route] = &[
+    route("POST", "endpoints", endpoints::create),
+    route("GET", "endpoints", endpoints::list),
+    route("GET", "endpoints/{id}", endpoints::get),
+    route("PATCH", "endpoints/{id}", endpoints::update),
+    route("DELETE", "endpoints/{id}", endpoints::delete),
+    route("POST", "endpoints/{id}/enable", endpoints::enable),
+    route("POST", "endpoints/{id}/disable", endpoints::disable),
+    route("POST", "retries/policies", policies::create),
+    route("GET", "retries/policies", policies::list),
+    route("GET", "retries/policies/{id}", policies::get),
+    route("PATCH", "retries/policies/{id}", policies::update),
+    route("DELETE", "retries/policies/{id}", policies::delete),
+];
+
+/// Finds the handler for a method and a path under `/v1`, with its `{id}` values:
+/// 404 when no pattern matches the path, 405 when one does but not for this method.
+pub fn resolve(method: &str, path: &str) -> ApiResult<(Handler, Vec<i64>)> {
+    let rest = path
+        .strip_prefix("/v1/")
+        .ok_or_else(|| ApiError::not_found(format!("no route {path}")))?;
+    let segments: Vec<&str> = rest.trim_end_matches('/').split('/').collect();
+    let mut path_matched = false;
+    for r in ROUTES {
+        let pattern: Vec<&str> = r.pattern.split('/').collect();
+        if pattern.len() != segments.len()
+            || !pattern
+                .iter()
+                .zip(&segments)
+                .all(|(p, s)| *p == "{id}" || p == s)
+        {
+            continue;
+        }
+        path_matched = true;
+        if r.method != method {
+            continue;
+        }
+        let ids = pattern
+            .iter()
+            .zip(&segments)
+            .filter(|(p, _)| **p == "{id}")
+            .map(|(_, s)| {
+                s.parse::<i64>().map_err(|_| {
+                    ApiError::validation(format!("id: path segment '{s}' must be an integer"))
+                })
+            })
+            .collect::<ApiResult<Vec<i64>>>()?;
+        return Ok((r.handler, ids));
+    }
+    if path_matched {
+        Err(ApiError::method_not_allowed(method, path))
+    } else {
+        Err(ApiError::not_found(format!("no route {method} {path}")))
+    }
+}
+
+/// Serializes a record as the envelope's `data`.
+pub fn to_data<T: serde::Serialize>(record: &T) -> ApiResult<Value> {
+    serde_json::to_value(record).map_err(ApiError::internal)
+}
+
+/// The 404 for a record that does not exist in the caller's app.
+pub fn missing(what: &str, id: i64) -> ApiError {
+    ApiError::not_found(format!("{what} {id} not found"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn resolves_routes_ids_404_and_405() {
+        let (_, ids) = resolve("POST", "/v1/endpoints/42/enable").unwrap();
+        assert_eq!(ids, vec![42]);
+        assert_eq!(resolve("GET", "/v1/nothing").unwrap_err().code, 40401);
+        assert_eq!(resolve("PUT", "/v1/endpoints").unwrap_err().code, 40501);
+        assert_eq!(resolve("GET", "/v1/endpoints/x").unwrap_err().code, 40001);
+        assert_eq!(resolve("GET", "/v2/endpoints").unwrap_err().code, 40401);
+    }
+}

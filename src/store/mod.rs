@@ -1,1 +1,118 @@
-//! placeholder
+//! Storage: one SQLite file in WAL mode behind an r2d2 pool. Every SQL statement of webhookd
+//! lives under this module, one file per table, as plain functions over a `&Connection`.
+
+pub mod attempts;
+pub mod endpoints;
+pub mod events;
+pub mod keys;
+mod migrate;
+pub mod policies;
+pub mod schedules;
+pub mod tasks;
+
+use anyhow::{Context, bail};
+use r2d2_sqlite::SqliteConnectionManager;
+use rusqlite::{Connection, OpenFlags};
+use std::path::Path;
+use std::time::Duration;
+
+pub use migrate::SCHEMA_VERSION;
+
+/// The shared connection pool.
+pub type Pool = r2d2::Pool<SqliteConnectionManager>;
+/// One pooled connection.
+pub type Conn = r2d2::PooledConnection<SqliteConnectionManager>;
+
+/// Opens (creating with mode 0600 if absent) a webhookd database, refuses foreign or newer
+/// files untouched, applies pending schema upgrades, and returns a pool of `size` connections.
+pub fn open(path: &Path, size: u32) -> anyhow::Result<Pool> {
+    create_private_file(path)?;
+    {
+        let mut conn = Connection::open_with_flags(path, OpenFlags::SQLITE_OPEN_READ_WRITE)
+            .with_context(|| format!("cannot open database {}", path.display()))?;
+        migrate::check_is_ours(&conn, path)?;
+        conn.busy_timeout(Duration::from_secs(10))?;
+        conn.pragma_update(None, "journal_mode", "WAL")
+            .with_context(|| format!("cannot switch {} to WAL mode", path.display()))?;
+        migrate::upgrade(&mut conn)?;
+    }
+    let manager = SqliteConnectionManager::file(path)
+        .with_flags(OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX)
+        .with_init(configure_connection);
+    r2d2::Pool::builder()
+        .max_size(size)
+        .min_idle(Some(1))
+        .connection_timeout(Duration::from_secs(30))
+        .build(manager)
+        .context("cannot build the database connection pool")
+}
+
+/// Per-connection settings. `synchronous=NORMAL` in WAL mode survives a crash of the process;
+/// after a power loss the last few commits may be lost, never corrupted (see README).
+fn configure_connection(conn: &mut Connection) -> rusqlite::Result<()> {
+    conn.busy_timeout(Duration::from_secs(10))?;
+    conn.pragma_update(None, "synchronous", "NORMAL")?;
+    conn.pragma_update(None, "temp_store", "MEMORY")?;
+    conn.pragma_update(None, "cache_size", -16_000)?;
+    conn.set_prepared_statement_cache_capacity(64);
+    Ok(())
+}
+
+/// Creates the file with mode 0600 (it holds secrets) when it does not exist yet.
+fn create_private_file(path: &Path) -> anyhow::Result<()> {
+    if path.exists() {
+        if !path.is_file() {
+            bail!("--db {} is not a regular file", path.display());
+        }
+        return Ok(());
+    }
+    let mut options = std::fs::OpenOptions::new();
+    options.write(true).create_new(true);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::OpenOptionsExt;
+        options.mode(0o600);
+    }
+    match options.open(path) {
+        Ok(_) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(()),
+        Err(e) => Err(e).with_context(|| {
+            format!(
+                "cannot create database {} (does its folder exist and is it writable?)",
+                path.display()
+            )
+        }),
+    }
+}
+
+/// Runs `f` in an IMMEDIATE transaction (the write lock is taken up front, so two writers
+/// never deadlock upgrading a read lock) and commits it when `f` succeeds.
+pub fn write_tx<T, E>(
+    conn: &mut Connection,
+    f: impl FnOnce(&rusqlite::Transaction<'_>) -> Result<T, E>,
+) -> Result<T, E>
+where
+    E: From<rusqlite::Error>,
+{
+    let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
+    let out = f(&tx)?;
+    tx.commit()?;
+    Ok(out)
+}
+
+/// `LIMIT`/`OFFSET` for a 1-based page.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Page {
+    pub page: u32,
+    pub page_size: u32,
+}
+
+impl Page {
+    pub fn limit(&self) -> i64 {
+        i64::from(self.page_size)
+    }
+
+    pub fn offset(&self) -> i64 {
+        i64::from(self.page.saturating_sub(1)) * i64::from(self.page_size)
+    }
+}

@@ -1,0 +1,246 @@
+//! `/v1/endpoints`: webhook targets — create, list, read, update, enable, disable, delete.
+
+use super::input::{Body, Patch, check_name, check_range, page_object};
+use super::{Ctx, Request, missing, to_data};
+use crate::error::{ApiError, ApiResult};
+use crate::store::{self, endpoints::Endpoint};
+use serde_json::{Map, Value};
+
+const METHODS: &[&str] = &["GET", "POST", "PUT", "PATCH", "DELETE"];
+/// Header names webhookd sets itself on deliveries; an endpoint may not override them.
+const RESERVED_HEADERS: &[&str] = &["content-type", "content-length", "host"];
+const RESERVED_PREFIXES: &[&str] = &["x-service-", "webhook-"];
+
+fn check_url(url: &str) -> ApiResult<()> {
+    let bad = |why: &str| ApiError::validation(format!("url: {why}"));
+    if url.len() > 2048 {
+        return Err(bad("must be at most 2048 characters"));
+    }
+    let uri: hyper::Uri = url
+        .parse()
+        .map_err(|_| bad("must be an absolute http or https URL"))?;
+    match uri.scheme_str() {
+        Some("http" | "https") => {}
+        _ => return Err(bad("scheme must be http or https")),
+    }
+    match uri.host() {
+        Some(host) if !host.is_empty() => Ok(()),
+        _ => Err(bad("must name a host")),
+    }
+}
+
+fn check_method(method: &str) -> ApiResult<String> {
+    let upper = method.to_ascii_uppercase();
+    if METHODS.contains(&upper.as_str()) {
+        Ok(upper)
+    } else {
+        Err(ApiError::validation(format!(
+            "method: '{method}' is not one of {}",
+            METHODS.join(", ")
+        )))
+    }
+}
+
+fn check_headers(headers: &Map<String, Value>) -> ApiResult<()> {
+    if headers.len() > 50 {
+        return Err(ApiError::validation("headers: at most 50 headers"));
+    }
+    for (name, value) in headers {
+        let lower = name.to_ascii_lowercase();
+        if hyper::header::HeaderName::from_bytes(name.as_bytes()).is_err() {
+            return Err(ApiError::validation(format!(
+                "headers: '{name}' is not a valid header name"
+            )));
+        }
+        if RESERVED_HEADERS.contains(&lower.as_str())
+            || RESERVED_PREFIXES.iter().any(|p| lower.starts_with(p))
+        {
+            return Err(ApiError::validation(format!(
+                "headers: '{name}' is reserved; webhookd sets it on every delivery"
+            )));
+        }
+        let text = value.as_str().ok_or_else(|| {
+            ApiError::validation(format!("headers: value of '{name}' must be a string"))
+        })?;
+        if hyper::header::HeaderValue::from_str(text).is_err() || text.len() > 4096 {
+            return Err(ApiError::validation(format!(
+                "headers: value of '{name}' is not a valid header value"
+            )));
+        }
+    }
+    Ok(())
+}
+
+fn check_secret(secret: &str) -> ApiResult<()> {
+    if secret.len() > 512 {
+        return Err(ApiError::validation(
+            "secret: must be at most 512 characters",
+        ));
+    }
+    Ok(())
+}
+
+fn check_policy(ctx: &Ctx<'_>, policy_id: i64) -> ApiResult<()> {
+    match store::policies::get(ctx.conn, ctx.app_id, policy_id)? {
+        Some(_) => Ok(()),
+        None => Err(ApiError::validation(format!(
+            "retry_policy_id: no retry policy {policy_id} in this app"
+        ))),
+    }
+}
+
+fn check_filter(filter: &str) -> ApiResult<()> {
+    crate::filter::validate(filter).map_err(ApiError::validation)
+}
+
+fn load(ctx: &Ctx<'_>, id: i64) -> ApiResult<Endpoint> {
+    store::endpoints::get(ctx.conn, ctx.app_id, id)?.ok_or_else(|| missing("endpoint", id))
+}
+
+pub fn create(ctx: &mut Ctx<'_>, req: &Request) -> ApiResult<Value> {
+    let body = req.json()?;
+    let name = body.required_str("name")?;
+    check_name("name", &name)?;
+    let url = body.required_str("url")?;
+    check_url(&url)?;
+    let method = check_method(&body.str("method")?.unwrap_or_else(|| "POST".into()))?;
+    let headers = body.object("headers")?.unwrap_or_default();
+    check_headers(&headers)?;
+    let secret = body.str("secret")?.filter(|s| !s.is_empty());
+    if let Some(secret) = &secret {
+        check_secret(secret)?;
+    }
+    let timeout_ms = body.int("timeout_ms")?.unwrap_or(30_000);
+    check_range("timeout_ms", timeout_ms, 1..=300_000)?;
+    let retry_policy_id = body.int("retry_policy_id")?;
+    if let Some(policy_id) = retry_policy_id {
+        check_policy(ctx, policy_id)?;
+    }
+    let filter_events = body.str("filter_events")?;
+    if let Some(filter) = &filter_events {
+        check_filter(filter)?;
+    }
+    let endpoint = store::endpoints::insert(
+        ctx.conn,
+        &Endpoint {
+            id: 0,
+            app_id: ctx.app_id.to_string(),
+            name,
+            url,
+            method,
+            headers,
+            secret,
+            timeout_ms,
+            retry_policy_id,
+            filter_events,
+            status: "enabled".into(),
+            created_at: ctx.now_ms,
+            updated_at: ctx.now_ms,
+        },
+    )?;
+    to_data(&endpoint)
+}
+
+pub fn list(ctx: &mut Ctx<'_>, req: &Request) -> ApiResult<Value> {
+    let page = req.query.page()?;
+    let status = req.query.one_of("status", &["enabled", "disabled"])?;
+    let (total, items) = store::endpoints::list(ctx.conn, ctx.app_id, status.as_deref(), page)?;
+    page_object(page, total, items)
+}
+
+pub fn get(ctx: &mut Ctx<'_>, req: &Request) -> ApiResult<Value> {
+    to_data(&load(ctx, req.id())?)
+}
+
+/// Applies a PATCH body to a loaded endpoint, validating each field it sends.
+fn apply_patch(ctx: &Ctx<'_>, ep: &mut Endpoint, body: &Body) -> ApiResult<()> {
+    if let Some(name) = body.str("name")? {
+        check_name("name", &name)?;
+        ep.name = name;
+    }
+    if let Some(url) = body.str("url")? {
+        check_url(&url)?;
+        ep.url = url;
+    }
+    if let Some(method) = body.str("method")? {
+        ep.method = check_method(&method)?;
+    }
+    if let Some(headers) = body.object("headers")? {
+        check_headers(&headers)?;
+        ep.headers = headers;
+    }
+    if let Some(timeout_ms) = body.int("timeout_ms")? {
+        check_range("timeout_ms", timeout_ms, 1..=300_000)?;
+        ep.timeout_ms = timeout_ms;
+    }
+    let policy = body.patch_int("retry_policy_id")?;
+    if let Patch::Value(policy_id) = policy {
+        check_policy(ctx, policy_id)?;
+    }
+    policy.apply_nullable(&mut ep.retry_policy_id);
+    let filter = body.patch_str("filter_events")?;
+    if let Patch::Value(filter) = &filter {
+        check_filter(filter)?;
+    }
+    filter.apply_nullable(&mut ep.filter_events);
+    let secret = body.patch_str("secret")?;
+    if let Patch::Value(secret) = &secret {
+        check_secret(secret)?;
+    }
+    let clear_secret = body.patch_bool("clear_secret")?.into_option() == Some(true);
+    if clear_secret {
+        ep.secret = None;
+    } else {
+        secret.apply_nullable(&mut ep.secret);
+        if ep.secret.as_deref() == Some("") {
+            ep.secret = None;
+        }
+    }
+    Ok(())
+}
+
+pub fn update(ctx: &mut Ctx<'_>, req: &Request) -> ApiResult<Value> {
+    let body = req.json()?;
+    let mut endpoint = load(ctx, req.id())?;
+    let before = endpoint.clone();
+    apply_patch(ctx, &mut endpoint, &body)?;
+    if endpoint != before {
+        endpoint.updated_at = ctx.now_ms;
+        store::endpoints::update(ctx.conn, &endpoint)?;
+    }
+    to_data(&endpoint)
+}
+
+fn set_status(ctx: &mut Ctx<'_>, id: i64, status: &str) -> ApiResult<Value> {
+    let mut endpoint = load(ctx, id)?;
+    if endpoint.status != status {
+        endpoint.status = status.to_string();
+        endpoint.updated_at = ctx.now_ms;
+        store::endpoints::update(ctx.conn, &endpoint)?;
+        // Tasks held while it was disabled are due now.
+        ctx.app.delivery_wake.notify();
+    }
+    to_data(&endpoint)
+}
+
+pub fn enable(ctx: &mut Ctx<'_>, req: &Request) -> ApiResult<Value> {
+    set_status(ctx, req.id(), "enabled")
+}
+
+pub fn disable(ctx: &mut Ctx<'_>, req: &Request) -> ApiResult<Value> {
+    set_status(ctx, req.id(), "disabled")
+}
+
+/// Deletes the endpoint, cancels its pending tasks and drops it from schedules' targets.
+pub fn delete(ctx: &mut Ctx<'_>, req: &Request) -> ApiResult<Value> {
+    let id = req.id();
+    let (app_id, now_ms) = (ctx.app_id, ctx.now_ms);
+    let deleted = store::write_tx(ctx.conn, |tx| {
+        store::endpoints::delete_cascade(tx, app_id, id, now_ms)
+    })?;
+    if !deleted {
+        return Err(missing("endpoint", id));
+    }
+    ctx.app.scheduler_wake.notify();
+    Ok(serde_json::json!({ "id": id, "deleted": true }))
+}

@@ -1,0 +1,300 @@
+//! Reading request input: JSON bodies field by field and query strings, with 40001/40002
+//! errors that name the offending field.
+
+use crate::error::{ApiError, ApiResult};
+use crate::store::Page;
+use serde_json::{Map, Value};
+
+/// A PATCH field: left out, sent as `null`, or sent with a value.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Patch<T> {
+    Absent,
+    Null,
+    Value(T),
+}
+
+/// A JSON object request body.
+#[derive(Debug, Default)]
+pub struct Body(Map<String, Value>);
+
+fn type_error(field: &str, expected: &str) -> ApiError {
+    ApiError::validation(format!("{field}: must be {expected}"))
+}
+
+impl Body {
+    /// Parses a body that must be a JSON object; an empty body reads as `{}`.
+    pub fn parse(bytes: &[u8]) -> ApiResult<Body> {
+        if bytes.iter().all(u8::is_ascii_whitespace) {
+            return Ok(Body::default());
+        }
+        match serde_json::from_slice::<Value>(bytes) {
+            Ok(Value::Object(map)) => Ok(Body(map)),
+            Ok(_) => Err(ApiError::bad_json("body: must be a JSON object")),
+            Err(e) => Err(ApiError::bad_json(format!("body: not valid JSON ({e})"))),
+        }
+    }
+
+    pub fn get(&self, field: &str) -> Option<&Value> {
+        self.0.get(field)
+    }
+
+    fn patch_with<T>(
+        &self,
+        field: &str,
+        convert: impl FnOnce(&Value) -> Option<T>,
+        expected: &str,
+    ) -> ApiResult<Patch<T>> {
+        match self.0.get(field) {
+            None => Ok(Patch::Absent),
+            Some(Value::Null) => Ok(Patch::Null),
+            Some(v) => convert(v)
+                .map(Patch::Value)
+                .ok_or_else(|| type_error(field, expected)),
+        }
+    }
+
+    pub fn patch_str(&self, field: &str) -> ApiResult<Patch<String>> {
+        self.patch_with(field, |v| v.as_str().map(str::to_string), "a string")
+    }
+
+    pub fn patch_int(&self, field: &str) -> ApiResult<Patch<i64>> {
+        self.patch_with(field, Value::as_i64, "an integer")
+    }
+
+    pub fn patch_bool(&self, field: &str) -> ApiResult<Patch<bool>> {
+        self.patch_with(field, Value::as_bool, "true or false")
+    }
+
+    /// A JSON object, or a string holding one (SPEC.md declares some object fields strings).
+    pub fn patch_object(&self, field: &str) -> ApiResult<Patch<Map<String, Value>>> {
+        self.patch_with(
+            field,
+            |v| match v {
+                Value::Object(map) => Some(map.clone()),
+                Value::String(text) => match serde_json::from_str(text) {
+                    Ok(Value::Object(map)) => Some(map),
+                    _ => None,
+                },
+                _ => None,
+            },
+            "a JSON object (or a string holding one)",
+        )
+    }
+
+    /// An array of integers.
+    pub fn patch_int_list(&self, field: &str) -> ApiResult<Patch<Vec<i64>>> {
+        self.patch_with(
+            field,
+            |v| v.as_array()?.iter().map(Value::as_i64).collect(),
+            "an array of integers",
+        )
+    }
+
+    /// An optional field where `null` means "not given".
+    pub fn str(&self, field: &str) -> ApiResult<Option<String>> {
+        Ok(self.patch_str(field)?.into_option())
+    }
+
+    pub fn int(&self, field: &str) -> ApiResult<Option<i64>> {
+        Ok(self.patch_int(field)?.into_option())
+    }
+
+    pub fn object(&self, field: &str) -> ApiResult<Option<Map<String, Value>>> {
+        Ok(self.patch_object(field)?.into_option())
+    }
+
+    pub fn required_str(&self, field: &str) -> ApiResult<String> {
+        self.str(field)?
+            .ok_or_else(|| ApiError::validation(format!("{field}: is required")))
+    }
+
+    pub fn required_int(&self, field: &str) -> ApiResult<i64> {
+        self.int(field)?
+            .ok_or_else(|| ApiError::validation(format!("{field}: is required")))
+    }
+}
+
+impl<T> Patch<T> {
+    /// `Absent` and `Null` both become `None`.
+    pub fn into_option(self) -> Option<T> {
+        match self {
+            Patch::Value(v) => Some(v),
+            Patch::Absent | Patch::Null => None,
+        }
+    }
+
+    /// Applies the patch to a nullable field.
+    pub fn apply_nullable(self, field: &mut Option<T>) {
+        match self {
+            Patch::Absent => {}
+            Patch::Null => *field = None,
+            Patch::Value(v) => *field = Some(v),
+        }
+    }
+}
+
+/// Checks a name: 1..=200 characters.
+pub fn check_name(field: &str, name: &str) -> ApiResult<()> {
+    let len = name.chars().count();
+    if len == 0 || len > 200 || name.trim().is_empty() {
+        return Err(ApiError::validation(format!(
+            "{field}: must be 1 to 200 characters"
+        )));
+    }
+    Ok(())
+}
+
+/// Checks an integer is within `range`, naming the field when it is not.
+pub fn check_range(field: &str, value: i64, range: std::ops::RangeInclusive<i64>) -> ApiResult<()> {
+    if range.contains(&value) {
+        Ok(())
+    } else {
+        Err(ApiError::validation(format!(
+            "{field}: must be between {} and {}",
+            range.start(),
+            range.end()
+        )))
+    }
+}
+
+/// A decoded query string.
+#[derive(Debug, Default, Clone)]
+pub struct Query(Vec<(String, String)>);
+
+impl Query {
+    pub fn parse(raw: Option<&str>) -> Query {
+        let pairs = raw
+            .unwrap_or("")
+            .split('&')
+            .filter(|p| !p.is_empty())
+            .map(|pair| {
+                let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
+                (percent_decode(k), percent_decode(v))
+            })
+            .collect();
+        Query(pairs)
+    }
+
+    /// The last value given for `name`, if not empty.
+    pub fn get(&self, name: &str) -> Option<&str> {
+        self.0
+            .iter()
+            .rev()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.as_str())
+            .filter(|v| !v.is_empty())
+    }
+
+    pub fn int(&self, name: &str) -> ApiResult<Option<i64>> {
+        self.get(name)
+            .map(|v| {
+                v.parse::<i64>().map_err(|_| {
+                    ApiError::validation(format!("{name}: query parameter must be an integer"))
+                })
+            })
+            .transpose()
+    }
+
+    /// A value that must be one of `allowed`.
+    pub fn one_of(&self, name: &str, allowed: &[&str]) -> ApiResult<Option<String>> {
+        match self.get(name) {
+            None => Ok(None),
+            Some(v) if allowed.contains(&v) => Ok(Some(v.to_string())),
+            Some(v) => Err(ApiError::validation(format!(
+                "{name}: '{v}' is not one of {}",
+                allowed.join(", ")
+            ))),
+        }
+    }
+
+    /// `page` ≥ 1 (default 1) and `page_size` clamped to 1..=100 (default 20).
+    pub fn page(&self) -> ApiResult<Page> {
+        let page = self.int("page")?.unwrap_or(1);
+        if page < 1 {
+            return Err(ApiError::validation("page: must be 1 or more"));
+        }
+        let page_size = self.int("page_size")?.unwrap_or(20).clamp(1, 100);
+        Ok(Page {
+            page: u32::try_from(page).unwrap_or(u32::MAX),
+            page_size: u32::try_from(page_size).unwrap_or(20),
+        })
+    }
+}
+
+fn percent_decode(text: &str) -> String {
+    let bytes = text.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        match bytes[i] {
+            b'+' => out.push(b' '),
+            b'%' if i + 3 <= bytes.len() => match (hex(bytes[i + 1]), hex(bytes[i + 2])) {
+                (Some(hi), Some(lo)) => {
+                    out.push(hi * 16 + lo);
+                    i += 2;
+                }
+                _ => out.push(b'%'),
+            },
+            b => out.push(b),
+        }
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+fn hex(digit: u8) -> Option<u8> {
+    char::from(digit)
+        .to_digit(16)
+        .and_then(|d| u8::try_from(d).ok())
+}
+
+/// The page object of list replies.
+pub fn page_object<T: serde::Serialize>(page: Page, total: i64, items: Vec<T>) -> ApiResult<Value> {
+    Ok(serde_json::json!({
+        "total": total,
+        "page": page.page,
+        "page_size": page.page_size,
+        "items": serde_json::to_value(items).map_err(ApiError::internal)?,
+    }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn query_decoding_and_paging() {
+        let q = Query::parse(Some("page=2&page_size=500&name=a%20b+c&bad=%zz"));
+        assert_eq!(q.get("name"), Some("a b c"));
+        assert_eq!(q.get("bad"), Some("%zz"));
+        assert_eq!(
+            q.page().unwrap(),
+            Page {
+                page: 2,
+                page_size: 100
+            }
+        );
+        assert_eq!(
+            Query::parse(Some("page=abc")).page().unwrap_err().code,
+            40001
+        );
+        assert_eq!(Query::parse(Some("page=0")).page().unwrap_err().code, 40001);
+        assert_eq!(
+            Query::parse(Some("page_size=0")).page().unwrap().page_size,
+            1
+        );
+    }
+
+    #[test]
+    fn body_fields_and_patch_states() {
+        let body = Body::parse(br#"{"a": null, "b": "x", "c": 5, "h": "{\"k\":\"v\"}"}"#).unwrap();
+        assert_eq!(body.patch_str("a").unwrap(), Patch::Null);
+        assert_eq!(body.patch_str("z").unwrap(), Patch::Absent);
+        assert_eq!(body.patch_str("b").unwrap(), Patch::Value("x".into()));
+        assert_eq!(body.patch_str("c").unwrap_err().code, 40001);
+        assert!(body.object("h").unwrap().unwrap().contains_key("k"));
+        assert_eq!(Body::parse(b"[1]").unwrap_err().code, 40002);
+        assert_eq!(Body::parse(b"{oops").unwrap_err().code, 40002);
+        assert!(Body::parse(b"").is_ok());
+    }
+}

@@ -1,0 +1,122 @@
+//! `/v1/retries/policies`: attempt counts and back-off settings endpoints can attach.
+
+use super::input::{Body, check_name, check_range, page_object};
+use super::{Ctx, Request, missing, to_data};
+use crate::error::{ApiError, ApiResult};
+use crate::retry::Backoff;
+use crate::store::{self, policies::Policy};
+use serde_json::Value;
+
+fn parse_backoff(text: &str) -> ApiResult<String> {
+    Backoff::parse(text)
+        .map(|b| b.as_str().to_string())
+        .ok_or_else(|| {
+            ApiError::validation(format!(
+                "backoff_type: '{text}' is not one of fixed, exponential, linear"
+            ))
+        })
+}
+
+/// Range checks over the whole (created or patched) policy.
+fn check(policy: &Policy) -> ApiResult<()> {
+    check_name("name", &policy.name)?;
+    check_range("max_attempts", policy.max_attempts, 1..=100)?;
+    check_range("initial_delay_sec", policy.initial_delay_sec, 0..=86_400)?;
+    if policy.max_delay_sec < policy.initial_delay_sec {
+        return Err(ApiError::validation(
+            "max_delay_sec: must be at least initial_delay_sec",
+        ));
+    }
+    check_range("max_delay_sec", policy.max_delay_sec, 0..=604_800)
+}
+
+fn load(ctx: &Ctx<'_>, id: i64) -> ApiResult<Policy> {
+    store::policies::get(ctx.conn, ctx.app_id, id)?.ok_or_else(|| missing("retry policy", id))
+}
+
+pub fn create(ctx: &mut Ctx<'_>, req: &Request) -> ApiResult<Value> {
+    let body = req.json()?;
+    let name = body.required_str("name")?;
+    let max_attempts = body.required_int("max_attempts")?;
+    let backoff_type = parse_backoff(&body.required_str("backoff_type")?)?;
+    let initial_delay_sec = body.int("initial_delay_sec")?.unwrap_or(60);
+    // The default cap never undercuts a larger initial delay.
+    let max_delay_sec = body
+        .int("max_delay_sec")?
+        .unwrap_or_else(|| initial_delay_sec.max(3600));
+    let policy = Policy {
+        id: 0,
+        app_id: ctx.app_id.to_string(),
+        name,
+        max_attempts,
+        backoff_type,
+        initial_delay_sec,
+        max_delay_sec,
+        status: "active".into(),
+        created_at: ctx.now_ms,
+        updated_at: ctx.now_ms,
+    };
+    check(&policy)?;
+    to_data(&store::policies::insert(ctx.conn, &policy)?)
+}
+
+pub fn list(ctx: &mut Ctx<'_>, req: &Request) -> ApiResult<Value> {
+    let page = req.query.page()?;
+    let (total, items) = store::policies::list(ctx.conn, ctx.app_id, page)?;
+    page_object(page, total, items)
+}
+
+pub fn get(ctx: &mut Ctx<'_>, req: &Request) -> ApiResult<Value> {
+    to_data(&load(ctx, req.id())?)
+}
+
+fn apply_patch(policy: &mut Policy, body: &Body) -> ApiResult<()> {
+    if let Some(name) = body.str("name")? {
+        policy.name = name;
+    }
+    if let Some(max_attempts) = body.int("max_attempts")? {
+        policy.max_attempts = max_attempts;
+    }
+    if let Some(backoff) = body.str("backoff_type")? {
+        policy.backoff_type = parse_backoff(&backoff)?;
+    }
+    if let Some(initial) = body.int("initial_delay_sec")? {
+        policy.initial_delay_sec = initial;
+    }
+    if let Some(max) = body.int("max_delay_sec")? {
+        policy.max_delay_sec = max;
+    }
+    check(policy)
+}
+
+pub fn update(ctx: &mut Ctx<'_>, req: &Request) -> ApiResult<Value> {
+    let body = req.json()?;
+    let mut policy = load(ctx, req.id())?;
+    let before = policy.clone();
+    apply_patch(&mut policy, &body)?;
+    if policy != before {
+        policy.updated_at = ctx.now_ms;
+        store::policies::update(ctx.conn, &policy)?;
+    }
+    to_data(&policy)
+}
+
+/// Deletes a policy no endpoint uses (409 otherwise).
+pub fn delete(ctx: &mut Ctx<'_>, req: &Request) -> ApiResult<Value> {
+    let id = req.id();
+    let app_id = ctx.app_id;
+    store::write_tx(ctx.conn, |tx| {
+        if store::policies::get(tx, app_id, id)?.is_none() {
+            return Err(missing("retry policy", id));
+        }
+        let users = store::endpoints::count_using_policy(tx, id)?;
+        if users > 0 {
+            return Err(ApiError::conflict(format!(
+                "retry policy {id} is used by {users} endpoint(s); detach it (retry_policy_id: null) first"
+            )));
+        }
+        store::policies::delete(tx, app_id, id)?;
+        Ok(())
+    })?;
+    Ok(serde_json::json!({ "id": id, "deleted": true }))
+}

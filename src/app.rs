@@ -1,0 +1,65 @@
+//! The state one running server shares between its API, scheduler and delivery pool.
+
+use crate::auth::ReplayCache;
+use crate::clock::Clock;
+use crate::config::Config;
+use crate::store::Pool;
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::Duration;
+
+/// Shared by every request handler and background loop.
+pub struct App {
+    pub config: Config,
+    pub pool: Pool,
+    pub clock: Arc<dyn Clock>,
+    pub replay: ReplayCache,
+    /// Woken when a schedule is created or changed, so the scheduler re-plans its sleep.
+    pub scheduler_wake: Signal,
+    /// Woken when a task becomes due sooner than the delivery pool planned to look.
+    pub delivery_wake: Signal,
+}
+
+impl App {
+    pub fn new(config: Config, pool: Pool, clock: Arc<dyn Clock>) -> Self {
+        App {
+            config,
+            pool,
+            clock,
+            replay: ReplayCache::default(),
+            scheduler_wake: Signal::default(),
+            delivery_wake: Signal::default(),
+        }
+    }
+
+    /// Makes every background loop look at the clock and the database again (tests call it
+    /// after moving a manual clock).
+    pub fn poke(&self) {
+        self.scheduler_wake.notify();
+        self.delivery_wake.notify();
+    }
+}
+
+/// A wake-up flag for a blocking loop: `notify` never blocks and is never lost, even when it
+/// comes while the loop is busy rather than waiting.
+#[derive(Debug, Default)]
+pub struct Signal {
+    pending: Mutex<bool>,
+    cond: Condvar,
+}
+
+impl Signal {
+    pub fn notify(&self) {
+        *self.pending.lock().unwrap_or_else(|e| e.into_inner()) = true;
+        self.cond.notify_all();
+    }
+
+    /// Sleeps until notified or `timeout` passes; returns true when notified.
+    pub fn wait(&self, timeout: Duration) -> bool {
+        let guard = self.pending.lock().unwrap_or_else(|e| e.into_inner());
+        let (mut pending, _) = self
+            .cond
+            .wait_timeout_while(guard, timeout, |pending| !*pending)
+            .unwrap_or_else(|e| e.into_inner());
+        std::mem::take(&mut *pending)
+    }
+}
