@@ -130,3 +130,16 @@ pub fn delete(conn: &Connection, app_id: &str, id: i64) -> rusqlite::Result<bool
     )?;
     Ok(n == 1)
 }
+
+/// The retry policy an endpoint's deliveries follow: its own, or the default.
+pub fn effective(
+    conn: &Connection,
+    retry_policy_id: Option<i64>,
+) -> rusqlite::Result<crate::retry::RetryPolicy> {
+    Ok(match retry_policy_id {
+        Some(id) => get_any(conn, id)?
+            .map(|p| p.to_retry())
+            .unwrap_or(crate::retry::RetryPolicy::DEFAULT),
+        None => crate::retry::RetryPolicy::DEFAULT,
+    })
+}

@@ -1,0 +1,8 @@
+//! The integration tests: one binary, each module a family of behaviour checked through a real
+//! server on 127.0.0.1:0, a real SQLite file and a real HTTP receiver on loopback.
+
+mod api_auth;
+mod api_endpoints;
+mod api_policies;
+mod cli;
+mod support;

@@ -1,0 +1,375 @@
+//! Test harness: a real webhookd on a temporary database and port, signed clients, and a
+//! loopback receiver whose replies can be scripted.
+
+#![allow(dead_code)]
+
+use chrono::{DateTime, Utc};
+use serde_json::Value;
+use std::collections::VecDeque;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::path::PathBuf;
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::{Duration, Instant};
+use webhookd::app::App;
+use webhookd::client::{Client, Reply};
+use webhookd::clock::{Clock, ManualClock, SystemClock};
+use webhookd::config::Config;
+use webhookd::server::Running;
+
+/// A webhookd running in this process on its own runtime, database and port.
+pub struct TestServer {
+    pub dir: tempfile::TempDir,
+    pub db: PathBuf,
+    pub url: String,
+    pub key_id: String,
+    pub secret: String,
+    /// Set when started with a manual clock.
+    pub manual_clock: Option<Arc<ManualClock>>,
+    running: Option<Running>,
+    runtime: tokio::runtime::Runtime,
+}
+
+impl TestServer {
+    /// Defaults of the contract, real clock.
+    pub fn start() -> TestServer {
+        Self::start_with(|_| {})
+    }
+
+    /// Adjust the config before start.
+    pub fn start_with(adjust: impl FnOnce(&mut Config)) -> TestServer {
+        Self::launch(adjust, None)
+    }
+
+    /// Starts with a clock the test moves; call [`TestServer::advance`].
+    pub fn start_manual(start: DateTime<Utc>, adjust: impl FnOnce(&mut Config)) -> TestServer {
+        Self::launch(adjust, Some(Arc::new(ManualClock::new(start))))
+    }
+
+    fn launch(adjust: impl FnOnce(&mut Config), manual: Option<Arc<ManualClock>>) -> TestServer {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let db = dir.path().join("webhookd.sqlite");
+        let mut config = Config::new(&db);
+        config.listen = "127.0.0.1:0".parse().unwrap();
+        config.workers = 4;
+        config.shutdown_grace_secs = 2;
+        adjust(&mut config);
+        let (key_id, secret) = create_key(&db, "app1");
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .unwrap();
+        let clock: Arc<dyn Clock> = match &manual {
+            Some(m) => m.clone(),
+            None => Arc::new(SystemClock),
+        };
+        let running = runtime
+            .block_on(webhookd::server::start(
+                config,
+                clock,
+                std::future::pending(),
+            ))
+            .expect("server starts");
+        TestServer {
+            url: format!("http://{}", running.addr),
+            dir,
+            db,
+            key_id,
+            secret,
+            manual_clock: manual,
+            running: Some(running),
+            runtime,
+        }
+    }
+
+    pub fn app(&self) -> Arc<App> {
+        self.running.as_ref().expect("running").app.clone()
+    }
+
+    /// A client signed with the server's first key (app `app1`).
+    pub fn client(&self) -> Client {
+        Client::new(&self.url, &self.key_id, &self.secret)
+    }
+
+    /// A client with a fresh key for another app.
+    pub fn client_for_app(&self, app_id: &str) -> Client {
+        let (key_id, secret) = create_key(&self.db, app_id);
+        Client::new(&self.url, &key_id, &secret)
+    }
+
+    /// Moves the manual clock and wakes the background loops.
+    pub fn advance(&self, by: chrono::Duration) {
+        self.manual_clock
+            .as_ref()
+            .expect("started with a manual clock")
+            .advance(by);
+        self.app().poke();
+    }
+
+    /// Graceful stop; waits for the end.
+    pub fn stop(mut self) {
+        if let Some(running) = self.running.take() {
+            self.runtime
+                .block_on(running.shutdown())
+                .expect("clean shutdown");
+        }
+    }
+}
+
+impl Drop for TestServer {
+    fn drop(&mut self) {
+        if let Some(running) = self.running.take() {
+            let _ = self.runtime.block_on(running.shutdown());
+        }
+    }
+}
+
+/// Creates an API key directly in the database file (as `webhookd keys create` does).
+pub fn create_key(db: &std::path::Path, app_id: &str) -> (String, String) {
+    let pool = webhookd::store::open(db, 1).expect("open db");
+    let conn = pool.get().unwrap();
+    let key = webhookd::store::keys::create(&conn, app_id, "test", Utc::now().timestamp_millis())
+        .unwrap();
+    (key.key_id, key.secret)
+}
+
+/// Shorthand: send and expect success, returning `data`.
+pub fn ok(client: &Client, method: &str, path: &str, body: Option<Value>) -> Value {
+    let reply = client
+        .send(method, path, body.as_ref())
+        .expect("request sent");
+    assert_eq!(
+        reply.code(),
+        0,
+        "{method} {path} failed: {} {}",
+        reply.status,
+        reply.body
+    );
+    assert_eq!(reply.status, 200);
+    reply.data().clone()
+}
+
+/// Shorthand: send and expect the given HTTP status and envelope code.
+pub fn err(
+    client: &Client,
+    method: &str,
+    path: &str,
+    body: Option<Value>,
+    status: u16,
+    code: i64,
+) -> Reply {
+    let reply = client
+        .send(method, path, body.as_ref())
+        .expect("request sent");
+    assert_eq!(
+        (reply.status, reply.code()),
+        (status, code),
+        "{method} {path}: {}",
+        reply.body
+    );
+    assert!(reply.data().is_null());
+    assert!(
+        reply.body["message"]
+            .as_str()
+            .is_some_and(|m| !m.is_empty())
+    );
+    reply
+}
+
+/// Polls `check` until it returns Some or `timeout` passes.
+pub fn wait_for<T>(timeout: Duration, mut check: impl FnMut() -> Option<T>) -> Option<T> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Some(v) = check() {
+            return Some(v);
+        }
+        if Instant::now() > deadline {
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// One request the receiver got.
+#[derive(Debug, Clone)]
+pub struct Received {
+    pub method: String,
+    pub path: String,
+    /// Header names lower-cased.
+    pub headers: Vec<(String, String)>,
+    pub body: Vec<u8>,
+    pub at: Instant,
+}
+
+impl Received {
+    pub fn header(&self, name: &str) -> Option<&str> {
+        let name = name.to_ascii_lowercase();
+        self.headers
+            .iter()
+            .find(|(k, _)| *k == name)
+            .map(|(_, v)| v.as_str())
+    }
+
+    pub fn json(&self) -> Value {
+        serde_json::from_slice(&self.body).unwrap_or(Value::Null)
+    }
+}
+
+/// How the receiver answers one request.
+#[derive(Debug, Clone)]
+pub struct Answer {
+    pub status: u16,
+    pub delay: Duration,
+    pub headers: Vec<(String, String)>,
+    pub body: String,
+}
+
+impl Answer {
+    pub fn status(status: u16) -> Answer {
+        Answer {
+            status,
+            delay: Duration::ZERO,
+            headers: Vec::new(),
+            body: String::new(),
+        }
+    }
+
+    pub fn delayed(mut self, delay: Duration) -> Answer {
+        self.delay = delay;
+        self
+    }
+
+    pub fn header(mut self, name: &str, value: &str) -> Answer {
+        self.headers.push((name.into(), value.into()));
+        self
+    }
+
+    pub fn body(mut self, body: &str) -> Answer {
+        self.body = body.into();
+        self
+    }
+}
+
+#[derive(Default)]
+struct ReceiverState {
+    received: Vec<Received>,
+    /// Answers used in order; when empty, `default` answers.
+    script: VecDeque<Answer>,
+    default: Option<Answer>,
+}
+
+/// A loopback HTTP receiver that records every request and answers as scripted (200 by default).
+#[derive(Clone)]
+pub struct Receiver {
+    pub url: String,
+    state: Arc<(Mutex<ReceiverState>, Condvar)>,
+}
+
+impl Receiver {
+    pub fn start() -> Receiver {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        let state: Arc<(Mutex<ReceiverState>, Condvar)> = Arc::default();
+        let shared = state.clone();
+        std::thread::spawn(move || {
+            for stream in listener.incoming().flatten() {
+                let shared = shared.clone();
+                std::thread::spawn(move || serve_connection(stream, &shared));
+            }
+        });
+        Receiver { url, state }
+    }
+
+    /// Answers the next requests with these, in order.
+    pub fn script(&self, answers: impl IntoIterator<Item = Answer>) {
+        self.state.0.lock().unwrap().script.extend(answers);
+    }
+
+    /// Answers every request not covered by the script with this.
+    pub fn set_default(&self, answer: Answer) {
+        self.state.0.lock().unwrap().default = Some(answer);
+    }
+
+    pub fn received(&self) -> Vec<Received> {
+        self.state.0.lock().unwrap().received.clone()
+    }
+
+    /// Waits until at least `n` requests arrived; returns them all.
+    pub fn wait_for(&self, n: usize, timeout: Duration) -> Vec<Received> {
+        let (lock, cond) = &*self.state;
+        let guard = lock.lock().unwrap();
+        let (guard, _) = cond
+            .wait_timeout_while(guard, timeout, |s| s.received.len() < n)
+            .unwrap();
+        guard.received.clone()
+    }
+}
+
+fn serve_connection(stream: TcpStream, state: &Arc<(Mutex<ReceiverState>, Condvar)>) {
+    let mut reader = BufReader::new(stream.try_clone().unwrap());
+    let mut writer = stream;
+    loop {
+        let mut request_line = String::new();
+        if reader.read_line(&mut request_line).unwrap_or(0) == 0 {
+            return;
+        }
+        let mut parts = request_line.split_whitespace();
+        let method = parts.next().unwrap_or("").to_string();
+        let path = parts.next().unwrap_or("").to_string();
+        let mut headers = Vec::new();
+        loop {
+            let mut line = String::new();
+            if reader.read_line(&mut line).unwrap_or(0) == 0 {
+                return;
+            }
+            let line = line.trim_end();
+            if line.is_empty() {
+                break;
+            }
+            if let Some((k, v)) = line.split_once(':') {
+                headers.push((k.trim().to_ascii_lowercase(), v.trim().to_string()));
+            }
+        }
+        let length = headers
+            .iter()
+            .find(|(k, _)| k == "content-length")
+            .and_then(|(_, v)| v.parse::<usize>().ok())
+            .unwrap_or(0);
+        let mut body = vec![0; length];
+        if reader.read_exact(&mut body).is_err() {
+            return;
+        }
+        let answer = {
+            let (lock, cond) = &**state;
+            let mut s = lock.lock().unwrap();
+            s.received.push(Received {
+                method,
+                path,
+                headers,
+                body,
+                at: Instant::now(),
+            });
+            cond.notify_all();
+            s.script
+                .pop_front()
+                .or_else(|| s.default.clone())
+                .unwrap_or_else(|| Answer::status(200))
+        };
+        std::thread::sleep(answer.delay);
+        let mut head = format!(
+            "HTTP/1.1 {} X\r\nContent-Length: {}\r\n",
+            answer.status,
+            answer.body.len()
+        );
+        for (k, v) in &answer.headers {
+            head.push_str(&format!("{k}: {v}\r\n"));
+        }
+        head.push_str("\r\n");
+        if writer.write_all(head.as_bytes()).is_err()
+            || writer.write_all(answer.body.as_bytes()).is_err()
+        {
+            return;
+        }
+    }
+}
