@@ -1,0 +1,339 @@
+//! The webhookd benchmark harness: starts webhookd (in this process on a temporary database
+//! and loopback port, or uses one at `--url`), runs its own loopback receiver, drives signed
+//! load from N client threads, and prints a table of figures against the targets of
+//! `BENCHMARKS.md` (`--json`: one JSON object per scenario run on stdout).
+//!
+//! ```sh
+//! cargo run --release --example bench -- all
+//! cargo run --release --example bench -- baseline publish --fanout 10
+//! cargo run --release --example bench -- all --quick --json
+//! ```
+//!
+//! Scenarios: `baseline` (the limits on this machine), `publish`, `api`, `schedules`,
+//! `footprint` (the real binary as a subprocess), `scale` (1M finished tasks), `all`.
+
+mod api;
+mod baseline;
+mod footprint;
+mod load;
+mod publish;
+mod receiver;
+mod report;
+mod scale;
+mod schedules;
+mod target;
+
+use clap::{Parser, ValueEnum};
+use report::Report;
+use std::path::Path;
+use std::time::Duration;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum Scenario {
+    Baseline,
+    Publish,
+    Api,
+    Schedules,
+    Footprint,
+    Scale,
+    /// baseline, publish (fan-out 1 and 10), api, schedules, footprint, scale.
+    All,
+}
+
+/// Benchmarks webhookd against its targets and against this machine's baselines.
+#[derive(Debug, Clone, Parser)]
+#[command(name = "bench")]
+struct Args {
+    /// What to run, in order.
+    #[arg(required = true, value_enum)]
+    scenarios: Vec<Scenario>,
+    /// Tiny counts, seconds in total; `schedules` triggers by hand instead of waiting for a
+    /// minute boundary (unless --minutes is given).
+    #[arg(long)]
+    quick: bool,
+    /// One JSON object per scenario run on stdout (the tables go to stderr).
+    #[arg(long)]
+    json: bool,
+    /// Load threads (default: 16 for publish and schedules, 32 for api).
+    #[arg(long)]
+    clients: Option<usize>,
+    /// Events per publish run (default: 20,000 at fan-out 1, 5,000 at fan-out 10).
+    #[arg(long)]
+    events: Option<u64>,
+    /// Endpoints each event goes to (`publish`; `all` runs 1 and 10).
+    #[arg(long)]
+    fanout: Option<usize>,
+    /// Seconds each api read runs (default 10).
+    #[arg(long)]
+    duration: Option<f64>,
+    /// Pace the second publish phase at this many events/s (default: half the measured rate).
+    #[arg(long)]
+    rate: Option<f64>,
+    /// Schedules due on the same minute (default 10,000).
+    #[arg(long)]
+    schedules: Option<u64>,
+    /// Minutes of schedule firings to wait for (default 1).
+    #[arg(long)]
+    minutes: Option<u32>,
+    /// Finished tasks put in the database for `scale` (default 1,000,000).
+    #[arg(long)]
+    tasks: Option<u64>,
+    /// Delivery workers of the webhookd the harness starts (default: webhookd's default).
+    #[arg(long)]
+    workers: Option<usize>,
+    /// Use the webhookd running at this URL instead of starting one.
+    #[arg(long, requires_all = ["key_id", "secret"])]
+    url: Option<String>,
+    #[arg(long)]
+    key_id: Option<String>,
+    #[arg(long)]
+    secret: Option<String>,
+}
+
+/// The options every scenario reads, with quick-mode and normal defaults.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    pub quick: bool,
+    json: bool,
+    clients: Option<usize>,
+    events: Option<u64>,
+    duration: Option<f64>,
+    pub rate: Option<f64>,
+    schedules: Option<u64>,
+    pub minutes: Option<u32>,
+    tasks: Option<u64>,
+    pub workers: Option<usize>,
+    /// `(url, key id, secret)` of a running server.
+    pub remote: Option<(String, String, String)>,
+}
+
+impl Settings {
+    pub fn publish_events(&self, fanout: usize) -> u64 {
+        self.events.unwrap_or(match (self.quick, fanout > 1) {
+            (true, false) => 200,
+            (true, true) => 40,
+            (false, false) => 20_000,
+            (false, true) => 5_000,
+        })
+    }
+
+    pub fn publish_clients(&self) -> usize {
+        self.clients.unwrap_or(16).max(1)
+    }
+
+    pub fn api_clients(&self) -> usize {
+        self.clients.unwrap_or(32).max(1)
+    }
+
+    pub fn api_duration(&self) -> Duration {
+        let secs = self.duration.unwrap_or(if self.quick { 0.3 } else { 10.0 });
+        Duration::from_secs_f64(secs.max(0.01))
+    }
+
+    pub fn schedule_count(&self) -> u64 {
+        self.schedules
+            .unwrap_or(if self.quick { 20 } else { 10_000 })
+            .max(1)
+    }
+
+    pub fn scale_tasks(&self) -> u64 {
+        self.tasks
+            .unwrap_or(if self.quick { 5_000 } else { 1_000_000 })
+    }
+
+    /// How long a wait for deliveries goes on without any arriving before giving up.
+    pub fn stall(&self) -> Duration {
+        Duration::from_secs(if self.quick { 5 } else { 15 })
+    }
+}
+
+/// One harness run: settings, the receiver, and the reports so far (later scenarios compare
+/// themselves with earlier ones, e.g. with the baseline).
+pub struct Bench {
+    pub settings: Settings,
+    pub receiver: receiver::Receiver,
+    pub reports: Vec<Report>,
+}
+
+impl Bench {
+    /// A fresh webhookd on a temporary database (which `prepare` may fill before the server
+    /// opens it), or the `--url` one.
+    pub fn target(
+        &self,
+        prepare: impl FnOnce(&Path) -> anyhow::Result<()>,
+    ) -> anyhow::Result<target::Target> {
+        match &self.settings.remote {
+            Some((url, key_id, secret)) => Ok(target::Target::remote(url, key_id, secret)),
+            None => target::Target::in_process(self.settings.workers, prepare),
+        }
+    }
+
+    /// A figure of the latest report of `scenario` in this run.
+    pub fn figure(&self, scenario: &str, key: &str) -> Option<f64> {
+        self.reports
+            .iter()
+            .rev()
+            .find(|r| r.scenario == scenario)
+            .and_then(|r| r.get(key))
+    }
+
+    pub fn progress(&self, text: &str) {
+        eprintln!("bench: {text}");
+    }
+
+    /// Prints a finished report (table, or JSON line) and keeps it.
+    pub fn emit(&mut self, report: Report) {
+        if self.settings.json {
+            eprint!("{}", report.table());
+            println!("{}", report.to_json());
+        } else {
+            print!("{}", report.table());
+        }
+        self.reports.push(report);
+    }
+}
+
+/// Microseconds since the Unix epoch: the one time base of senders and the receiver.
+pub fn now_us() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_micros() as i64)
+        .unwrap_or_default()
+}
+
+fn run(args: Args) -> anyhow::Result<Vec<Report>> {
+    let settings = Settings {
+        quick: args.quick,
+        json: args.json,
+        clients: args.clients,
+        events: args.events,
+        duration: args.duration,
+        rate: args.rate,
+        schedules: args.schedules,
+        minutes: args.minutes,
+        tasks: args.tasks,
+        workers: args.workers,
+        remote: args.url.map(|url| {
+            (
+                url,
+                args.key_id.unwrap_or_default(),
+                args.secret.unwrap_or_default(),
+            )
+        }),
+    };
+    let mut bench = Bench {
+        settings,
+        receiver: receiver::Receiver::start()?,
+        reports: Vec::new(),
+    };
+    let fanouts = match args.fanout {
+        Some(f) => vec![f.max(1)],
+        None if args.scenarios.contains(&Scenario::All) => vec![1, 10],
+        None => vec![1],
+    };
+    for scenario in args.scenarios {
+        let steps = match scenario {
+            Scenario::All => vec![
+                Scenario::Baseline,
+                Scenario::Publish,
+                Scenario::Api,
+                Scenario::Schedules,
+                Scenario::Footprint,
+                Scenario::Scale,
+            ],
+            one => vec![one],
+        };
+        for step in steps {
+            match step {
+                Scenario::Baseline => baseline::scenario(&mut bench)?,
+                Scenario::Publish => {
+                    for &fanout in &fanouts {
+                        publish::scenario(&mut bench, fanout)?;
+                    }
+                }
+                Scenario::Api => api::scenario(&mut bench)?,
+                Scenario::Schedules => schedules::scenario(&mut bench)?,
+                Scenario::Footprint => footprint::scenario(&mut bench)?,
+                Scenario::Scale => scale::scenario(&mut bench)?,
+                Scenario::All => unreachable!("expanded above"),
+            }
+        }
+    }
+    Ok(bench.reports)
+}
+
+fn main() -> std::process::ExitCode {
+    match run(Args::parse()) {
+        Ok(_) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("bench: {e:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::Value;
+
+    /// `all --quick --json` runs in seconds and every count adds up: each published event's
+    /// deliveries arrived, each triggered schedule delivered, each baseline request received.
+    #[test]
+    fn quick_run_of_every_scenario_adds_up() {
+        let args = Args::parse_from(["bench", "all", "--quick", "--json"]);
+        let reports = run(args).expect("the quick run completes");
+        let lines: Vec<Value> = reports
+            .iter()
+            .map(|r| serde_json::from_str(&r.to_json().to_string()).expect("JSON parses"))
+            .collect();
+        let n = |v: &Value, key: &str| v[key].as_f64().unwrap_or(-1.0);
+        let of = |name: &'static str| lines.iter().filter(move |v| v["scenario"] == name);
+        assert_eq!(of("baseline").count(), 1);
+        for b in of("baseline") {
+            assert!(n(b, "bare_sent") > 0.0);
+            assert_eq!(n(b, "bare_received"), n(b, "bare_sent"), "{b}");
+            assert!(n(b, "sqlite_rows_per_s_batch10") > 0.0);
+        }
+        // fan-out 1 and 10 on an empty database, fan-out 1 again with the scale fill.
+        assert_eq!(of("publish").count(), 3);
+        for p in of("publish") {
+            assert_eq!(n(p, "publish_errors"), 0.0, "{p}");
+            assert_eq!(n(p, "published"), n(p, "events"), "{p}");
+            assert_eq!(n(p, "deliveries_expected"), n(p, "events") * n(p, "fanout"));
+            assert_eq!(
+                n(p, "deliveries_received"),
+                n(p, "deliveries_expected"),
+                "{p}"
+            );
+            assert_eq!(
+                n(p, "half_deliveries_received"),
+                n(p, "half_deliveries_expected")
+            );
+            assert!(n(p, "delivered_per_s") > 0.0);
+            assert!(n(p, "latency_p99_ms") >= n(p, "latency_p50_ms"));
+        }
+        assert_eq!(of("api").count(), 2);
+        for a in of("api") {
+            assert_eq!(n(a, "get_endpoint_errors"), 0.0, "{a}");
+            assert_eq!(n(a, "list_failed_tasks_errors"), 0.0, "{a}");
+            assert!(n(a, "get_endpoint_per_s") > 0.0);
+        }
+        for s in of("schedules") {
+            assert_eq!(n(s, "created"), n(s, "schedules"), "{s}");
+            assert_eq!(n(s, "tasks_created"), n(s, "schedules"), "{s}");
+            assert_eq!(n(s, "deliveries_received"), n(s, "schedules"), "{s}");
+            assert_eq!(n(s, "with_schedule_header"), n(s, "schedules"), "{s}");
+        }
+        let footprint = of("footprint").next().expect("a footprint report");
+        if footprint["notes"]
+            .as_array()
+            .is_none_or(|notes| notes.is_empty())
+        {
+            assert!(n(footprint, "idle_rss_mib") > 0.0, "{footprint}");
+            assert!(n(footprint, "start_to_healthy_ms") > 0.0);
+        }
+        let scale = of("scale").next().expect("a scale report");
+        assert!(n(scale, "get_endpoint_per_s_vs_empty") > 0.0, "{scale}");
+    }
+}

@@ -1,0 +1,228 @@
+//! The webhookd under test: started in this process on a temporary database, started as the
+//! real binary in a subprocess (footprint), or a server already running at `--url`.
+
+use anyhow::{Context, bail};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use webhookd::client::Client;
+use webhookd::clock::{Clock, SystemClock};
+use webhookd::config::Config;
+use webhookd::server::Running;
+
+/// The app every harness key belongs to.
+const APP: &str = "bench";
+
+/// A webhookd the harness can send requests to.
+pub struct Target {
+    pub url: String,
+    /// The database file, when the harness made it: lets it create a key per client thread and
+    /// read task rows directly.
+    pub db: Option<PathBuf>,
+    key: (String, String),
+    kind: Kind,
+}
+
+enum Kind {
+    InProcess {
+        running: Option<Running>,
+        runtime: tokio::runtime::Runtime,
+        _dir: tempfile::TempDir,
+    },
+    Process {
+        child: Child,
+        _dir: tempfile::TempDir,
+    },
+    Remote,
+}
+
+impl Target {
+    /// Starts webhookd in this process, as `webhookd serve` would, on a fresh temporary
+    /// database that `prepare` may fill first.
+    pub fn in_process(
+        workers: Option<usize>,
+        prepare: impl FnOnce(&Path) -> anyhow::Result<()>,
+    ) -> anyhow::Result<Target> {
+        let dir = tempfile::tempdir()?;
+        let db = dir.path().join("webhookd.sqlite");
+        let key = create_keys(&db, 1)?.remove(0);
+        prepare(&db)?;
+        let mut config = Config::new(&db);
+        config.listen = "127.0.0.1:0".parse()?;
+        config.shutdown_grace_secs = 2;
+        if let Some(workers) = workers {
+            config.workers = workers;
+        }
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .enable_all()
+            .build()?;
+        let clock: Arc<dyn Clock> = Arc::new(SystemClock);
+        let running = runtime.block_on(webhookd::server::start(
+            config,
+            clock,
+            std::future::pending(),
+        ))?;
+        Ok(Target {
+            url: format!("http://{}", running.addr),
+            db: Some(db),
+            key,
+            kind: Kind::InProcess {
+                running: Some(running),
+                runtime,
+                _dir: dir,
+            },
+        })
+    }
+
+    /// Starts the real binary on a fresh database and a free loopback port; returns it with
+    /// the time from spawning the process to the first healthy `/healthz`.
+    pub fn spawn(binary: &Path) -> anyhow::Result<(Target, Duration)> {
+        let dir = tempfile::tempdir()?;
+        let db = dir.path().join("webhookd.sqlite");
+        let key = create_keys(&db, 1)?.remove(0);
+        let port = std::net::TcpListener::bind("127.0.0.1:0")?
+            .local_addr()?
+            .port();
+        let url = format!("http://127.0.0.1:{port}");
+        let log = std::fs::File::create(dir.path().join("webhookd.log"))?;
+        let started = Instant::now();
+        let mut child = Command::new(binary)
+            .arg("serve")
+            .arg("--db")
+            .arg(&db)
+            .arg("--listen")
+            .arg(format!("127.0.0.1:{port}"))
+            .env("WEBHOOKD_LOG", "warn")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .with_context(|| format!("cannot start {}", binary.display()))?;
+        let agent: ureq::Agent = ureq::Agent::config_builder()
+            .http_status_as_error(false)
+            .timeout_global(Some(Duration::from_secs(2)))
+            .build()
+            .into();
+        let healthz = format!("{url}/healthz");
+        let startup = loop {
+            if let Ok(reply) = agent.get(&healthz).call()
+                && reply.status() == 200
+            {
+                break started.elapsed();
+            }
+            if let Some(status) = child.try_wait()? {
+                let log =
+                    std::fs::read_to_string(dir.path().join("webhookd.log")).unwrap_or_default();
+                bail!("webhookd exited with {status} before it was healthy:\n{log}");
+            }
+            if started.elapsed() > Duration::from_secs(20) {
+                let _ = child.kill();
+                bail!("webhookd was not healthy within 20 s");
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        };
+        let target = Target {
+            url,
+            db: Some(db),
+            key,
+            kind: Kind::Process { child, _dir: dir },
+        };
+        Ok((target, startup))
+    }
+
+    /// A server that is already running; every client shares its one key.
+    pub fn remote(url: &str, key_id: &str, secret: &str) -> Target {
+        Target {
+            url: url.trim_end_matches('/').to_string(),
+            db: None,
+            key: (key_id.to_string(), secret.to_string()),
+            kind: Kind::Remote,
+        }
+    }
+
+    /// One client for setup requests.
+    pub fn client(&self) -> Client {
+        Client::new(&self.url, &self.key.0, &self.key.1)
+    }
+
+    /// `n` clients for `n` load threads. Each gets its own key when the harness owns the
+    /// database: a client's X-Timestamp advances by at least 1 ms per request (so no two
+    /// requests share a signature), and one key shared by thousands of requests a second would
+    /// run its timestamps ahead of the clock and out of the server's skew window.
+    pub fn clients(&self, n: usize) -> anyhow::Result<Vec<Client>> {
+        match &self.db {
+            Some(db) => Ok(create_keys(db, n)?
+                .into_iter()
+                .map(|(id, secret)| Client::new(&self.url, &id, &secret))
+                .collect()),
+            None => {
+                let shared = self.client();
+                Ok(vec![shared; n])
+            }
+        }
+    }
+
+    /// The server's process id (this process when in-process).
+    pub fn pid(&self) -> Option<u32> {
+        match &self.kind {
+            Kind::InProcess { .. } => Some(std::process::id()),
+            Kind::Process { child, .. } => Some(child.id()),
+            Kind::Remote => None,
+        }
+    }
+
+    /// Stops a server the harness started (SIGTERM for a subprocess) and waits for it.
+    pub fn stop(mut self) {
+        self.stop_inner();
+    }
+
+    fn stop_inner(&mut self) {
+        match &mut self.kind {
+            Kind::InProcess {
+                running, runtime, ..
+            } => {
+                if let Some(running) = running.take()
+                    && let Err(e) = runtime.block_on(running.shutdown())
+                {
+                    eprintln!("bench: webhookd shutdown: {e:#}");
+                }
+            }
+            Kind::Process { child, .. } => {
+                if matches!(child.try_wait(), Ok(None)) {
+                    let _ = Command::new("kill")
+                        .arg("-TERM")
+                        .arg(child.id().to_string())
+                        .status();
+                    let deadline = Instant::now() + Duration::from_secs(15);
+                    while matches!(child.try_wait(), Ok(None)) && Instant::now() < deadline {
+                        std::thread::sleep(Duration::from_millis(10));
+                    }
+                    let _ = child.kill();
+                    let _ = child.wait();
+                }
+            }
+            Kind::Remote => {}
+        }
+    }
+}
+
+impl Drop for Target {
+    fn drop(&mut self) {
+        self.stop_inner();
+    }
+}
+
+/// Creates `n` API keys of the bench app directly in the database file (creating the file and
+/// its schema when absent), as `webhookd keys create` does.
+fn create_keys(db: &Path, n: usize) -> anyhow::Result<Vec<(String, String)>> {
+    let pool = webhookd::store::open(db, 1)?;
+    let conn = pool.get()?;
+    let now_ms = SystemClock.now_ms();
+    (0..n)
+        .map(|_| {
+            let key = webhookd::store::keys::create(&conn, APP, "bench", now_ms)?;
+            Ok((key.key_id, key.secret))
+        })
+        .collect()
+}
