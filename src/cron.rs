@@ -632,6 +632,10 @@ fn clip(text: &str) -> String {
 }
 
 #[cfg(test)]
+#[path = "cron_vectors.rs"]
+mod vectors;
+
+#[cfg(test)]
 mod tests {
     use super::*;
 
@@ -1556,6 +1560,52 @@ mod tests {
                 "2025-04-05T15:15:00Z"
             ]
         );
+    }
+
+    /// The vectors generated with cronsim (Debian cron's DST handling), in four zones around
+    /// both 2025 transitions: the chained sequence, and each fire found again from just before
+    /// it (so every starting point inside a transition is covered too).
+    #[test]
+    fn cronsim_vectors() {
+        for v in vectors::CRONSIM {
+            let s = sched(v.expr, v.zone);
+            let want: Vec<DateTime<Utc>> = v.fires.iter().map(|f| at(f)).collect();
+            let got = s.upcoming(at(v.start), want.len());
+            assert_eq!(
+                got.iter().map(|t| fmt(*t)).collect::<Vec<_>>(),
+                v.fires,
+                "{} {} {:?}",
+                v.zone,
+                v.transition,
+                v.expr
+            );
+            let mut before = at(v.start);
+            for (i, fire) in want.iter().enumerate() {
+                let probe = *fire - TimeDelta::seconds(1);
+                assert_eq!(
+                    s.next_after(probe),
+                    Some(*fire),
+                    "{} {:?} from {}",
+                    v.zone,
+                    v.expr,
+                    fmt(probe)
+                );
+                // Any point between the previous fire and this one finds this one.
+                let mid = before + (*fire - before) / 2;
+                assert_eq!(
+                    s.next_after(mid),
+                    Some(*fire),
+                    "{} {:?} from {mid}",
+                    v.zone,
+                    v.expr
+                );
+                if i + 1 < want.len() {
+                    assert_eq!(s.next_after(*fire), Some(want[i + 1]));
+                }
+                before = *fire;
+            }
+        }
+        assert_eq!(vectors::CRONSIM.len(), 88);
     }
 
     /// Without DST (UTC) croner's own search is right, so the wall-clock walk here must agree
