@@ -4,6 +4,7 @@
 pub mod endpoints;
 pub mod input;
 pub mod policies;
+pub mod tasks;
 
 use crate::app::App;
 use crate::error::{ApiError, ApiResult};
@@ -72,6 +73,12 @@ static ROUTES: &[Route] = &[
     route("GET", "retries/policies/{id}", policies::get),
     route("PATCH", "retries/policies/{id}", policies::update),
     route("DELETE", "retries/policies/{id}", policies::delete),
+    route("POST", "tasks", tasks::create),
+    route("GET", "tasks", tasks::list),
+    route("GET", "tasks/{id}", tasks::get),
+    route("GET", "tasks/{id}/attempts", tasks::attempts),
+    route("POST", "tasks/{id}/cancel", tasks::cancel),
+    route("POST", "tasks/{id}/retry", tasks::retry),
 ];
 
 /// Finds the handler for a method and a path under `/v1`, with its `{id}` values:

@@ -5,4 +5,7 @@ mod api_auth;
 mod api_endpoints;
 mod api_policies;
 mod cli;
+mod delivery;
+mod durability;
 mod support;
+mod tasks;
