@@ -195,7 +195,7 @@ fn dispatch(shared: &Shared) {
         }
     };
     recover(&mut conn, app.clock.now_ms());
-    let capacity = app.config.workers.saturating_mul(2).max(2);
+    let capacity = app.config.workers.saturating_mul(4).max(2);
     let mut last_round: Option<Instant> = None;
     while !shared.stopping.load(Ordering::SeqCst) {
         if let Some(since) = last_round.map(|t| t.elapsed())

@@ -64,7 +64,7 @@ pub fn list(conn: &Connection, task_id: i64, page: Page) -> rusqlite::Result<(i6
         .query_row(params![task_id], |r| r.get(0))?;
     let items = conn
         .prepare_cached(&format!(
-            "SELECT {COLUMNS} FROM attempts WHERE task_id = ?1 ORDER BY id LIMIT ?2 OFFSET ?3"
+            "SELECT {COLUMNS} FROM attempts WHERE task_id = ?1 ORDER BY id LIMIT ?2 + 0 OFFSET ?3 + 0"
         ))?
         .query_map(params![task_id, page.limit(), page.offset()], from_row)?
         .collect::<rusqlite::Result<Vec<_>>>()?;

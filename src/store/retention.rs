@@ -15,7 +15,7 @@ pub fn delete_finished_tasks(
     // Both statements pick the same tasks: the same query over an unchanged table, in one
     // transaction (the caller's).
     const OLDEST: &str =
-        "SELECT id FROM tasks WHERE finished_at < ?1 ORDER BY finished_at, id LIMIT ?2";
+        "SELECT id FROM tasks WHERE finished_at < ?1 ORDER BY finished_at, id LIMIT ?2 + 0";
     conn.prepare_cached(&format!("DELETE FROM attempts WHERE task_id IN ({OLDEST})"))?
         .execute(params![cutoff_ms, limit])?;
     conn.prepare_cached(&format!("DELETE FROM tasks WHERE id IN ({OLDEST})"))?
@@ -33,7 +33,7 @@ pub fn delete_old_events(
         "DELETE FROM events WHERE id IN (
             SELECT id FROM events WHERE created_at < ?1
             AND NOT EXISTS (SELECT 1 FROM tasks WHERE tasks.event_id = events.id)
-            ORDER BY id LIMIT ?2)",
+            ORDER BY id LIMIT ?2 + 0)",
     )?
     .execute(params![cutoff_ms, limit])
 }

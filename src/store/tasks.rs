@@ -178,6 +178,9 @@ pub struct Claimed {
 /// `running` and returns them, earliest first, in one statement: concurrent claimers never get
 /// the same task. `attempts` is only counted when the attempt's result is recorded, so a claim
 /// lost to a crash costs no attempt.
+///
+/// `LIMIT ?2 + 0`, not `LIMIT ?2`: SQLite plans with the value bound to a bare `LIMIT`
+/// parameter, so rebinding it re-prepares the statement on every run.
 pub fn claim_due(conn: &Connection, now_ms: i64, limit: usize) -> rusqlite::Result<Vec<Claimed>> {
     let limit = i64::try_from(limit).unwrap_or(i64::MAX);
     let mut claimed = conn
@@ -185,7 +188,7 @@ pub fn claim_due(conn: &Connection, now_ms: i64, limit: usize) -> rusqlite::Resu
             "UPDATE tasks SET status = 'running', updated_at = ?1
              WHERE id IN (SELECT t.id FROM tasks t JOIN endpoints e ON e.id = t.endpoint_id
                           WHERE t.status = 'pending' AND t.next_attempt_at <= ?1 AND e.status = 'enabled'
-                          ORDER BY t.next_attempt_at LIMIT ?2)
+                          ORDER BY t.next_attempt_at LIMIT ?2 + 0)
              RETURNING id, endpoint_id, schedule_id, event_id,
                        (SELECT event_name FROM events WHERE events.id = tasks.event_id),
                        payload, attempts + 1, max_attempts, next_attempt_at",
