@@ -4,7 +4,10 @@
 //! client's resolver, so what is checked is what is dialled.
 
 use crate::config::Cidr;
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use std::collections::HashMap;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
 use ureq::config::Config as UreqConfig;
 use ureq::http::Uri;
 use ureq::unversioned::resolver::{DefaultResolver, ResolvedSocketAddrs, Resolver};
@@ -111,14 +114,53 @@ impl TargetRules {
 pub struct GuardedResolver {
     pub rules: TargetRules,
     inner: DefaultResolver,
+    /// Recent lookups by `host:port`: a delivery should not cost a DNS query (and the thread
+    /// the default resolver spawns for it) when the connection itself is pooled.
+    cache: Mutex<HashMap<String, (Instant, ResolvedSocketAddrs)>>,
 }
+
+/// How long a DNS answer is reused.
+const DNS_TTL: Duration = Duration::from_secs(10);
+/// Above this many cached hosts the cache starts over.
+const DNS_CACHE_HOSTS: usize = 1024;
 
 impl GuardedResolver {
     pub fn new(rules: TargetRules) -> Self {
         GuardedResolver {
             rules,
             inner: DefaultResolver::default(),
+            cache: Mutex::default(),
         }
+    }
+
+    fn lookup(
+        &self,
+        uri: &Uri,
+        config: &UreqConfig,
+        timeout: NextTimeout,
+    ) -> Result<ResolvedSocketAddrs, ureq::Error> {
+        if let Some(addr) = literal_address(uri) {
+            let mut one = self.empty();
+            one.push(addr);
+            return Ok(one);
+        }
+        let key = uri.authority().map(|a| a.as_str().to_string());
+        let cache = || self.cache.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(key) = &key
+            && let Some((at, addrs)) = cache().get(key)
+            && at.elapsed() < DNS_TTL
+        {
+            return Ok(addrs.clone());
+        }
+        let addrs = self.inner.resolve(uri, config, timeout)?;
+        if let Some(key) = key {
+            let mut cache = cache();
+            if cache.len() >= DNS_CACHE_HOSTS {
+                cache.clear();
+            }
+            cache.insert(key, (Instant::now(), addrs.clone()));
+        }
+        Ok(addrs)
     }
 }
 
@@ -129,7 +171,7 @@ impl Resolver for GuardedResolver {
         config: &UreqConfig,
         timeout: NextTimeout,
     ) -> Result<ResolvedSocketAddrs, ureq::Error> {
-        let resolved = self.inner.resolve(uri, config, timeout)?;
+        let resolved = self.lookup(uri, config, timeout)?;
         let mut allowed = self.empty();
         let mut refusal = None;
         for addr in resolved.iter() {
@@ -146,6 +188,24 @@ impl Resolver for GuardedResolver {
             _ => Ok(allowed),
         }
     }
+}
+
+/// The socket address of a URL whose host is an IP address (`http://127.0.0.1:8080/`,
+/// `https://[::1]/`).
+fn literal_address(uri: &Uri) -> Option<SocketAddr> {
+    let host = uri.host()?;
+    let ip: IpAddr = host
+        .strip_prefix('[')
+        .and_then(|h| h.strip_suffix(']'))
+        .unwrap_or(host)
+        .parse()
+        .ok()?;
+    let port = uri.port_u16().or(match uri.scheme_str()? {
+        "http" => Some(80),
+        "https" => Some(443),
+        _ => None,
+    })?;
+    Some(SocketAddr::new(ip, port))
 }
 
 #[cfg(test)]
@@ -196,6 +256,21 @@ mod tests {
         };
         assert_eq!(allowed.refusal(ip("169.254.169.254")), None);
         assert!(allowed.refusal(ip("169.254.169.253")).is_some());
+    }
+
+    #[test]
+    fn ip_literals_need_no_lookup() {
+        let addr = |url: &str| literal_address(&url.parse().unwrap());
+        assert_eq!(
+            addr("http://127.0.0.1:8080/x"),
+            Some("127.0.0.1:8080".parse().unwrap())
+        );
+        assert_eq!(addr("https://[::1]/"), Some("[::1]:443".parse().unwrap()));
+        assert_eq!(
+            addr("http://169.254.169.254/"),
+            Some("169.254.169.254:80".parse().unwrap())
+        );
+        assert_eq!(addr("http://example.com/"), None);
     }
 
     #[test]
