@@ -308,14 +308,23 @@ pub async fn start(
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
     let served = app.clone();
     let task = tokio::spawn(async move {
+        // One stop signal starts both the HTTP drain and the background stop, so that they
+        // share the shutdown grace instead of taking it one after the other.
+        let (stop_background, background_stopping) = tokio::sync::oneshot::channel::<()>();
         let stopped = async move {
             tokio::select! {
                 _ = shutdown => {}
                 _ = stop_rx => {}
             }
+            let _ = stop_background.send(());
         };
-        let result = serve_http(served, listener, stopped).await;
-        tokio::task::spawn_blocking(move || background.stop()).await?;
+        let background = async move {
+            let _ = background_stopping.await;
+            tokio::task::spawn_blocking(move || background.stop()).await
+        };
+        let (result, stopped_background) =
+            tokio::join!(serve_http(served, listener, stopped), background);
+        stopped_background?;
         result
     });
     tracing::info!(%addr, "webhookd listening");
