@@ -5,7 +5,6 @@ use crate::auth::signed_payload;
 use crate::signing::hmac_hex;
 use anyhow::Context;
 use serde_json::Value;
-use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 /// Talks to one webhookd server with one API key.
@@ -15,9 +14,8 @@ pub struct Client {
     key_id: String,
     secret: String,
     agent: ureq::Agent,
-    /// The last X-Timestamp used (ms): each request gets a later one, so two identical
-    /// requests sent within one millisecond do not carry the same signature (which the server
-    /// would refuse as a replay).
+    /// The last X-Timestamp sent: each request gets a later one, so two identical requests in
+    /// the same millisecond never share a signature (the server refuses a replayed one).
     last_timestamp: std::sync::Arc<std::sync::atomic::AtomicI64>,
 }
 
@@ -78,6 +76,7 @@ impl Client {
         path_and_query: &str,
         body: &[u8],
     ) -> [(&'static str, String); 3] {
+        use std::sync::atomic::Ordering;
         let now = chrono::Utc::now().timestamp_millis();
         let previous = self
             .last_timestamp

@@ -2,6 +2,7 @@
 //! on a blocking thread with one pooled database connection; they return the envelope's `data`.
 
 pub mod endpoints;
+pub mod events;
 pub mod input;
 pub mod policies;
 pub mod tasks;
@@ -73,6 +74,9 @@ static ROUTES: &[Route] = &[
     route("GET", "retries/policies/{id}", policies::get),
     route("PATCH", "retries/policies/{id}", policies::update),
     route("DELETE", "retries/policies/{id}", policies::delete),
+    route("POST", "events", events::publish),
+    route("GET", "events", events::list),
+    route("GET", "events/{id}", events::get),
     route("POST", "tasks", tasks::create),
     route("GET", "tasks", tasks::list),
     route("GET", "tasks/{id}", tasks::get),

@@ -488,3 +488,25 @@ fn retention_deletes_old_finished_tasks_and_their_attempts() {
         .unwrap();
     assert_eq!(kept, "pending", "unfinished tasks are kept");
 }
+
+#[test]
+fn event_tasks_name_their_event() {
+    let server = TestServer::start();
+    let c = server.client();
+    let rx = Receiver::start();
+    endpoint(&c, &rx.url, json!({ "filter_events": "order.*" }));
+    let event = ok(
+        &c,
+        "POST",
+        "/events",
+        Some(json!({ "event_name": "order.created", "payload": { "n": 1 } })),
+    );
+    let got = rx.wait_for(1, WAIT);
+    assert_eq!(got.len(), 1);
+    assert_eq!(got[0].header("x-service-event"), Some("order.created"));
+    assert_eq!(got[0].header("x-service-schedule-id"), None);
+    assert_eq!(got[0].json(), json!({ "n": 1 }));
+    let tasks = ok(&c, "GET", &format!("/tasks?event_id={}", event["id"]), None);
+    assert_eq!(tasks["total"], 1);
+    assert_eq!(tasks["items"][0]["task_type"], "event");
+}

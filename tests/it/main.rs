@@ -7,5 +7,6 @@ mod api_policies;
 mod cli;
 mod delivery;
 mod durability;
+mod events;
 mod support;
 mod tasks;
