@@ -2,7 +2,7 @@
 //! it delivers every task after a restart on the same file; SIGTERM shuts it down cleanly.
 
 use crate::delivery::endpoint;
-use crate::support::{Answer, Receiver, ok, wait_for};
+use crate::support::{Answer, Receiver, free_local_addr, ok, wait_for};
 use serde_json::{Value, json};
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -20,12 +20,7 @@ struct Served {
 
 impl Served {
     fn start(db: &Path, extra: &[&str]) -> Served {
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
-        let listen = format!("127.0.0.1:{port}");
+        let listen = free_local_addr();
         let child = Command::new(BIN)
             .arg("serve")
             .arg("--db")
