@@ -258,7 +258,9 @@ pub fn finish_attempt(
                     (SELECT 1 FROM endpoints e WHERE e.id = tasks.endpoint_id) THEN 'canceled' ELSE ?2 END,
                 finished_at = CASE WHEN ?2 != 'pending' OR NOT EXISTS
                     (SELECT 1 FROM endpoints e WHERE e.id = tasks.endpoint_id) THEN ?7 END,
-                attempts = ?3, next_attempt_at = ?4, last_status_code = ?5, last_error = ?6, updated_at = ?7
+                next_attempt_at = CASE WHEN EXISTS
+                    (SELECT 1 FROM endpoints e WHERE e.id = tasks.endpoint_id) THEN ?4 END,
+                attempts = ?3, last_status_code = ?5, last_error = ?6, updated_at = ?7
              WHERE id = ?1 AND status = 'running'",
         )?
         .execute(params![

@@ -510,3 +510,19 @@ fn event_tasks_name_their_event() {
     assert_eq!(tasks["total"], 1);
     assert_eq!(tasks["items"][0]["task_type"], "event");
 }
+
+#[test]
+fn a_task_in_flight_when_its_endpoint_is_deleted_ends_canceled() {
+    let server = TestServer::start();
+    let c = server.client();
+    let rx = Receiver::start();
+    rx.set_default(Answer::status(500).delayed(Duration::from_millis(400)));
+    let ep = endpoint(&c, &rx.url, json!({}));
+    let id = task_id(&c, ep);
+    assert_eq!(rx.wait_for(1, WAIT).len(), 1);
+    ok(&c, "DELETE", &format!("/endpoints/{ep}"), None);
+    let canceled = wait_status(&c, id, "canceled");
+    assert_eq!(canceled["attempts"], 1);
+    assert!(canceled["next_attempt_at"].is_null() && canceled["finished_at"].is_string());
+    assert_eq!(attempts(&c, id)[0]["status_code"], 500);
+}
