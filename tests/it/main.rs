@@ -5,5 +5,8 @@ mod api_auth;
 mod api_endpoints;
 mod api_policies;
 mod cli;
+mod delivery;
+mod durability;
 mod events;
 mod support;
+mod tasks;

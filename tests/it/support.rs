@@ -177,6 +177,13 @@ pub fn err(
     reply
 }
 
+/// A `127.0.0.1:PORT` address with a port free a moment ago, for a server started as a
+/// subprocess (`--listen`).
+pub fn free_local_addr() -> String {
+    let listener = TcpListener::bind("127.0.0.1:0").expect("bind a free port");
+    listener.local_addr().expect("local address").to_string()
+}
+
 /// Polls `check` until it returns Some or `timeout` passes.
 pub fn wait_for<T>(timeout: Duration, mut check: impl FnMut() -> Option<T>) -> Option<T> {
     let deadline = Instant::now() + timeout;
