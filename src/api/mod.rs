@@ -4,6 +4,7 @@
 pub mod endpoints;
 pub mod input;
 pub mod policies;
+pub mod schedules;
 
 use crate::app::App;
 use crate::error::{ApiError, ApiResult};
@@ -72,6 +73,15 @@ static ROUTES: &[Route] = &[
     route("GET", "retries/policies/{id}", policies::get),
     route("PATCH", "retries/policies/{id}", policies::update),
     route("DELETE", "retries/policies/{id}", policies::delete),
+    route("POST", "schedules", schedules::create),
+    route("GET", "schedules", schedules::list),
+    route("GET", "schedules/{id}", schedules::get),
+    route("PATCH", "schedules/{id}", schedules::update),
+    route("DELETE", "schedules/{id}", schedules::delete),
+    route("POST", "schedules/{id}/pause", schedules::pause),
+    route("POST", "schedules/{id}/resume", schedules::resume),
+    route("POST", "schedules/{id}/trigger", schedules::trigger),
+    route("POST", "cron/preview", schedules::preview),
 ];
 
 /// Finds the handler for a method and a path under `/v1`, with its `{id}` values:
