@@ -142,7 +142,14 @@ pub fn fire_at(app: &App, schedule_id: i64, at: DateTime<Utc>) -> anyhow::Result
 /// now, with `schedule_id` set, in the caller's transaction. Neither `last_run_at` nor
 /// `next_run_at` moves. Returns the new task ids.
 pub fn trigger(conn: &Connection, firing: &Firing, now_ms: i64) -> rusqlite::Result<Vec<i64>> {
-    fan_out(conn, &mut Targets::default(), firing, "manual", now_ms, now_ms)
+    fan_out(
+        conn,
+        &mut Targets::default(),
+        firing,
+        "manual",
+        now_ms,
+        now_ms,
+    )
 }
 
 /// What the scheduler does with a schedule whose `next_run_at` (`due`) has come.
@@ -454,7 +461,12 @@ mod tests {
     #[test]
     fn misses_older_than_the_grace_are_skipped() {
         // Latest missed instant 12:10 is 30 s old; a 10 s grace skips it.
-        let p = plan(t(12, 1, 0), t(12, 10, 30), TimeDelta::seconds(10), every_minute);
+        let p = plan(
+            t(12, 1, 0),
+            t(12, 10, 30),
+            TimeDelta::seconds(10),
+            every_minute,
+        );
         assert_eq!(p.fire_at, None);
         assert_eq!(p.next_run_at, Some(t(12, 11, 0)));
         // Down for two days: the walk starts at the grace window, and fires 12:00 today.

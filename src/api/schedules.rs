@@ -41,7 +41,10 @@ fn check_targets(ctx: &Ctx<'_>, ids: Vec<i64>) -> ApiResult<Vec<i64>> {
         }
     }
     let found = store::endpoints::names(ctx.conn, ctx.app_id, &unique)?;
-    if let Some(id) = unique.iter().find(|id| !found.iter().any(|(f, _)| f == *id)) {
+    if let Some(id) = unique
+        .iter()
+        .find(|id| !found.iter().any(|(f, _)| f == *id))
+    {
         return Err(ApiError::validation(format!(
             "endpoint_ids: no endpoint {id} in this app"
         )));
@@ -117,8 +120,7 @@ pub fn create(ctx: &mut Ctx<'_>, req: &Request) -> ApiResult<Value> {
 pub fn list(ctx: &mut Ctx<'_>, req: &Request) -> ApiResult<Value> {
     let page = req.query.page()?;
     let status = req.query.one_of("status", &["active", "paused"])?;
-    let (total, mut items) =
-        store::schedules::list(ctx.conn, ctx.app_id, status.as_deref(), page)?;
+    let (total, mut items) = store::schedules::list(ctx.conn, ctx.app_id, status.as_deref(), page)?;
     for schedule in &mut items {
         store::schedules::fill_names(ctx.conn, schedule)?;
     }

@@ -5,4 +5,5 @@ mod api_auth;
 mod api_endpoints;
 mod api_policies;
 mod cli;
+mod schedules;
 mod support;
