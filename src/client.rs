@@ -14,6 +14,9 @@ pub struct Client {
     key_id: String,
     secret: String,
     agent: ureq::Agent,
+    /// The last X-Timestamp sent: each request gets a later one, so two identical requests in
+    /// the same millisecond never share a signature (the server refuses a replayed one).
+    last_timestamp: std::sync::Arc<std::sync::atomic::AtomicI64>,
 }
 
 /// A reply: HTTP status and the parsed envelope.
@@ -48,6 +51,7 @@ impl Client {
             key_id: key_id.to_string(),
             secret: secret.to_string(),
             agent,
+            last_timestamp: Default::default(),
         }
     }
 
@@ -72,7 +76,15 @@ impl Client {
         path_and_query: &str,
         body: &[u8],
     ) -> [(&'static str, String); 3] {
-        let timestamp = chrono::Utc::now().timestamp_millis().to_string();
+        use std::sync::atomic::Ordering;
+        let now = chrono::Utc::now().timestamp_millis();
+        let previous = self
+            .last_timestamp
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |last| {
+                Some(now.max(last + 1))
+            })
+            .unwrap_or(now);
+        let timestamp = now.max(previous + 1).to_string();
         let payload = signed_payload(method, path_and_query, body);
         let signature = hmac_hex(self.secret.as_bytes(), &timestamp, &payload);
         [

@@ -12,7 +12,7 @@
 use crate::app::App;
 use crate::clock::{from_ms, rfc3339};
 use crate::cron::CronSchedule;
-use crate::store::{self, schedules::Firing, tasks::NewTask};
+use crate::store::{self, endpoints::Target, schedules::Firing, tasks::NewTask};
 use chrono::{DateTime, TimeDelta, Utc};
 use rusqlite::Connection;
 use std::collections::HashMap;
@@ -308,7 +308,7 @@ fn fan_out(
                     app_id: &firing.app_id,
                     schedule_id: Some(firing.id),
                     event_id: None,
-                    endpoint_id: target.endpoint_id,
+                    endpoint_id: target.id,
                     task_type,
                     payload: &firing.payload,
                     run_at,
@@ -320,67 +320,44 @@ fn fan_out(
         .collect()
 }
 
-/// An endpoint a task can be created for.
-#[derive(Debug, Clone, Copy)]
-struct Target {
-    endpoint_id: i64,
-    /// From the endpoint's retry policy (or the default).
-    max_attempts: i64,
-}
-
-/// Target endpoints looked up once per transaction: the schedules of a batch share them.
+/// The enabled endpoints of each app, looked up once per transaction: the schedules of a
+/// batch share them.
 #[derive(Default)]
-struct Targets {
-    /// Every enabled endpoint, by app (for schedules with empty `endpoint_ids`).
-    all_enabled: HashMap<String, Vec<Target>>,
-    /// One endpoint of the app by id; `None` when missing or disabled.
-    by_id: HashMap<i64, Option<Target>>,
+struct Targets(HashMap<String, AppTargets>);
+
+struct AppTargets {
+    enabled: Vec<Target>,
+    /// Endpoint id → index in `enabled`.
+    by_id: HashMap<i64, usize>,
 }
 
 impl Targets {
-    /// The enabled endpoints of `endpoint_ids` in the app, or all enabled ones when empty.
+    /// The enabled endpoints among `endpoint_ids` (in that order), or every enabled endpoint of
+    /// the app when the list is empty. Missing and disabled endpoints are skipped.
     fn resolve(
         &mut self,
         conn: &Connection,
         app_id: &str,
         endpoint_ids: &[i64],
     ) -> rusqlite::Result<Vec<Target>> {
-        if endpoint_ids.is_empty() {
-            if let Some(all) = self.all_enabled.get(app_id) {
-                return Ok(all.clone());
+        let app = match self.0.get(app_id) {
+            Some(app) => app,
+            None => {
+                let enabled = store::endpoints::enabled_targets(conn, app_id)?;
+                let by_id = enabled.iter().enumerate().map(|(i, t)| (t.id, i)).collect();
+                self.0
+                    .entry(app_id.to_string())
+                    .or_insert(AppTargets { enabled, by_id })
             }
-            let all = store::endpoints::list_enabled(conn, app_id)?
-                .iter()
-                .map(|ep| target(conn, ep))
-                .collect::<rusqlite::Result<Vec<_>>>()?;
-            self.all_enabled.insert(app_id.to_string(), all.clone());
-            return Ok(all);
+        };
+        if endpoint_ids.is_empty() {
+            return Ok(app.enabled.clone());
         }
-        let mut out = Vec::with_capacity(endpoint_ids.len());
-        for &id in endpoint_ids {
-            let found = match self.by_id.get(&id) {
-                Some(found) => *found,
-                None => {
-                    let found = match store::endpoints::get(conn, app_id, id)? {
-                        Some(ep) if ep.status == "enabled" => Some(target(conn, &ep)?),
-                        _ => None,
-                    };
-                    self.by_id.insert(id, found);
-                    found
-                }
-            };
-            out.extend(found);
-        }
-        Ok(out)
+        Ok(endpoint_ids
+            .iter()
+            .filter_map(|id| app.by_id.get(id).map(|&i| app.enabled[i].clone()))
+            .collect())
     }
-}
-
-fn target(conn: &Connection, ep: &store::endpoints::Endpoint) -> rusqlite::Result<Target> {
-    let policy = store::policies::effective(conn, ep.retry_policy_id)?;
-    Ok(Target {
-        endpoint_id: ep.id,
-        max_attempts: i64::from(policy.max_attempts),
-    })
 }
 
 /// Parsed expressions by (cron_expr, timezone): many schedules share one, and parsing is the

@@ -6,7 +6,7 @@ use crate::app::App;
 use crate::auth::{self, SignedParts};
 use crate::error::{ApiError, ApiResult};
 use bytes::Bytes;
-use http_body_util::{BodyExt, Full, Limited};
+use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
 use hyper::header::{CONTENT_LENGTH, CONTENT_TYPE, HeaderValue};
 use hyper::service::service_fn;
@@ -161,16 +161,39 @@ async fn health(app: Arc<App>, request_id: &str) -> Reply {
     json_reply(status, request_id, text.as_bytes().to_vec())
 }
 
-async fn read_body(app: &App, body: Incoming, declared_len: Option<u64>) -> ApiResult<Bytes> {
+/// Reads the body up to the limit. An oversized body is still read to its end (up to a cap) and
+/// thrown away, so that the client, which is still sending, gets the 413 instead of a reset.
+async fn read_body(app: &App, mut body: Incoming, declared_len: Option<u64>) -> ApiResult<Bytes> {
+    const DRAIN_CAP: usize = 64 * 1024 * 1024;
     let limit = app.config.max_body_bytes;
-    if declared_len.is_some_and(|len| len > limit as u64) {
+    let mut collected = Vec::new();
+    let mut seen = 0usize;
+    let mut too_large = declared_len.is_some_and(|len| len > limit as u64);
+    if declared_len.is_some_and(|len| len > DRAIN_CAP as u64) {
         return Err(ApiError::too_large(limit));
     }
-    match Limited::new(body, limit).collect().await {
-        Ok(collected) => Ok(collected.to_bytes()),
-        Err(e) if e.is::<http_body_util::LengthLimitError>() => Err(ApiError::too_large(limit)),
-        Err(e) => Err(ApiError::bad_json(format!("body: could not be read ({e})"))),
+    while let Some(frame) = body.frame().await {
+        let frame =
+            frame.map_err(|e| ApiError::bad_json(format!("body: could not be read ({e})")))?;
+        let Ok(data) = frame.into_data() else {
+            continue;
+        };
+        seen += data.len();
+        if seen > limit {
+            too_large = true;
+        }
+        if too_large {
+            if seen > DRAIN_CAP {
+                break;
+            }
+            continue;
+        }
+        collected.extend_from_slice(&data);
     }
+    if too_large {
+        return Err(ApiError::too_large(limit));
+    }
+    Ok(Bytes::from(collected))
 }
 
 async fn handle_api(app: Arc<App>, req: hyper::Request<Incoming>) -> ApiResult<Value> {

@@ -2,6 +2,7 @@
 //! on a blocking thread with one pooled database connection; they return the envelope's `data`.
 
 pub mod endpoints;
+pub mod events;
 pub mod input;
 pub mod policies;
 pub mod schedules;
@@ -82,6 +83,9 @@ static ROUTES: &[Route] = &[
     route("POST", "schedules/{id}/resume", schedules::resume),
     route("POST", "schedules/{id}/trigger", schedules::trigger),
     route("POST", "cron/preview", schedules::preview),
+    route("POST", "events", events::publish),
+    route("GET", "events", events::list),
+    route("GET", "events/{id}", events::get),
 ];
 
 /// Finds the handler for a method and a path under `/v1`, with its `{id}` values:

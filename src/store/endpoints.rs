@@ -215,3 +215,30 @@ pub fn delete_cascade(
     )?;
     Ok(true)
 }
+
+/// An enabled endpoint as fan-out sees it: where its tasks go and how many attempts they get.
+#[derive(Debug, Clone)]
+pub struct Target {
+    pub id: i64,
+    pub filter_events: Option<String>,
+    /// From the endpoint's retry policy, or the default policy.
+    pub max_attempts: i64,
+}
+
+/// Every enabled endpoint of an app with its task `max_attempts`, in one query.
+pub fn enabled_targets(conn: &Connection, app_id: &str) -> rusqlite::Result<Vec<Target>> {
+    let default_attempts = i64::from(crate::retry::RetryPolicy::DEFAULT.max_attempts);
+    conn.prepare_cached(
+        "SELECT e.id, e.filter_events, coalesce(p.max_attempts, ?2)
+         FROM endpoints e LEFT JOIN retry_policies p ON p.id = e.retry_policy_id
+         WHERE e.app_id = ?1 AND e.status = 'enabled' ORDER BY e.id",
+    )?
+    .query_map(params![app_id, default_attempts], |r| {
+        Ok(Target {
+            id: r.get(0)?,
+            filter_events: r.get(1)?,
+            max_attempts: r.get(2)?,
+        })
+    })?
+    .collect()
+}

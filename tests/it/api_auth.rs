@@ -1,1 +1,184 @@
-//! placeholder
+//! Inbound authentication (contract §2): every 401 code, bodyless signing, replay, revocation,
+//! and per-app isolation.
+
+use crate::support::*;
+use serde_json::json;
+
+fn now_secs() -> String {
+    chrono::Utc::now().timestamp().to_string()
+}
+
+#[test]
+fn each_401_code_names_its_cause() {
+    let server = TestServer::start();
+    let path = "/v1/endpoints";
+    let (status, body) = raw(&server.url, "GET", path, &[], b"");
+    assert_eq!((status, body["code"].as_i64()), (401, Some(40101)));
+    assert!(body["message"].as_str().unwrap().contains("X-Key-ID"));
+
+    let mut headers = signed_headers(
+        &server.key_id,
+        &server.secret,
+        &now_secs(),
+        "GET",
+        path,
+        b"",
+    );
+    headers.retain(|(k, _)| *k != "X-Signature");
+    let (status, body) = raw(&server.url, "GET", path, &headers, b"");
+    assert_eq!((status, body["code"].as_i64()), (401, Some(40101)));
+    assert!(body["message"].as_str().unwrap().contains("X-Signature"));
+
+    let headers = signed_headers("whk_nope", &server.secret, &now_secs(), "GET", path, b"");
+    let (status, body) = raw(&server.url, "GET", path, &headers, b"");
+    assert_eq!((status, body["code"].as_i64()), (401, Some(40102)));
+
+    let headers = signed_headers(
+        &server.key_id,
+        "wrong-secret",
+        &now_secs(),
+        "GET",
+        path,
+        b"",
+    );
+    let (status, body) = raw(&server.url, "GET", path, &headers, b"");
+    assert_eq!((status, body["code"].as_i64()), (401, Some(40103)));
+
+    let old = (chrono::Utc::now().timestamp() - 301).to_string();
+    let headers = signed_headers(&server.key_id, &server.secret, &old, "GET", path, b"");
+    let (status, body) = raw(&server.url, "GET", path, &headers, b"");
+    assert_eq!((status, body["code"].as_i64()), (401, Some(40104)));
+    let headers = signed_headers(&server.key_id, &server.secret, "soon", "GET", path, b"");
+    let (status, body) = raw(&server.url, "GET", path, &headers, b"");
+    assert_eq!((status, body["code"].as_i64()), (401, Some(40104)));
+
+    let headers = signed_headers(
+        &server.key_id,
+        &server.secret,
+        &now_secs(),
+        "GET",
+        path,
+        b"",
+    );
+    let (status, _) = raw(&server.url, "GET", path, &headers, b"");
+    assert_eq!(status, 200);
+    let (status, body) = raw(&server.url, "GET", path, &headers, b"");
+    assert_eq!((status, body["code"].as_i64()), (401, Some(40105)));
+}
+
+#[test]
+fn signatures_cover_body_or_method_and_path() {
+    let server = TestServer::start();
+    let body = br#"{"name":"a","url":"http://127.0.0.1:1/x"}"#;
+    let ts = chrono::Utc::now().timestamp_millis().to_string();
+    let mut headers = signed_headers(
+        &server.key_id,
+        &server.secret,
+        &ts,
+        "POST",
+        "/v1/endpoints",
+        body,
+    );
+    headers.push(("Content-Type", "application/json".into()));
+    let (status, reply) = raw(&server.url, "POST", "/v1/endpoints", &headers, body);
+    assert_eq!(status, 200, "{reply}");
+    let id = reply["data"]["id"].as_i64().unwrap();
+
+    // Upper-case hex is accepted.
+    let path = format!("/v1/endpoints/{id}");
+    let mut headers = signed_headers(
+        &server.key_id,
+        &server.secret,
+        &now_secs(),
+        "GET",
+        &path,
+        b"",
+    );
+    headers[2].1 = headers[2].1.to_uppercase();
+    assert_eq!(raw(&server.url, "GET", &path, &headers, b"").0, 200);
+
+    // A bodyless signature is bound to its method and path: reusing it elsewhere fails.
+    let ts = now_secs();
+    let get_headers = signed_headers(&server.key_id, &server.secret, &ts, "GET", &path, b"");
+    let (status, reply) = raw(&server.url, "DELETE", &path, &get_headers, b"");
+    assert_eq!((status, reply["code"].as_i64()), (401, Some(40103)));
+    let paged = "/v1/endpoints?page=2";
+    let headers = signed_headers(
+        &server.key_id,
+        &server.secret,
+        &ts,
+        "GET",
+        "/v1/endpoints",
+        b"",
+    );
+    assert_eq!(
+        raw(&server.url, "GET", paged, &headers, b"").1["code"],
+        40103
+    );
+
+    let headers = signed_headers(
+        &server.key_id,
+        &server.secret,
+        &now_secs(),
+        "DELETE",
+        &path,
+        b"",
+    );
+    let (status, reply) = raw(&server.url, "DELETE", &path, &headers, b"");
+    assert_eq!(status, 200);
+    assert_eq!(reply["data"], json!({"id": id, "deleted": true}));
+}
+
+#[test]
+fn another_apps_records_are_404() {
+    let server = TestServer::start();
+    let mine = server.client();
+    let theirs = server.client_for_app("app2");
+    let endpoint = ok(
+        &mine,
+        "POST",
+        "/endpoints",
+        Some(json!({"name": "a", "url": "https://example.com/h"})),
+    );
+    let id = endpoint["id"].as_i64().unwrap();
+    assert_eq!(endpoint["app_id"], "app1");
+    for (method, path) in [
+        ("GET", format!("/endpoints/{id}")),
+        ("PATCH", format!("/endpoints/{id}")),
+        ("DELETE", format!("/endpoints/{id}")),
+        ("POST", format!("/endpoints/{id}/disable")),
+    ] {
+        let body = (method == "PATCH").then(|| json!({"name": "stolen"}));
+        err(&theirs, method, &path, body, 404, 40401);
+    }
+    assert_eq!(ok(&theirs, "GET", "/endpoints", None)["total"], 0);
+    assert_eq!(
+        ok(&mine, "GET", &format!("/endpoints/{id}"), None)["name"],
+        "a"
+    );
+}
+
+#[test]
+fn a_revoked_key_stops_working_at_once() {
+    let server = TestServer::start();
+    let client = server.client();
+    ok(&client, "GET", "/endpoints", None);
+    let pool = webhookd::store::open(&server.db, 1).unwrap();
+    assert!(webhookd::store::keys::revoke(&pool.get().unwrap(), &server.key_id, 0).unwrap());
+    err(&client, "GET", "/endpoints", None, 401, 40102);
+}
+
+#[test]
+fn health_needs_no_signature_and_replies_carry_request_ids() {
+    let server = TestServer::start();
+    let (status, body) = raw(&server.url, "GET", "/healthz", &[], b"");
+    assert_eq!((status, body), (200, json!({"status": "ok"})));
+    let reply = server.client().send("GET", "/nope", None).unwrap();
+    assert_eq!((reply.status, reply.code()), (404, 40401));
+    assert!(
+        reply.body["request_id"]
+            .as_str()
+            .unwrap()
+            .starts_with("req_")
+    );
+}

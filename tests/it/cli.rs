@@ -1,1 +1,214 @@
-//! placeholder
+//! The `webhookd` binary: key management, refusal of foreign or newer databases, exit codes,
+//! the first-start key, and the `api` client against a running server.
+
+use std::process::{Command, Output};
+
+fn webhookd(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_webhookd"))
+        .args(args)
+        .env_remove("WEBHOOKD_DB")
+        .output()
+        .expect("binary runs")
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+#[test]
+fn keys_create_json_prints_one_object_and_list_hides_secrets() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("k.sqlite");
+    let db = db.to_str().unwrap();
+    // keys on a file that does not exist yet: a clear usage error.
+    let missing = webhookd(&["keys", "list", "--db", db]);
+    assert_eq!(missing.status.code(), Some(2));
+    webhookd::store::open(std::path::Path::new(db), 1).unwrap();
+
+    let out = webhookd(&[
+        "keys", "create", "--db", db, "--app", "shop", "--name", "ci", "--json",
+    ]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let stdout = text(&out.stdout);
+    assert_eq!(stdout.trim().lines().count(), 1);
+    let key: serde_json::Value = serde_json::from_str(stdout.trim()).unwrap();
+    assert_eq!(key["app_id"], "shop");
+    let key_id = key["key_id"].as_str().unwrap();
+    let secret = key["secret"].as_str().unwrap();
+    assert!(!secret.is_empty());
+
+    let list = webhookd(&["keys", "list", "--db", db, "--json"]);
+    let listed = text(&list.stdout);
+    assert!(listed.contains(key_id));
+    assert!(!listed.contains(secret));
+
+    let revoke = webhookd(&["keys", "revoke", "--db", db, key_id]);
+    assert!(revoke.status.success());
+    let again = webhookd(&["keys", "revoke", "--db", db, key_id]);
+    assert_eq!(again.status.code(), Some(1));
+    let list: serde_json::Value =
+        serde_json::from_slice(&webhookd(&["keys", "list", "--db", db, "--json"]).stdout).unwrap();
+    assert_eq!(list[0]["revoked"], true);
+}
+
+#[test]
+fn foreign_and_newer_databases_are_refused_unchanged() {
+    let dir = tempfile::tempdir().unwrap();
+
+    let foreign = dir.path().join("foreign.sqlite");
+    {
+        let conn = rusqlite::Connection::open(&foreign).unwrap();
+        conn.execute_batch("CREATE TABLE notes (body TEXT); INSERT INTO notes VALUES ('keep me');")
+            .unwrap();
+    }
+    let before = std::fs::read(&foreign).unwrap();
+    let out = webhookd(&[
+        "serve",
+        "--db",
+        foreign.to_str().unwrap(),
+        "--listen",
+        "127.0.0.1:0",
+    ]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        text(&out.stderr).contains("another program"),
+        "{}",
+        text(&out.stderr)
+    );
+    assert_eq!(std::fs::read(&foreign).unwrap(), before);
+
+    let not_sqlite = dir.path().join("notes.txt");
+    std::fs::write(&not_sqlite, "just some text, not a database at all........").unwrap();
+    let out = webhookd(&["keys", "list", "--db", not_sqlite.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        text(&out.stderr).contains("not a SQLite database"),
+        "{}",
+        text(&out.stderr)
+    );
+    assert_eq!(
+        std::fs::read_to_string(&not_sqlite).unwrap(),
+        "just some text, not a database at all........"
+    );
+
+    let newer = dir.path().join("newer.sqlite");
+    webhookd::store::open(&newer, 1).unwrap();
+    {
+        let conn = rusqlite::Connection::open(&newer).unwrap();
+        conn.pragma_update(None, "user_version", webhookd::store::SCHEMA_VERSION + 1)
+            .unwrap();
+    }
+    let before = std::fs::read(&newer).unwrap();
+    let out = webhookd(&[
+        "serve",
+        "--db",
+        newer.to_str().unwrap(),
+        "--listen",
+        "127.0.0.1:0",
+    ]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        text(&out.stderr).contains("newer webhookd"),
+        "{}",
+        text(&out.stderr)
+    );
+    assert_eq!(std::fs::read(&newer).unwrap(), before);
+}
+
+#[test]
+fn bad_usage_exits_2_naming_the_flag() {
+    let out = webhookd(&[
+        "serve",
+        "--db",
+        "/tmp/x.sqlite",
+        "--listen",
+        "not-an-address",
+    ]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(text(&out.stderr).contains("--listen"));
+    let out = webhookd(&["serve", "--db", "/tmp/x.sqlite", "--workers", "0"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(text(&out.stderr).contains("--workers"));
+    let out = webhookd(&[
+        "serve",
+        "--db",
+        "/tmp/x.sqlite",
+        "--allow-targets",
+        "10.0.0.0/99",
+    ]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(text(&out.stderr).contains("--allow-targets"));
+    let out = webhookd(&["frobnicate"]);
+    assert_eq!(out.status.code(), Some(2));
+}
+
+#[test]
+fn database_file_is_private() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("p.sqlite");
+    webhookd::store::open(&db, 1).unwrap();
+    let mode = std::fs::metadata(&db).unwrap().permissions().mode();
+    assert_eq!(mode & 0o777, 0o600);
+}
+
+/// Starts the real binary on a free port; returns it with its URL and the first-start key.
+fn spawn_server(db: &str) -> (std::process::Child, String, String, String) {
+    use std::io::{BufRead, BufReader};
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let listen = format!("127.0.0.1:{port}");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_webhookd"))
+        .args(["serve", "--db", db, "--listen", &listen])
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stderr = BufReader::new(child.stderr.take().unwrap());
+    let (mut key_id, mut secret) = (String::new(), String::new());
+    for line in stderr.lines() {
+        let line = line.unwrap();
+        if let Some(v) = line.trim().strip_prefix("key id: ") {
+            key_id = v.to_string();
+        }
+        if let Some(v) = line.trim().strip_prefix("secret: ") {
+            secret = v.to_string();
+        }
+        if line.contains("listening") {
+            break;
+        }
+    }
+    (child, format!("http://{listen}"), key_id, secret)
+}
+
+#[test]
+fn first_start_prints_a_key_and_api_uses_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("first.sqlite");
+    let (mut child, url, key_id, secret) = spawn_server(db.to_str().unwrap());
+    assert!(key_id.starts_with("whk_") && !secret.is_empty());
+    let api = |args: &[&str]| {
+        let mut full = vec![
+            "api", "--url", &url, "--key-id", &key_id, "--secret", &secret,
+        ];
+        full.extend_from_slice(args);
+        webhookd(&full)
+    };
+    let out = api(&[
+        "POST",
+        "/v1/endpoints",
+        r#"{"name":"quick","url":"https://example.com/in"}"#,
+    ]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let reply: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(reply["data"]["name"], "quick");
+    assert_eq!(reply["data"]["app_id"], "default");
+    let out = api(&["GET", "/endpoints/999"]);
+    assert_eq!(out.status.code(), Some(1));
+    let reply: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(reply["code"], 40401);
+    child.kill().unwrap();
+    child.wait().unwrap();
+}

@@ -5,5 +5,6 @@ mod api_auth;
 mod api_endpoints;
 mod api_policies;
 mod cli;
+mod events;
 mod schedules;
 mod support;

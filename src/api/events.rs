@@ -1,0 +1,135 @@
+//! `/v1/events`: publish a named event — stored with one task per matching enabled endpoint,
+//! in one transaction — and read events back.
+
+use super::input::page_object;
+use super::{Ctx, Request, missing, to_data};
+use crate::error::{ApiError, ApiResult};
+use crate::store::{self, events::IDEMPOTENCY_WINDOW_MS, tasks::NewTask};
+use serde_json::Value;
+
+/// `event_name`: 1..=200 characters of `A-Z a-z 0-9 . _ - :`.
+fn check_event_name(name: &str) -> ApiResult<()> {
+    let valid_char = |c: char| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-' | ':');
+    if name.is_empty() || name.len() > 200 {
+        return Err(ApiError::validation(
+            "event_name: must be 1 to 200 characters",
+        ));
+    }
+    if let Some(bad) = name.chars().find(|c| !valid_char(*c)) {
+        return Err(ApiError::validation(format!(
+            "event_name: character '{bad}' is not allowed (use A-Z a-z 0-9 . _ - :)"
+        )));
+    }
+    Ok(())
+}
+
+pub fn publish(ctx: &mut Ctx<'_>, req: &Request) -> ApiResult<Value> {
+    let body = req.json()?;
+    let event_name = body.required_str("event_name")?;
+    check_event_name(&event_name)?;
+    let event_key = body.str("event_key")?;
+    if let Some(key) = &event_key
+        && (key.is_empty() || key.chars().count() > 200)
+    {
+        return Err(ApiError::validation(
+            "event_key: must be 1 to 200 characters",
+        ));
+    }
+    let payload = Value::Object(body.object("payload")?.unwrap_or_default()).to_string();
+    let (app_id, now_ms) = (ctx.app_id, ctx.now_ms);
+
+    // Check-then-insert inside one IMMEDIATE transaction: concurrent publishes with the same
+    // key are serialized by SQLite's write lock, so only the first creates tasks.
+    let (event, created) = store::write_tx(ctx.conn, |tx| -> ApiResult<_> {
+        if let Some(key) = &event_key
+            && let Some(first) = store::events::find_by_key(
+                tx,
+                app_id,
+                &event_name,
+                key,
+                now_ms - IDEMPOTENCY_WINDOW_MS,
+            )?
+        {
+            return Ok((first, false));
+        }
+        let targets: Vec<_> = store::endpoints::enabled_targets(tx, app_id)?
+            .into_iter()
+            .filter(|t| crate::filter::matches(t.filter_events.as_deref(), &event_name))
+            .collect();
+        let task_count = i64::try_from(targets.len()).unwrap_or(i64::MAX);
+        let id = store::events::insert(
+            tx,
+            app_id,
+            &event_name,
+            event_key.as_deref(),
+            &payload,
+            task_count,
+            now_ms,
+        )?;
+        for target in &targets {
+            store::tasks::insert(
+                tx,
+                &NewTask {
+                    app_id,
+                    schedule_id: None,
+                    event_id: Some(id),
+                    endpoint_id: target.id,
+                    task_type: "event",
+                    payload: &payload,
+                    run_at: now_ms,
+                    max_attempts: target.max_attempts,
+                    now_ms,
+                },
+            )?;
+        }
+        let event = store::events::get(tx, app_id, id)?
+            .ok_or_else(|| ApiError::internal("event vanished inside its transaction"))?;
+        Ok((event, task_count > 0))
+    })?;
+    if created {
+        ctx.app.delivery_wake.notify();
+    }
+    to_data(&event)
+}
+
+pub fn list(ctx: &mut Ctx<'_>, req: &Request) -> ApiResult<Value> {
+    let page = req.query.page()?;
+    let name = req.query.get("event_name");
+    let (total, items) = store::events::list(ctx.conn, ctx.app_id, name, page)?;
+    page_object(page, total, items)
+}
+
+pub fn get(ctx: &mut Ctx<'_>, req: &Request) -> ApiResult<Value> {
+    let id = req.id();
+    let event =
+        store::events::get(ctx.conn, ctx.app_id, id)?.ok_or_else(|| missing("event", id))?;
+    to_data(&event)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn event_names() {
+        for good in [
+            "order.created",
+            "a",
+            "billing:invoice_paid-v2",
+            &"x".repeat(200),
+        ] {
+            assert!(check_event_name(good).is_ok(), "{good}");
+        }
+        for bad in [
+            "",
+            "order created",
+            "order/created",
+            "ünï",
+            &"x".repeat(201),
+        ] {
+            let err = check_event_name(bad).unwrap_err();
+            assert_eq!(err.code, 40001);
+            assert!(err.message.starts_with("event_name"));
+        }
+    }
+}

@@ -1,0 +1,179 @@
+//! `/v1/events`: fan-out by filter in one transaction, idempotent republish, validation.
+
+use crate::support::*;
+use serde_json::{Value, json};
+use webhookd::client::Client;
+
+fn endpoint(client: &Client, name: &str, filter: Option<&str>) -> i64 {
+    let mut body = json!({"name": name, "url": "http://127.0.0.1:9/unused"});
+    if let Some(f) = filter {
+        body["filter_events"] = json!(f);
+    }
+    ok(client, "POST", "/endpoints", Some(body))["id"]
+        .as_i64()
+        .unwrap()
+}
+
+/// The tasks of an event, read from the database file.
+fn tasks_of_event(server: &TestServer, event_id: i64) -> Vec<webhookd::store::tasks::Task> {
+    let pool = webhookd::store::open(&server.db, 1).unwrap();
+    let filter = webhookd::store::tasks::TaskFilter {
+        event_id: Some(event_id),
+        ..Default::default()
+    };
+    let page = webhookd::store::Page {
+        page: 1,
+        page_size: 100,
+    };
+    webhookd::store::tasks::list(&pool.get().unwrap(), "app1", &filter, page)
+        .unwrap()
+        .1
+}
+
+#[test]
+fn fans_out_to_matching_enabled_endpoints_only() {
+    let server = TestServer::start();
+    let client = server.client();
+    let exact = endpoint(&client, "exact", Some("order.created"));
+    let prefix = endpoint(&client, "prefix", Some("order.*"));
+    let all = endpoint(&client, "all", None);
+    let _suffix_other = endpoint(&client, "invoices", Some("*.paid"));
+    let disabled = endpoint(&client, "disabled", Some("order.*"));
+    ok(
+        &client,
+        "POST",
+        &format!("/endpoints/{disabled}/disable"),
+        None,
+    );
+    let other_app = server.client_for_app("app2");
+    endpoint(&other_app, "foreign", None);
+
+    let event = ok(
+        &client,
+        "POST",
+        "/events",
+        Some(json!({"event_name": "order.created", "payload": {"order": 42}})),
+    );
+    assert_eq!(event["status"], "dispatched");
+    assert_eq!(event["task_count"], 3);
+    assert_eq!(event["payload"], json!({"order": 42}));
+    assert_eq!(event["event_key"], Value::Null);
+    let event_id = event["id"].as_i64().unwrap();
+    let mut targets: Vec<i64> = tasks_of_event(&server, event_id)
+        .iter()
+        .map(|t| {
+            assert_eq!(t.task_type, "event");
+            assert_eq!(t.event_id, Some(event_id));
+            assert_eq!(t.payload, json!({"order": 42}));
+            t.endpoint_id
+        })
+        .collect();
+    targets.sort();
+    assert_eq!(targets, vec![exact, prefix, all]);
+    assert_eq!(
+        ok(&client, "GET", &format!("/events/{event_id}"), None),
+        event
+    );
+}
+
+#[test]
+fn an_event_matching_nothing_is_stored_with_no_tasks() {
+    let server = TestServer::start();
+    let client = server.client();
+    endpoint(&client, "orders", Some("order.*"));
+    let event = ok(
+        &client,
+        "POST",
+        "/events",
+        Some(json!({"event_name": "user.signed_up"})),
+    );
+    assert_eq!(event["task_count"], 0);
+    assert_eq!(event["payload"], json!({}));
+    assert!(tasks_of_event(&server, event["id"].as_i64().unwrap()).is_empty());
+}
+
+#[test]
+fn republish_with_the_same_key_returns_the_first_event() {
+    let server = TestServer::start();
+    let client = server.client();
+    endpoint(&client, "all", None);
+    let body = json!({"event_name": "invoice.paid", "event_key": "inv-1", "payload": {"n": 1}});
+    let first = ok(&client, "POST", "/events", Some(body.clone()));
+    let again = ok(
+        &client,
+        "POST",
+        "/events",
+        Some(json!({"event_name": "invoice.paid", "event_key": "inv-1", "payload": {"n": 2}})),
+    );
+    assert_eq!(again, first);
+    // another name or key is another event
+    let other = ok(
+        &client,
+        "POST",
+        "/events",
+        Some(json!({"event_name": "invoice.sent", "event_key": "inv-1"})),
+    );
+    assert_ne!(other["id"], first["id"]);
+    assert_eq!(
+        tasks_of_event(&server, first["id"].as_i64().unwrap()).len(),
+        1
+    );
+
+    // concurrent publishes of one key: one event, one set of tasks
+    let racers: Vec<_> = (0..8)
+        .map(|_| {
+            let client = client.clone();
+            std::thread::spawn(move || {
+                ok(
+                    &client,
+                    "POST",
+                    "/events",
+                    Some(json!({"event_name": "race", "event_key": "k"})),
+                )["id"]
+                    .as_i64()
+                    .unwrap()
+            })
+        })
+        .collect();
+    let ids: Vec<i64> = racers.into_iter().map(|r| r.join().unwrap()).collect();
+    assert!(ids.iter().all(|id| *id == ids[0]), "{ids:?}");
+    assert_eq!(tasks_of_event(&server, ids[0]).len(), 1);
+    let listed = ok(&client, "GET", "/events?event_name=race", None);
+    assert_eq!(listed["total"], 1);
+}
+
+#[test]
+fn validation_and_listing() {
+    let server = TestServer::start();
+    let client = server.client();
+    for (body, field) in [
+        (json!({}), "event_name"),
+        (json!({"event_name": ""}), "event_name"),
+        (json!({"event_name": "has space"}), "event_name"),
+        (json!({"event_name": 7}), "event_name"),
+        (json!({"event_name": "a", "event_key": ""}), "event_key"),
+        (json!({"event_name": "a", "payload": [1]}), "payload"),
+        (json!({"event_name": "a", "payload": "text"}), "payload"),
+    ] {
+        let reply = err(&client, "POST", "/events", Some(body.clone()), 400, 40001);
+        assert!(
+            reply.body["message"].as_str().unwrap().starts_with(field),
+            "{body}"
+        );
+    }
+    for i in 0..3 {
+        ok(
+            &client,
+            "POST",
+            "/events",
+            Some(json!({"event_name": format!("e.{i}")})),
+        );
+    }
+    let page = ok(&client, "GET", "/events?page_size=2", None);
+    assert_eq!(page["total"], 3);
+    assert_eq!(page["items"][0]["event_name"], "e.2");
+    err(&client, "GET", "/events/999", None, 404, 40401);
+    let theirs = server.client_for_app("app2");
+    let id = page["items"][0]["id"].as_i64().unwrap();
+    err(&theirs, "GET", &format!("/events/{id}"), None, 404, 40401);
+}
