@@ -3,6 +3,7 @@
 use crate::auth::ReplayCache;
 use crate::clock::Clock;
 use crate::config::Config;
+use crate::metrics::Metrics;
 use crate::store::Pool;
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
@@ -17,6 +18,8 @@ pub struct App {
     pub scheduler_wake: Signal,
     /// Woken when a task becomes due sooner than the delivery pool planned to look.
     pub delivery_wake: Signal,
+    /// Counters served by `GET /metrics`.
+    pub metrics: Metrics,
 }
 
 impl App {
@@ -28,6 +31,7 @@ impl App {
             replay: ReplayCache::default(),
             scheduler_wake: Signal::default(),
             delivery_wake: Signal::default(),
+            metrics: Metrics::default(),
         }
     }
 

@@ -93,16 +93,21 @@ fn run(app: &App, stop: &AtomicBool) {
 fn tick(app: &App, crons: &mut CronCache) -> anyhow::Result<Option<Duration>> {
     let now = app.clock.now();
     let mut conn = app.pool.get()?;
-    let (tasks, full) = store::write_tx(&mut conn, |tx| {
+    let (tasks, lag_ms, full) = store::write_tx(&mut conn, |tx| {
         let mut batch = Batch::new(tx, app, now);
         let due = store::schedules::due(tx, now.timestamp_millis(), BATCH)?;
         for firing in &due {
             batch.fire_due(crons, firing)?;
         }
-        Ok::<_, rusqlite::Error>((batch.tasks, due.len() == BATCH))
+        Ok::<_, rusqlite::Error>((batch.tasks, batch.lag_ms, due.len() == BATCH))
     })?;
     if tasks > 0 {
         app.delivery_wake.notify();
+    }
+    if let Some(lag_ms) = lag_ms {
+        app.metrics
+            .scheduler_lag_ms
+            .store(lag_ms, Ordering::Relaxed);
     }
     if full {
         return Ok(None);
@@ -204,6 +209,8 @@ struct Batch<'a> {
     targets: Targets,
     /// Tasks created so far.
     tasks: usize,
+    /// How late the latest firing of the batch was (ms), for `GET /metrics`.
+    lag_ms: Option<i64>,
 }
 
 impl<'a> Batch<'a> {
@@ -216,6 +223,7 @@ impl<'a> Batch<'a> {
             grace,
             targets: Targets::default(),
             tasks: 0,
+            lag_ms: None,
         }
     }
 
@@ -273,6 +281,7 @@ impl<'a> Batch<'a> {
                 self.now.timestamp_millis(),
             )?;
             self.tasks += ids.len();
+            self.lag_ms = Some((self.now - at).num_milliseconds().max(0));
             Some(ids)
         } else {
             tracing::warn!(

@@ -123,7 +123,16 @@ async fn handle(app: Arc<App>, req: hyper::Request<Incoming>) -> Reply {
     let path = req.uri().path().to_string();
     match (req.method(), path.as_str()) {
         (&Method::GET, "/healthz") => return health(app, &request_id).await,
+        (&Method::GET, "/metrics") if app.config.metrics => {
+            return metrics(app, &request_id).await;
+        }
         (_, "/healthz") => {
+            return envelope(
+                &request_id,
+                Err(ApiError::method_not_allowed(req.method().as_str(), &path)),
+            );
+        }
+        (_, "/metrics") if app.config.metrics => {
             return envelope(
                 &request_id,
                 Err(ApiError::method_not_allowed(req.method().as_str(), &path)),
@@ -159,6 +168,28 @@ async fn health(app: Arc<App>, request_id: &str) -> Reply {
         )
     };
     json_reply(status, request_id, text.as_bytes().to_vec())
+}
+
+/// `GET /metrics`: Prometheus text (contract §9); no signature needed.
+async fn metrics(app: Arc<App>, request_id: &str) -> Reply {
+    let rendered = tokio::task::spawn_blocking(move || {
+        let conn = app.pool.get().map_err(|e| e.to_string())?;
+        let counts = crate::store::tasks::count_by_status(&conn).map_err(|e| e.to_string())?;
+        Ok::<_, String>(app.metrics.render(&counts))
+    })
+    .await
+    .unwrap_or_else(|e| Err(e.to_string()));
+    match rendered {
+        Ok(text) => {
+            let mut reply = json_reply(StatusCode::OK, request_id, text.into_bytes());
+            reply.headers_mut().insert(
+                CONTENT_TYPE,
+                HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8"),
+            );
+            reply
+        }
+        Err(e) => envelope(request_id, Err(ApiError::internal(format!("metrics: {e}")))),
+    }
 }
 
 /// Reads the body up to the limit. An oversized body is still read to its end (up to a cap) and
@@ -300,14 +331,23 @@ pub async fn start(
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
     let served = app.clone();
     let task = tokio::spawn(async move {
+        // One stop signal starts both the HTTP drain and the background stop, so that they
+        // share the shutdown grace instead of taking it one after the other.
+        let (stop_background, background_stopping) = tokio::sync::oneshot::channel::<()>();
         let stopped = async move {
             tokio::select! {
                 _ = shutdown => {}
                 _ = stop_rx => {}
             }
+            let _ = stop_background.send(());
         };
-        let result = serve_http(served, listener, stopped).await;
-        tokio::task::spawn_blocking(move || background.stop()).await?;
+        let background = async move {
+            let _ = background_stopping.await;
+            tokio::task::spawn_blocking(move || background.stop()).await
+        };
+        let (result, stopped_background) =
+            tokio::join!(serve_http(served, listener, stopped), background);
+        stopped_background?;
         result
     });
     tracing::info!(%addr, "webhookd listening");

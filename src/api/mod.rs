@@ -6,6 +6,7 @@ pub mod events;
 pub mod input;
 pub mod policies;
 pub mod schedules;
+pub mod tasks;
 
 use crate::app::App;
 use crate::error::{ApiError, ApiResult};
@@ -86,6 +87,12 @@ static ROUTES: &[Route] = &[
     route("POST", "events", events::publish),
     route("GET", "events", events::list),
     route("GET", "events/{id}", events::get),
+    route("POST", "tasks", tasks::create),
+    route("GET", "tasks", tasks::list),
+    route("GET", "tasks/{id}", tasks::get),
+    route("GET", "tasks/{id}/attempts", tasks::attempts),
+    route("POST", "tasks/{id}/cancel", tasks::cancel),
+    route("POST", "tasks/{id}/retry", tasks::retry),
 ];
 
 /// Finds the handler for a method and a path under `/v1`, with its `{id}` values:

@@ -116,6 +116,21 @@ pub fn get_any(conn: &Connection, id: i64) -> rusqlite::Result<Option<Endpoint>>
         .optional()
 }
 
+/// Sets any endpoint's status, whatever its app (the delivery pool disables an endpoint that
+/// answered `410 Gone`).
+pub fn set_status_any(
+    conn: &Connection,
+    id: i64,
+    status: &str,
+    now_ms: i64,
+) -> rusqlite::Result<()> {
+    conn.prepare_cached(
+        "UPDATE endpoints SET status = ?2, updated_at = ?3 WHERE id = ?1 AND status != ?2",
+    )?
+    .execute(params![id, status, now_ms])?;
+    Ok(())
+}
+
 /// One page, newest first, and the total count of matches.
 pub fn list(
     conn: &Connection,

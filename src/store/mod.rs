@@ -7,6 +7,7 @@ pub mod events;
 pub mod keys;
 mod migrate;
 pub mod policies;
+pub mod retention;
 pub mod schedules;
 pub mod tasks;
 

@@ -157,3 +157,179 @@ pub fn list(
         .collect::<rusqlite::Result<Vec<_>>>()?;
     Ok((total, items))
 }
+
+/// A task the delivery pool claimed, with what sending it needs.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Claimed {
+    pub id: i64,
+    pub endpoint_id: i64,
+    pub schedule_id: Option<i64>,
+    pub event_id: Option<i64>,
+    /// The event's name, for `X-Service-Event` (event tasks).
+    pub event_name: Option<String>,
+    /// Compact JSON text, sent as is.
+    pub payload: String,
+    /// The number of the attempt about to be made (1-based).
+    pub attempt: i64,
+    pub max_attempts: i64,
+}
+
+/// Marks up to `limit` due tasks (pending, `next_attempt_at <= now`, endpoint enabled) as
+/// `running` and returns them, earliest first, in one statement: concurrent claimers never get
+/// the same task. `attempts` is only counted when the attempt's result is recorded, so a claim
+/// lost to a crash costs no attempt.
+///
+/// `LIMIT ?2 + 0`, not `LIMIT ?2`: SQLite plans with the value bound to a bare `LIMIT`
+/// parameter, so rebinding it re-prepares the statement on every run.
+pub fn claim_due(conn: &Connection, now_ms: i64, limit: usize) -> rusqlite::Result<Vec<Claimed>> {
+    let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+    let mut claimed = conn
+        .prepare_cached(
+            "UPDATE tasks SET status = 'running', updated_at = ?1
+             WHERE id IN (SELECT t.id FROM tasks t JOIN endpoints e ON e.id = t.endpoint_id
+                          WHERE t.status = 'pending' AND t.next_attempt_at <= ?1 AND e.status = 'enabled'
+                          ORDER BY t.next_attempt_at LIMIT ?2 + 0)
+             RETURNING id, endpoint_id, schedule_id, event_id,
+                       (SELECT event_name FROM events WHERE events.id = tasks.event_id),
+                       payload, attempts + 1, max_attempts, next_attempt_at",
+        )?
+        .query_map(params![now_ms, limit], |r| {
+            Ok((
+                r.get::<_, i64>(8)?,
+                Claimed {
+                    id: r.get(0)?,
+                    endpoint_id: r.get(1)?,
+                    schedule_id: r.get(2)?,
+                    event_id: r.get(3)?,
+                    event_name: r.get(4)?,
+                    payload: r.get(5)?,
+                    attempt: r.get(6)?,
+                    max_attempts: r.get(7)?,
+                },
+            ))
+        })?
+        .collect::<rusqlite::Result<Vec<_>>>()?;
+    claimed.sort_by_key(|(due, c)| (*due, c.id));
+    Ok(claimed.into_iter().map(|(_, c)| c).collect())
+}
+
+/// When the earliest claimable task (pending, endpoint enabled) is due, if there is one.
+pub fn next_due(conn: &Connection) -> rusqlite::Result<Option<i64>> {
+    conn.prepare_cached(
+        "SELECT t.next_attempt_at FROM tasks t JOIN endpoints e ON e.id = t.endpoint_id
+         WHERE t.status = 'pending' AND e.status = 'enabled' AND t.next_attempt_at IS NOT NULL
+         ORDER BY t.next_attempt_at LIMIT 1",
+    )?
+    .query_row([], |r| r.get(0))
+    .optional()
+}
+
+/// The state an attempt leaves its task in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AfterAttempt {
+    Success,
+    /// Back to `pending`, due again at this instant (ms).
+    RetryAt(i64),
+    Failed,
+}
+
+/// Records the result of attempt `attempt` on a `running` task. A task whose endpoint was
+/// deleted while it was in flight is `canceled` instead of going back to `pending`. Returns
+/// false (and changes nothing) when the task is no longer `running` — e.g. it was handed back
+/// at shutdown — so the caller leaves the attempt unrecorded, and it will be made again.
+pub fn finish_attempt(
+    conn: &Connection,
+    task_id: i64,
+    attempt: i64,
+    after: AfterAttempt,
+    last_status_code: Option<i64>,
+    last_error: Option<&str>,
+    now_ms: i64,
+) -> rusqlite::Result<bool> {
+    let (status, next_attempt_at) = match after {
+        AfterAttempt::Success => ("success", None),
+        AfterAttempt::RetryAt(at) => ("pending", Some(at)),
+        AfterAttempt::Failed => ("failed", None),
+    };
+    let n = conn
+        .prepare_cached(
+            "UPDATE tasks SET
+                status = CASE WHEN ?2 = 'pending' AND NOT EXISTS
+                    (SELECT 1 FROM endpoints e WHERE e.id = tasks.endpoint_id) THEN 'canceled' ELSE ?2 END,
+                finished_at = CASE WHEN ?2 != 'pending' OR NOT EXISTS
+                    (SELECT 1 FROM endpoints e WHERE e.id = tasks.endpoint_id) THEN ?7 END,
+                next_attempt_at = CASE WHEN EXISTS
+                    (SELECT 1 FROM endpoints e WHERE e.id = tasks.endpoint_id) THEN ?4 END,
+                attempts = ?3, last_status_code = ?5, last_error = ?6, updated_at = ?7
+             WHERE id = ?1 AND status = 'running'",
+        )?
+        .execute(params![
+            task_id,
+            status,
+            attempt,
+            next_attempt_at,
+            last_status_code,
+            last_error,
+            now_ms
+        ])?;
+    Ok(n == 1)
+}
+
+/// Hands every `running` task back to `pending` (start-up after a crash, or shutdown after the
+/// grace): the attempt it was in is made again. Returns how many.
+pub fn requeue_running(conn: &Connection, now_ms: i64) -> rusqlite::Result<usize> {
+    conn.prepare_cached(
+        "UPDATE tasks SET status = 'pending', next_attempt_at = min(coalesce(next_attempt_at, ?1), ?1),
+         updated_at = ?1 WHERE status = 'running'",
+    )?
+    .execute(params![now_ms])
+}
+
+/// Cancels pending tasks whose endpoint no longer exists (they could never be delivered).
+pub fn cancel_orphans(conn: &Connection, now_ms: i64) -> rusqlite::Result<usize> {
+    conn.prepare_cached(
+        "UPDATE tasks SET status = 'canceled', finished_at = ?1, updated_at = ?1, next_attempt_at = NULL,
+         last_error = coalesce(last_error, 'endpoint deleted')
+         WHERE status = 'pending' AND NOT EXISTS (SELECT 1 FROM endpoints e WHERE e.id = tasks.endpoint_id)",
+    )?
+    .execute(params![now_ms])
+}
+
+/// `POST /tasks/{id}/cancel`: a pending task becomes `canceled`. Returns false when the task
+/// is not pending (or not there).
+pub fn cancel(conn: &Connection, app_id: &str, id: i64, now_ms: i64) -> rusqlite::Result<bool> {
+    let n = conn
+        .prepare_cached(
+            "UPDATE tasks SET status = 'canceled', finished_at = ?3, updated_at = ?3, next_attempt_at = NULL
+             WHERE app_id = ?1 AND id = ?2 AND status = 'pending'",
+        )?
+        .execute(params![app_id, id, now_ms])?;
+    Ok(n == 1)
+}
+
+/// `POST /tasks/{id}/retry`: a failed or canceled task is pending again, due now, with its
+/// attempt count reset and `max_attempts` taken from the endpoint's current policy. Returns
+/// false when the task is in another state (or not there).
+pub fn retry(
+    conn: &Connection,
+    app_id: &str,
+    id: i64,
+    max_attempts: i64,
+    now_ms: i64,
+) -> rusqlite::Result<bool> {
+    let n = conn
+        .prepare_cached(
+            "UPDATE tasks SET status = 'pending', attempts = 0, max_attempts = ?3, next_attempt_at = ?4,
+             finished_at = NULL, updated_at = ?4
+             WHERE app_id = ?1 AND id = ?2 AND status IN ('failed', 'canceled')",
+        )?
+        .execute(params![app_id, id, max_attempts, now_ms])?;
+    Ok(n == 1)
+}
+
+/// How many tasks are in each status, over every app (for `/metrics`).
+pub fn count_by_status(conn: &Connection) -> rusqlite::Result<Vec<(String, i64)>> {
+    conn.prepare_cached("SELECT status, count(*) FROM tasks GROUP BY status")?
+        .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?
+        .collect()
+}

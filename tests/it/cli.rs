@@ -155,12 +155,7 @@ fn database_file_is_private() {
 /// Starts the real binary on a free port; returns it with its URL and the first-start key.
 fn spawn_server(db: &str) -> (std::process::Child, String, String, String) {
     use std::io::{BufRead, BufReader};
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let listen = format!("127.0.0.1:{port}");
+    let listen = crate::support::free_local_addr();
     let mut child = Command::new(env!("CARGO_BIN_EXE_webhookd"))
         .args(["serve", "--db", db, "--listen", &listen])
         .stderr(std::process::Stdio::piped())

@@ -5,7 +5,11 @@ use serde_json::{Value, json};
 use webhookd::client::Client;
 
 fn endpoint(client: &Client, name: &str, filter: Option<&str>) -> i64 {
-    let mut body = json!({"name": name, "url": "http://127.0.0.1:9/unused"});
+    endpoint_at(client, name, "http://127.0.0.1:9/unused", filter)
+}
+
+fn endpoint_at(client: &Client, name: &str, url: &str, filter: Option<&str>) -> i64 {
+    let mut body = json!({"name": name, "url": url, "secret": "whsec_c2VjcmV0"});
     if let Some(f) = filter {
         body["filter_events"] = json!(f);
     }
@@ -14,31 +18,28 @@ fn endpoint(client: &Client, name: &str, filter: Option<&str>) -> i64 {
         .unwrap()
 }
 
-/// The tasks of an event, read from the database file.
-fn tasks_of_event(server: &TestServer, event_id: i64) -> Vec<webhookd::store::tasks::Task> {
-    let pool = webhookd::store::open(&server.db, 1).unwrap();
-    let filter = webhookd::store::tasks::TaskFilter {
-        event_id: Some(event_id),
-        ..Default::default()
-    };
-    let page = webhookd::store::Page {
-        page: 1,
-        page_size: 100,
-    };
-    webhookd::store::tasks::list(&pool.get().unwrap(), "app1", &filter, page)
-        .unwrap()
-        .1
+/// The tasks of an event, as `GET /tasks?event_id=` lists them.
+fn tasks_of_event(client: &Client, event_id: i64) -> Vec<Value> {
+    let page = ok(
+        client,
+        "GET",
+        &format!("/tasks?event_id={event_id}&page_size=100"),
+        None,
+    );
+    page["items"].as_array().unwrap().clone()
 }
 
 #[test]
 fn fans_out_to_matching_enabled_endpoints_only() {
     let server = TestServer::start();
     let client = server.client();
-    let exact = endpoint(&client, "exact", Some("order.created"));
-    let prefix = endpoint(&client, "prefix", Some("order.*"));
-    let all = endpoint(&client, "all", None);
-    let _suffix_other = endpoint(&client, "invoices", Some("*.paid"));
-    let disabled = endpoint(&client, "disabled", Some("order.*"));
+    let receiver = Receiver::start();
+    let url = |path: &str| format!("{}/{path}", receiver.url);
+    let exact = endpoint_at(&client, "exact", &url("exact"), Some("order.created"));
+    let prefix = endpoint_at(&client, "prefix", &url("prefix"), Some("order.*"));
+    let all = endpoint_at(&client, "all", &url("all"), None);
+    let _suffix_other = endpoint_at(&client, "invoices", &url("invoices"), Some("*.paid"));
+    let disabled = endpoint_at(&client, "disabled", &url("disabled"), Some("order.*"));
     ok(
         &client,
         "POST",
@@ -59,17 +60,39 @@ fn fans_out_to_matching_enabled_endpoints_only() {
     assert_eq!(event["payload"], json!({"order": 42}));
     assert_eq!(event["event_key"], Value::Null);
     let event_id = event["id"].as_i64().unwrap();
-    let mut targets: Vec<i64> = tasks_of_event(&server, event_id)
+    let mut targets: Vec<i64> = tasks_of_event(&client, event_id)
         .iter()
         .map(|t| {
-            assert_eq!(t.task_type, "event");
-            assert_eq!(t.event_id, Some(event_id));
-            assert_eq!(t.payload, json!({"order": 42}));
-            t.endpoint_id
+            assert_eq!(t["task_type"], "event");
+            assert_eq!(t["event_id"], event_id);
+            assert_eq!(t["payload"], json!({"order": 42}));
+            t["endpoint_id"].as_i64().unwrap()
         })
         .collect();
     targets.sort();
     assert_eq!(targets, vec![exact, prefix, all]);
+
+    // Each matching endpoint receives the payload once, signed, named by the event.
+    let got = receiver.wait_for(3, std::time::Duration::from_secs(10));
+    let mut paths: Vec<&str> = got.iter().map(|r| r.path.as_str()).collect();
+    paths.sort();
+    assert_eq!(paths, vec!["/all", "/exact", "/prefix"]);
+    for delivery in &got {
+        assert_eq!(delivery.json(), json!({"order": 42}));
+        assert_eq!(delivery.header("x-service-event"), Some("order.created"));
+        let timestamp = delivery.header("x-service-timestamp").unwrap();
+        let expected = webhookd::signing::hmac_hex(b"whsec_c2VjcmV0", timestamp, &delivery.body);
+        assert_eq!(
+            delivery.header("x-service-signature"),
+            Some(expected.as_str())
+        );
+    }
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    assert_eq!(
+        receiver.received().len(),
+        3,
+        "no delivery to a disabled or non-matching endpoint"
+    );
     assert_eq!(
         ok(&client, "GET", &format!("/events/{event_id}"), None),
         event
@@ -89,7 +112,7 @@ fn an_event_matching_nothing_is_stored_with_no_tasks() {
     );
     assert_eq!(event["task_count"], 0);
     assert_eq!(event["payload"], json!({}));
-    assert!(tasks_of_event(&server, event["id"].as_i64().unwrap()).is_empty());
+    assert!(tasks_of_event(&client, event["id"].as_i64().unwrap()).is_empty());
 }
 
 #[test]
@@ -115,7 +138,7 @@ fn republish_with_the_same_key_returns_the_first_event() {
     );
     assert_ne!(other["id"], first["id"]);
     assert_eq!(
-        tasks_of_event(&server, first["id"].as_i64().unwrap()).len(),
+        tasks_of_event(&client, first["id"].as_i64().unwrap()).len(),
         1
     );
 
@@ -137,7 +160,7 @@ fn republish_with_the_same_key_returns_the_first_event() {
         .collect();
     let ids: Vec<i64> = racers.into_iter().map(|r| r.join().unwrap()).collect();
     assert!(ids.iter().all(|id| *id == ids[0]), "{ids:?}");
-    assert_eq!(tasks_of_event(&server, ids[0]).len(), 1);
+    assert_eq!(tasks_of_event(&client, ids[0]).len(), 1);
     let listed = ok(&client, "GET", "/events?event_name=race", None);
     assert_eq!(listed["total"], 1);
 }

@@ -2,7 +2,7 @@
 //! scheduler firing due schedules on a manual clock, restarts after downtime, and idempotent
 //! firing.
 
-use crate::support::{TestServer, err, ok, wait_for};
+use crate::support::{Receiver, TestServer, err, get_text, ok, wait_for};
 use chrono::{DateTime, TimeDelta, TimeZone, Utc};
 use serde_json::{Value, json};
 use std::time::Duration;
@@ -563,6 +563,12 @@ fn scheduler_fires_due_schedules_one_task_per_enabled_target() {
     let read = ok(&client, "GET", &format!("/schedules/{minutely}"), None);
     assert_eq!(read["last_run_at"], rfc(at(12, 0, 0)));
     assert_eq!(read["next_run_at"], rfc(at(12, 1, 0)));
+    // Fired exactly on the instant of the manual clock: no lag.
+    let (_, metrics) = get_text(&format!("{}/metrics", server.url));
+    assert!(
+        metrics.contains("webhookd_scheduler_lag_seconds 0\n"),
+        "{metrics}"
+    );
 
     server.advance(TimeDelta::minutes(1));
     let tasks = wait_tasks(&server, minutely, 2);
@@ -656,4 +662,48 @@ fn firing_twice_for_one_instant_creates_one_set_of_tasks() {
     server.advance(TimeDelta::seconds(2));
     wait_next_run(&client, minutely, at(12, 1, 0));
     assert_eq!(tasks_of(&server, minutely).len(), 2);
+}
+
+#[test]
+fn a_due_schedule_reaches_the_receiver_with_its_schedule_id() {
+    let server = server_at(at(11, 59, 59));
+    let client = server.client();
+    let rx = Receiver::start();
+    let body = json!({"name": "rx", "url": format!("{}/hook", rx.url)});
+    let endpoint_id = id(&ok(&client, "POST", "/endpoints", Some(body)));
+    let minutely = id(&schedule(
+        &client,
+        json!({"name": "m", "cron_expr": "* * * * *", "payload": {"hello": "world"},
+               "endpoint_ids": [endpoint_id]}),
+    ));
+
+    server.advance(TimeDelta::seconds(1));
+    let got = rx.wait_for(1, Duration::from_secs(5));
+    assert_eq!(got.len(), 1, "the firing's task was delivered");
+    let request = &got[0];
+    assert_eq!(
+        (request.method.as_str(), request.path.as_str()),
+        ("POST", "/hook")
+    );
+    assert_eq!(
+        request.header("X-Service-Schedule-Id"),
+        Some(minutely.to_string().as_str())
+    );
+    assert_eq!(request.json(), json!({"hello": "world"}));
+    let task = &tasks_of(&server, minutely)[0];
+    assert_eq!(
+        request.header("X-Service-Task-Id"),
+        Some(task.id.to_string().as_str())
+    );
+    assert_eq!(task.run_at, at(12, 0, 0).timestamp_millis());
+    // The same task through the API.
+    let listed = ok(
+        &client,
+        "GET",
+        &format!("/tasks?schedule_id={minutely}"),
+        None,
+    );
+    assert_eq!(listed["total"], 1);
+    assert_eq!(listed["items"][0]["task_type"], "schedule");
+    assert_eq!(listed["items"][0]["endpoint_id"], endpoint_id);
 }

@@ -208,6 +208,13 @@ pub fn err(
     reply
 }
 
+/// A `127.0.0.1:PORT` address with a port free a moment ago, for a server started as a
+/// subprocess (`--listen`).
+pub fn free_local_addr() -> String {
+    let listener = TcpListener::bind("127.0.0.1:0").expect("bind a free port");
+    listener.local_addr().expect("local address").to_string()
+}
+
 /// Polls `check` until it returns Some or `timeout` passes.
 pub fn wait_for<T>(timeout: Duration, mut check: impl FnMut() -> Option<T>) -> Option<T> {
     let deadline = Instant::now() + timeout;
@@ -449,4 +456,15 @@ pub fn signed_headers(
             webhookd::signing::hmac_hex(secret.as_bytes(), timestamp, &payload),
         ),
     ]
+}
+
+/// A plain unsigned GET (for `/metrics` and `/healthz`): status and body text.
+pub fn get_text(url: &str) -> (u16, String) {
+    let agent: ureq::Agent = ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .build()
+        .into();
+    let mut reply = agent.get(url).call().unwrap();
+    let status = reply.status().as_u16();
+    (status, reply.body_mut().read_to_string().unwrap())
 }

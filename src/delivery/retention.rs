@@ -1,0 +1,104 @@
+//! The retention job (contract §9): once an hour (by the server's clock), deletes finished
+//! tasks with their attempts, and unreferenced events, older than `--retention-days`.
+
+use crate::app::{App, Signal};
+use crate::store;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::thread::JoinHandle;
+
+/// Time between two sweeps.
+const EVERY_MS: i64 = 60 * 60 * 1000;
+/// Rows deleted per transaction, so a large sweep never holds the write lock for long.
+const CHUNK: usize = 2000;
+const DAY_MS: i64 = 24 * 60 * 60 * 1000;
+
+struct Stop {
+    flag: AtomicBool,
+    signal: Signal,
+}
+
+/// The running retention thread.
+pub struct Retention {
+    stop: Arc<Stop>,
+    handle: Option<JoinHandle<()>>,
+}
+
+impl Retention {
+    pub fn start(app: Arc<App>) -> Retention {
+        let stop = Arc::new(Stop {
+            flag: AtomicBool::new(false),
+            signal: Signal::default(),
+        });
+        let handle = {
+            let stop = stop.clone();
+            std::thread::Builder::new()
+                .name("retention".into())
+                .spawn(move || run(&app, &stop))
+                .expect("spawn the retention thread")
+        };
+        Retention {
+            stop,
+            handle: Some(handle),
+        }
+    }
+
+    pub fn stop(mut self) {
+        self.stop.flag.store(true, Ordering::SeqCst);
+        self.stop.signal.notify();
+        if let Some(handle) = self.handle.take() {
+            let _ = handle.join();
+        }
+    }
+}
+
+fn run(app: &App, stop: &Stop) {
+    let mut next_at = app.clock.now_ms();
+    while !stop.flag.load(Ordering::SeqCst) {
+        let now = app.clock.now_ms();
+        if now >= next_at {
+            let days = i64::try_from(app.config.retention_days).unwrap_or(i64::MAX / DAY_MS);
+            let cutoff = now.saturating_sub(days.saturating_mul(DAY_MS));
+            if let Err(e) = sweep(app, cutoff, &stop.flag) {
+                tracing::error!(error = %e, "retention: sweep failed; trying again next time");
+            }
+            next_at = now + EVERY_MS;
+        }
+        // The clock may be moved (tests), so look again at least every `max_idle`.
+        let ms = u64::try_from(next_at.saturating_sub(now)).unwrap_or(0);
+        stop.signal
+            .wait(std::time::Duration::from_millis(ms).min(app.config.max_idle));
+    }
+}
+
+/// Deletes everything older than `cutoff_ms`, chunk by chunk; stops early at shutdown.
+fn sweep(app: &App, cutoff_ms: i64, stopping: &AtomicBool) -> anyhow::Result<()> {
+    let mut conn = app.pool.get()?;
+    let tasks = in_chunks(&mut conn, stopping, |tx| {
+        store::retention::delete_finished_tasks(tx, cutoff_ms, CHUNK)
+    })?;
+    let events = in_chunks(&mut conn, stopping, |tx| {
+        store::retention::delete_old_events(tx, cutoff_ms, CHUNK)
+    })?;
+    if tasks + events > 0 {
+        tracing::info!(tasks, events, "retention: deleted old records");
+    }
+    Ok(())
+}
+
+/// Runs `delete` (one chunk per transaction) until it deletes less than a chunk.
+fn in_chunks(
+    conn: &mut rusqlite::Connection,
+    stopping: &AtomicBool,
+    delete: impl Fn(&rusqlite::Connection) -> rusqlite::Result<usize>,
+) -> rusqlite::Result<usize> {
+    let mut total = 0;
+    while !stopping.load(Ordering::SeqCst) {
+        let n = store::write_tx(conn, |tx| delete(tx))?;
+        total += n;
+        if n < CHUNK {
+            break;
+        }
+    }
+    Ok(total)
+}

@@ -1,0 +1,414 @@
+//! One delivery attempt (contract §6): the request a claimed task becomes, sending it with the
+//! shared HTTP agent, and what the reply means for the task.
+
+use super::target::{GuardedResolver, TargetRules};
+use crate::config::Config;
+use crate::retry::{RetryPolicy, parse_retry_after};
+use crate::signing;
+use crate::store::endpoints::Endpoint;
+use crate::store::tasks::{AfterAttempt, Claimed};
+use chrono::{DateTime, Utc};
+use std::io::Read;
+use std::time::{Duration, Instant};
+use ureq::http::{self, StatusCode};
+use ureq::unversioned::transport::DefaultConnector;
+use ureq::{AsSendBody, RequestExt};
+
+/// How much of a reply body an attempt keeps.
+const KEPT_BODY_BYTES: usize = 4096;
+/// A reply body up to this size is read to its end so the connection can be reused.
+const DRAINED_BODY_BYTES: u64 = 1024 * 1024;
+
+/// Where and how tasks of one endpoint are sent; loaded once per claimed batch.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Target {
+    pub endpoint_id: i64,
+    pub url: String,
+    pub method: String,
+    /// The endpoint's own headers.
+    pub headers: Vec<(String, String)>,
+    pub secret: Option<String>,
+    pub timeout: Duration,
+    pub policy: RetryPolicy,
+}
+
+impl Target {
+    pub fn new(endpoint: &Endpoint, policy: RetryPolicy) -> Target {
+        Target {
+            endpoint_id: endpoint.id,
+            url: endpoint.url.clone(),
+            method: endpoint.method.clone(),
+            headers: endpoint
+                .headers
+                .iter()
+                .filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_string())))
+                .collect(),
+            secret: endpoint.secret.clone(),
+            timeout: Duration::from_millis(u64::try_from(endpoint.timeout_ms).unwrap_or(1).max(1)),
+            policy,
+        }
+    }
+
+    /// POST, PUT and PATCH carry the payload; GET and DELETE send no body.
+    pub fn sends_body(&self) -> bool {
+        matches!(self.method.as_str(), "POST" | "PUT" | "PATCH")
+    }
+}
+
+/// The HTTP agent every worker shares: keep-alive pooling, no redirects followed, no proxy
+/// from the environment (the target rules must see the real target), the target rules in the
+/// resolver, and reply statuses returned rather than turned into errors.
+pub fn agent(config: &Config) -> ureq::Agent {
+    let idle = config.workers.saturating_mul(4).max(16);
+    let http_config = ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .max_redirects(0)
+        .max_redirects_will_error(false)
+        .proxy(None)
+        .user_agent(concat!("webhookd/", env!("CARGO_PKG_VERSION")))
+        .max_idle_connections(idle)
+        .max_idle_connections_per_host(config.workers.max(4))
+        .build();
+    let rules = TargetRules {
+        allow: config.allow_targets.clone(),
+        deny_private: config.deny_private_targets,
+    };
+    ureq::Agent::with_parts(
+        http_config,
+        DefaultConnector::default(),
+        GuardedResolver::new(rules),
+    )
+}
+
+/// The webhookd headers of one attempt (contract §6), besides the endpoint's own and
+/// `Content-Type`. `body` is what is sent (empty for GET/DELETE); both signatures cover it.
+pub fn delivery_headers(
+    task: &Claimed,
+    secret: Option<&str>,
+    timestamp: i64,
+    body: &[u8],
+) -> Vec<(&'static str, String)> {
+    let ts = timestamp.to_string();
+    let webhook_id = format!("task_{}", task.id);
+    let mut headers = Vec::with_capacity(8);
+    headers.push(("X-Service-Task-Id", task.id.to_string()));
+    headers.push(("X-Service-Attempt", task.attempt.to_string()));
+    headers.push(("X-Service-Timestamp", ts.clone()));
+    if let Some(event) = &task.event_name {
+        headers.push(("X-Service-Event", event.clone()));
+    } else if let Some(schedule_id) = task.schedule_id {
+        headers.push(("X-Service-Schedule-Id", schedule_id.to_string()));
+    }
+    if let Some(secret) = secret {
+        headers.push((
+            "X-Service-Signature",
+            signing::hmac_hex(secret.as_bytes(), &ts, body),
+        ));
+        headers.push((
+            "webhook-signature",
+            signing::standard_webhooks_signature(secret, &webhook_id, timestamp, body),
+        ));
+    }
+    headers.push(("webhook-id", webhook_id));
+    headers.push(("webhook-timestamp", ts));
+    headers
+}
+
+/// What one attempt got back.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Sent {
+    /// Epoch ms when the attempt started.
+    pub started_at: i64,
+    pub duration_ms: i64,
+    /// `None` when no reply came.
+    pub status: Option<u16>,
+    /// The reply's `Retry-After` header.
+    pub retry_after: Option<String>,
+    /// The first 4 KiB of the reply body.
+    pub body: Option<String>,
+    /// Why no reply came.
+    pub error: Option<String>,
+}
+
+impl Sent {
+    pub fn is_success(&self) -> bool {
+        self.status.is_some_and(|s| (200..300).contains(&s))
+    }
+}
+
+/// Sends attempt `task.attempt` of a task to its target and waits for the reply (at most the
+/// endpoint's timeout).
+pub fn send(agent: &ureq::Agent, target: &Target, task: &Claimed, started_at: i64) -> Sent {
+    let body: &[u8] = if target.sends_body() {
+        task.payload.as_bytes()
+    } else {
+        b""
+    };
+    let headers = delivery_headers(
+        task,
+        target.secret.as_deref(),
+        started_at.div_euclid(1000),
+        body,
+    );
+    let mut request = http::Request::builder()
+        .method(target.method.as_str())
+        .uri(target.url.as_str());
+    for (name, value) in &target.headers {
+        request = request.header(name.as_str(), value.as_str());
+    }
+    for (name, value) in headers {
+        request = request.header(name, value);
+    }
+    let clock = Instant::now();
+    let reply = if target.sends_body() {
+        request
+            .header("Content-Type", "application/json")
+            .body(body)
+            .map_err(ureq::Error::from)
+            .and_then(|r| run(agent, r, target.timeout))
+    } else {
+        request
+            .body(())
+            .map_err(ureq::Error::from)
+            .and_then(|r| run(agent, r, target.timeout))
+    };
+    let mut sent = Sent {
+        started_at,
+        ..Sent::default()
+    };
+    match reply {
+        Ok(mut response) => {
+            sent.status = Some(response.status().as_u16());
+            sent.retry_after = response
+                .headers()
+                .get(http::header::RETRY_AFTER)
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_string);
+            sent.body = read_body(response.body_mut());
+        }
+        Err(e) => sent.error = Some(describe_error(&e, target.timeout)),
+    }
+    sent.duration_ms = i64::try_from(clock.elapsed().as_millis()).unwrap_or(i64::MAX);
+    sent
+}
+
+fn run<B: AsSendBody>(
+    agent: &ureq::Agent,
+    request: http::Request<B>,
+    timeout: Duration,
+) -> Result<http::Response<ureq::Body>, ureq::Error> {
+    request
+        .with_agent(agent)
+        .configure()
+        .timeout_global(Some(timeout))
+        .build()
+        .run()
+}
+
+/// Keeps the first 4 KiB of a reply body and reads on to its end (up to a limit) so the
+/// connection goes back to the pool. A body that fails midway keeps what was read.
+fn read_body(body: &mut ureq::Body) -> Option<String> {
+    let mut reader = body.as_reader();
+    let mut kept = Vec::with_capacity(256);
+    let _ = (&mut reader)
+        .take(KEPT_BODY_BYTES as u64)
+        .read_to_end(&mut kept);
+    if kept.len() == KEPT_BODY_BYTES {
+        let _ = std::io::copy(&mut reader.take(DRAINED_BODY_BYTES), &mut std::io::sink());
+    }
+    if kept.is_empty() {
+        return None;
+    }
+    Some(String::from_utf8_lossy(&kept).into_owned())
+}
+
+/// A short, operator-facing reason for a request that got no reply.
+fn describe_error(error: &ureq::Error, timeout: Duration) -> String {
+    match error {
+        ureq::Error::Timeout(_) => format!(
+            "timeout: no complete reply within {} ms (the endpoint's timeout_ms)",
+            timeout.as_millis()
+        ),
+        ureq::Error::Io(e) if e.kind() == std::io::ErrorKind::PermissionDenied => e.to_string(),
+        ureq::Error::Io(e) => format!("connection failed: {e}"),
+        ureq::Error::HostNotFound => "DNS: host not found".to_string(),
+        other => format!("request failed: {other}"),
+    }
+}
+
+/// What an attempt's result does to its task and endpoint.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Verdict {
+    pub after: AfterAttempt,
+    /// A `410 Gone` reply: the endpoint is disabled.
+    pub disable_endpoint: bool,
+    /// The task's `last_error` (and the attempt's `error`); `None` on success.
+    pub error: Option<String>,
+}
+
+/// Decides, from an attempt's result, whether the task succeeded, is retried (when, by the
+/// endpoint's policy, honouring `Retry-After` on 429/503) or failed for good.
+pub fn judge(task: &Claimed, policy: &RetryPolicy, sent: &Sent, now: DateTime<Utc>) -> Verdict {
+    if sent.is_success() {
+        return Verdict {
+            after: AfterAttempt::Success,
+            disable_endpoint: false,
+            error: None,
+        };
+    }
+    let gone = sent.status == Some(410);
+    let error = match sent.status {
+        Some(410) => "HTTP 410 Gone: the endpoint was disabled".to_string(),
+        Some(code) if (300..400).contains(&code) => {
+            format!("HTTP {code}: redirects are not followed")
+        }
+        Some(code) => match StatusCode::from_u16(code)
+            .ok()
+            .and_then(|s| s.canonical_reason())
+        {
+            Some(reason) => format!("HTTP {code} {reason}"),
+            None => format!("HTTP {code}"),
+        },
+        None => sent.error.clone().unwrap_or_else(|| "no reply".to_string()),
+    };
+    let after = if gone || task.attempt >= task.max_attempts {
+        AfterAttempt::Failed
+    } else {
+        let retry_after = match sent.status {
+            Some(429 | 503) => sent
+                .retry_after
+                .as_deref()
+                .and_then(|v| parse_retry_after(v, now)),
+            _ => None,
+        };
+        let failed = u32::try_from(task.attempt).unwrap_or(u32::MAX);
+        let delay_secs = policy.next_delay_secs(failed, retry_after);
+        let delay_ms = i64::try_from(delay_secs.saturating_mul(1000)).unwrap_or(i64::MAX);
+        AfterAttempt::RetryAt(now.timestamp_millis().saturating_add(delay_ms))
+    };
+    Verdict {
+        after,
+        disable_endpoint: gone,
+        error: Some(error),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::retry::Backoff;
+    use chrono::TimeZone;
+
+    fn task(attempt: i64, max_attempts: i64) -> Claimed {
+        Claimed {
+            id: 42,
+            endpoint_id: 7,
+            schedule_id: None,
+            event_id: Some(3),
+            event_name: Some("order.created".into()),
+            payload: r#"{"a":1}"#.into(),
+            attempt,
+            max_attempts,
+        }
+    }
+
+    fn header<'a>(headers: &'a [(&str, String)], name: &str) -> Option<&'a str> {
+        headers
+            .iter()
+            .find(|(k, _)| k.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
+    }
+
+    #[test]
+    fn headers_carry_ids_timestamps_and_both_signatures() {
+        let body = br#"{"a":1}"#;
+        let headers = delivery_headers(&task(2, 5), Some("s3cret"), 1_700_000_000, body);
+        assert_eq!(header(&headers, "X-Service-Task-Id"), Some("42"));
+        assert_eq!(header(&headers, "X-Service-Attempt"), Some("2"));
+        assert_eq!(header(&headers, "X-Service-Timestamp"), Some("1700000000"));
+        assert_eq!(header(&headers, "webhook-timestamp"), Some("1700000000"));
+        assert_eq!(header(&headers, "webhook-id"), Some("task_42"));
+        assert_eq!(header(&headers, "X-Service-Event"), Some("order.created"));
+        assert_eq!(header(&headers, "X-Service-Schedule-Id"), None);
+        assert_eq!(
+            header(&headers, "X-Service-Signature").unwrap(),
+            signing::hmac_hex(b"s3cret", "1700000000", body)
+        );
+        assert_eq!(
+            header(&headers, "webhook-signature").unwrap(),
+            signing::standard_webhooks_signature("s3cret", "task_42", 1_700_000_000, body)
+        );
+    }
+
+    #[test]
+    fn headers_without_secret_have_no_signatures_and_name_the_schedule() {
+        let mut t = task(1, 5);
+        t.event_id = None;
+        t.event_name = None;
+        t.schedule_id = Some(9);
+        let headers = delivery_headers(&t, None, 1, b"");
+        assert_eq!(header(&headers, "X-Service-Schedule-Id"), Some("9"));
+        assert_eq!(header(&headers, "X-Service-Event"), None);
+        assert_eq!(header(&headers, "X-Service-Signature"), None);
+        assert_eq!(header(&headers, "webhook-signature"), None);
+    }
+
+    fn reply(status: u16) -> Sent {
+        Sent {
+            status: Some(status),
+            ..Sent::default()
+        }
+    }
+
+    #[test]
+    fn judges_success_retry_exhaustion_gone_and_retry_after() {
+        let policy = RetryPolicy {
+            max_attempts: 3,
+            backoff: Backoff::Exponential,
+            initial_delay_sec: 10,
+            max_delay_sec: 100,
+        };
+        let now = Utc.timestamp_opt(1_000, 0).unwrap();
+        let at = |secs: i64| AfterAttempt::RetryAt((1_000 + secs) * 1000);
+        assert_eq!(
+            judge(&task(1, 3), &policy, &reply(204), now).after,
+            AfterAttempt::Success
+        );
+        let v = judge(&task(2, 3), &policy, &reply(500), now);
+        assert_eq!(v.after, at(20));
+        assert_eq!(v.error.as_deref(), Some("HTTP 500 Internal Server Error"));
+        assert_eq!(
+            judge(&task(3, 3), &policy, &reply(500), now).after,
+            AfterAttempt::Failed
+        );
+        let gone = judge(&task(1, 3), &policy, &reply(410), now);
+        assert_eq!(
+            (gone.after, gone.disable_endpoint),
+            (AfterAttempt::Failed, true)
+        );
+        let mut busy = reply(429);
+        busy.retry_after = Some("50".into());
+        assert_eq!(judge(&task(1, 3), &policy, &busy, now).after, at(50));
+        busy.retry_after = Some("5000".into());
+        assert_eq!(judge(&task(1, 3), &policy, &busy, now).after, at(100));
+        let mut ignored = reply(500);
+        ignored.retry_after = Some("50".into());
+        assert_eq!(judge(&task(1, 3), &policy, &ignored, now).after, at(10));
+        let redirect = judge(&task(1, 3), &policy, &reply(302), now);
+        assert!(
+            redirect
+                .error
+                .unwrap()
+                .contains("redirects are not followed")
+        );
+        let network = Sent {
+            error: Some("connection failed: refused".into()),
+            ..Sent::default()
+        };
+        let v = judge(&task(1, 3), &policy, &network, now);
+        assert_eq!(
+            (v.after, v.error.as_deref()),
+            (at(10), Some("connection failed: refused"))
+        );
+    }
+}
