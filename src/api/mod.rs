@@ -5,6 +5,7 @@ pub mod endpoints;
 pub mod events;
 pub mod input;
 pub mod policies;
+pub mod schedules;
 pub mod tasks;
 
 use crate::app::App;
@@ -74,6 +75,15 @@ static ROUTES: &[Route] = &[
     route("GET", "retries/policies/{id}", policies::get),
     route("PATCH", "retries/policies/{id}", policies::update),
     route("DELETE", "retries/policies/{id}", policies::delete),
+    route("POST", "schedules", schedules::create),
+    route("GET", "schedules", schedules::list),
+    route("GET", "schedules/{id}", schedules::get),
+    route("PATCH", "schedules/{id}", schedules::update),
+    route("DELETE", "schedules/{id}", schedules::delete),
+    route("POST", "schedules/{id}/pause", schedules::pause),
+    route("POST", "schedules/{id}/resume", schedules::resume),
+    route("POST", "schedules/{id}/trigger", schedules::trigger),
+    route("POST", "cron/preview", schedules::preview),
     route("POST", "events", events::publish),
     route("GET", "events", events::list),
     route("GET", "events/{id}", events::get),

@@ -1,1 +1,267 @@
-//! placeholder
+//! The `schedules` table (cron-driven triggers) and `schedule_firings`, the record of every
+//! (schedule, scheduled instant) that has fired, which makes firing idempotent.
+
+use super::Page;
+use crate::clock::{ser_ms, ser_opt_ms};
+use rusqlite::{Connection, OptionalExtension, Row, params};
+use serde::Serialize;
+use serde_json::{Map, Value};
+use std::collections::BTreeMap;
+
+/// A schedule record, serialized exactly as the API returns it.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct Schedule {
+    pub id: i64,
+    pub app_id: String,
+    pub name: String,
+    pub cron_expr: String,
+    pub timezone: String,
+    pub payload: Map<String, Value>,
+    /// `active`, `paused` or `deleted`.
+    pub status: String,
+    /// The next fire instant; `None` while paused or deleted.
+    #[serde(serialize_with = "ser_opt_ms")]
+    pub next_run_at: Option<i64>,
+    /// The scheduled instant of the latest firing (manual triggers do not count).
+    #[serde(serialize_with = "ser_opt_ms")]
+    pub last_run_at: Option<i64>,
+    #[serde(serialize_with = "ser_ms")]
+    pub created_at: i64,
+    #[serde(serialize_with = "ser_ms")]
+    pub updated_at: i64,
+    /// Target endpoints; empty means every enabled endpoint of the app at fire time.
+    pub endpoint_ids: Vec<i64>,
+    /// Endpoint id → name for `endpoint_ids`; not stored, filled by [`fill_names`].
+    pub endpoint_names: BTreeMap<String, String>,
+}
+
+impl Schedule {
+    /// What firing this schedule needs.
+    pub fn firing(&self) -> Firing {
+        Firing {
+            id: self.id,
+            app_id: self.app_id.clone(),
+            cron_expr: self.cron_expr.clone(),
+            timezone: self.timezone.clone(),
+            payload: Value::Object(self.payload.clone()).to_string(),
+            endpoint_ids: self.endpoint_ids.clone(),
+            next_run_at: self.next_run_at,
+        }
+    }
+}
+
+/// The columns of a schedule the scheduler reads to fire it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Firing {
+    pub id: i64,
+    pub app_id: String,
+    pub cron_expr: String,
+    pub timezone: String,
+    /// Compact JSON text, copied into each task as is.
+    pub payload: String,
+    pub endpoint_ids: Vec<i64>,
+    pub next_run_at: Option<i64>,
+}
+
+const COLUMNS: &str = "id, app_id, name, cron_expr, timezone, payload, status, next_run_at, last_run_at, created_at, updated_at, endpoint_ids";
+const FIRING_COLUMNS: &str = "id, app_id, cron_expr, timezone, payload, endpoint_ids, next_run_at";
+
+fn ids_from_json(text: &str) -> Vec<i64> {
+    serde_json::from_str(text).unwrap_or_default()
+}
+
+fn ids_json(ids: &[i64]) -> String {
+    serde_json::to_string(ids).unwrap_or_else(|_| "[]".into())
+}
+
+fn from_row(r: &Row<'_>) -> rusqlite::Result<Schedule> {
+    let payload: String = r.get(5)?;
+    let endpoint_ids: String = r.get(11)?;
+    Ok(Schedule {
+        id: r.get(0)?,
+        app_id: r.get(1)?,
+        name: r.get(2)?,
+        cron_expr: r.get(3)?,
+        timezone: r.get(4)?,
+        payload: serde_json::from_str(&payload).unwrap_or_default(),
+        status: r.get(6)?,
+        next_run_at: r.get(7)?,
+        last_run_at: r.get(8)?,
+        created_at: r.get(9)?,
+        updated_at: r.get(10)?,
+        endpoint_ids: ids_from_json(&endpoint_ids),
+        endpoint_names: BTreeMap::new(),
+    })
+}
+
+fn firing_from_row(r: &Row<'_>) -> rusqlite::Result<Firing> {
+    let endpoint_ids: String = r.get(5)?;
+    Ok(Firing {
+        id: r.get(0)?,
+        app_id: r.get(1)?,
+        cron_expr: r.get(2)?,
+        timezone: r.get(3)?,
+        payload: r.get(4)?,
+        endpoint_ids: ids_from_json(&endpoint_ids),
+        next_run_at: r.get(6)?,
+    })
+}
+
+fn payload_json(s: &Schedule) -> String {
+    Value::Object(s.payload.clone()).to_string()
+}
+
+/// Inserts `s` (its `id` is ignored) and returns the stored record.
+pub fn insert(conn: &Connection, s: &Schedule) -> rusqlite::Result<Schedule> {
+    conn.prepare_cached(
+        "INSERT INTO schedules (app_id, name, cron_expr, timezone, payload, endpoint_ids, status, next_run_at, last_run_at, created_at, updated_at)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
+    )?
+    .execute(params![
+        s.app_id,
+        s.name,
+        s.cron_expr,
+        s.timezone,
+        payload_json(s),
+        ids_json(&s.endpoint_ids),
+        s.status,
+        s.next_run_at,
+        s.last_run_at,
+        s.created_at,
+        s.updated_at
+    ])?;
+    Ok(Schedule {
+        id: conn.last_insert_rowid(),
+        ..s.clone()
+    })
+}
+
+/// Writes every field an API call may change back (`last_run_at` belongs to the scheduler).
+pub fn update(conn: &Connection, s: &Schedule) -> rusqlite::Result<()> {
+    conn.prepare_cached(
+        "UPDATE schedules SET name = ?3, cron_expr = ?4, timezone = ?5, payload = ?6, endpoint_ids = ?7,
+         status = ?8, next_run_at = ?9, updated_at = ?10
+         WHERE app_id = ?1 AND id = ?2",
+    )?
+    .execute(params![
+        s.app_id,
+        s.id,
+        s.name,
+        s.cron_expr,
+        s.timezone,
+        payload_json(s),
+        ids_json(&s.endpoint_ids),
+        s.status,
+        s.next_run_at,
+        s.updated_at
+    ])?;
+    Ok(())
+}
+
+/// A schedule of an app, deleted ones included.
+pub fn get(conn: &Connection, app_id: &str, id: i64) -> rusqlite::Result<Option<Schedule>> {
+    conn.prepare_cached(&format!(
+        "SELECT {COLUMNS} FROM schedules WHERE app_id = ?1 AND id = ?2"
+    ))?
+    .query_row(params![app_id, id], from_row)
+    .optional()
+}
+
+/// One page of an app's schedules that are not deleted, newest first, and the total count.
+pub fn list(
+    conn: &Connection,
+    app_id: &str,
+    status: Option<&str>,
+    page: Page,
+) -> rusqlite::Result<(i64, Vec<Schedule>)> {
+    const WHERE: &str = "app_id = ?1 AND status != 'deleted' AND (?2 IS NULL OR status = ?2)";
+    let total = conn
+        .prepare_cached(&format!("SELECT count(*) FROM schedules WHERE {WHERE}"))?
+        .query_row(params![app_id, status], |r| r.get(0))?;
+    let items = conn
+        .prepare_cached(&format!(
+            "SELECT {COLUMNS} FROM schedules WHERE {WHERE} ORDER BY id DESC LIMIT ?3 OFFSET ?4"
+        ))?
+        .query_map(
+            params![app_id, status, page.limit(), page.offset()],
+            from_row,
+        )?
+        .collect::<rusqlite::Result<Vec<_>>>()?;
+    Ok((total, items))
+}
+
+/// Fills `endpoint_names` from the endpoints table (ids no longer found are left out).
+pub fn fill_names(conn: &Connection, s: &mut Schedule) -> rusqlite::Result<()> {
+    s.endpoint_names = super::endpoints::names(conn, &s.app_id, &s.endpoint_ids)?
+        .into_iter()
+        .map(|(id, name)| (id.to_string(), name))
+        .collect();
+    Ok(())
+}
+
+/// Active schedules due at `now_ms`, earliest first, at most `limit`.
+pub fn due(conn: &Connection, now_ms: i64, limit: usize) -> rusqlite::Result<Vec<Firing>> {
+    conn.prepare_cached(&format!(
+        "SELECT {FIRING_COLUMNS} FROM schedules
+         WHERE status = 'active' AND next_run_at <= ?1 ORDER BY next_run_at LIMIT ?2"
+    ))?
+    .query_map(
+        params![now_ms, i64::try_from(limit).unwrap_or(i64::MAX)],
+        firing_from_row,
+    )?
+    .collect()
+}
+
+/// An active schedule by id, whatever its app.
+pub fn get_active(conn: &Connection, id: i64) -> rusqlite::Result<Option<Firing>> {
+    conn.prepare_cached(&format!(
+        "SELECT {FIRING_COLUMNS} FROM schedules WHERE id = ?1 AND status = 'active'"
+    ))?
+    .query_row(params![id], firing_from_row)
+    .optional()
+}
+
+/// The earliest `next_run_at` of all active schedules: when the scheduler has work next.
+pub fn earliest_next_run(conn: &Connection) -> rusqlite::Result<Option<i64>> {
+    conn.prepare_cached("SELECT min(next_run_at) FROM schedules WHERE status = 'active'")?
+        .query_row([], |r| r.get(0))
+}
+
+/// Records that `schedule_id` fired for `scheduled_at`; false when it already had.
+pub fn record_firing(
+    conn: &Connection,
+    schedule_id: i64,
+    scheduled_at: i64,
+) -> rusqlite::Result<bool> {
+    let n = conn
+        .prepare_cached(
+            "INSERT OR IGNORE INTO schedule_firings (schedule_id, scheduled_at) VALUES (?1, ?2)",
+        )?
+        .execute(params![schedule_id, scheduled_at])?;
+    Ok(n == 1)
+}
+
+/// Moves an active schedule on after the scheduler looked at it: `next_run_at` always,
+/// `last_run_at` when it fired. `updated_at` is left alone (it tracks changes by the API).
+pub fn advance(
+    conn: &Connection,
+    id: i64,
+    fired_at: Option<i64>,
+    next_run_at: Option<i64>,
+) -> rusqlite::Result<()> {
+    conn.prepare_cached(
+        "UPDATE schedules SET last_run_at = coalesce(?2, last_run_at), next_run_at = ?3
+         WHERE id = ?1 AND status = 'active'",
+    )?
+    .execute(params![id, fired_at, next_run_at])?;
+    Ok(())
+}
+
+/// Forgets a schedule's firings scheduled before `cutoff_ms` (they can no longer recur).
+pub fn forget_firings(conn: &Connection, schedule_id: i64, cutoff_ms: i64) -> rusqlite::Result<()> {
+    conn.prepare_cached(
+        "DELETE FROM schedule_firings WHERE schedule_id = ?1 AND scheduled_at < ?2",
+    )?
+    .execute(params![schedule_id, cutoff_ms])?;
+    Ok(())
+}

@@ -2,7 +2,7 @@
 //! signatures, retries on the policy's schedule, timeouts, 410, Retry-After, endpoint state,
 //! target rules, metrics and retention.
 
-use crate::support::{Answer, Receiver, TestServer, err, ok, wait_for};
+use crate::support::{Answer, Receiver, TestServer, err, get_text, ok, wait_for};
 use base64::Engine as _;
 use chrono::{DateTime, SubsecRound, Utc};
 use serde_json::{Value, json};
@@ -419,16 +419,6 @@ fn a_task_due_later_waits_for_its_time() {
     assert!(rx.received().is_empty());
     server.advance(chrono::Duration::seconds(90));
     wait_status(&c, id, "success");
-}
-
-fn get_text(url: &str) -> (u16, String) {
-    let agent: ureq::Agent = ureq::Agent::config_builder()
-        .http_status_as_error(false)
-        .build()
-        .into();
-    let mut reply = agent.get(url).call().unwrap();
-    let status = reply.status().as_u16();
-    (status, reply.body_mut().read_to_string().unwrap())
 }
 
 #[test]

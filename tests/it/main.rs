@@ -8,5 +8,6 @@ mod cli;
 mod delivery;
 mod durability;
 mod events;
+mod schedules;
 mod support;
 mod tasks;

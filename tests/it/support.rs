@@ -48,13 +48,44 @@ impl TestServer {
 
     fn launch(adjust: impl FnOnce(&mut Config), manual: Option<Arc<ManualClock>>) -> TestServer {
         let dir = tempfile::tempdir().expect("temp dir");
+        Self::launch_in(dir, None, adjust, manual)
+    }
+
+    /// Stops this server and starts a new one on the same database file, with a manual clock
+    /// at `start` and the same key: a restart after downtime.
+    pub fn restart_manual(
+        mut self,
+        start: DateTime<Utc>,
+        adjust: impl FnOnce(&mut Config),
+    ) -> TestServer {
+        if let Some(running) = self.running.take() {
+            self.runtime
+                .block_on(running.shutdown())
+                .expect("clean shutdown");
+        }
+        let dir = std::mem::replace(&mut self.dir, tempfile::tempdir().expect("temp dir"));
+        let key = (self.key_id.clone(), self.secret.clone());
+        Self::launch_in(
+            dir,
+            Some(key),
+            adjust,
+            Some(Arc::new(ManualClock::new(start))),
+        )
+    }
+
+    fn launch_in(
+        dir: tempfile::TempDir,
+        key: Option<(String, String)>,
+        adjust: impl FnOnce(&mut Config),
+        manual: Option<Arc<ManualClock>>,
+    ) -> TestServer {
         let db = dir.path().join("webhookd.sqlite");
         let mut config = Config::new(&db);
         config.listen = "127.0.0.1:0".parse().unwrap();
         config.workers = 4;
         config.shutdown_grace_secs = 2;
         adjust(&mut config);
-        let (key_id, secret) = create_key(&db, "app1");
+        let (key_id, secret) = key.unwrap_or_else(|| create_key(&db, "app1"));
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
             .enable_all()
@@ -425,4 +456,15 @@ pub fn signed_headers(
             webhookd::signing::hmac_hex(secret.as_bytes(), timestamp, &payload),
         ),
     ]
+}
+
+/// A plain unsigned GET (for `/metrics` and `/healthz`): status and body text.
+pub fn get_text(url: &str) -> (u16, String) {
+    let agent: ureq::Agent = ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .build()
+        .into();
+    let mut reply = agent.get(url).call().unwrap();
+    let status = reply.status().as_u16();
+    (status, reply.body_mut().read_to_string().unwrap())
 }

@@ -1,0 +1,243 @@
+//! `/v1/schedules` and `/v1/cron/preview`: cron-driven triggers — create, list, read, update,
+//! pause, resume, delete (soft), trigger now — and a preview of an expression's next runs.
+//!
+//! A deleted schedule stays readable but is frozen: PATCH, pause, resume and trigger answer 409,
+//! and DELETE again answers as the first one did.
+
+use super::input::{Body, check_name, check_range, page_object};
+use super::{Ctx, Request, missing, to_data};
+use crate::clock::{from_ms, parse_instant, rfc3339};
+use crate::cron::CronSchedule;
+use crate::error::{ApiError, ApiResult};
+use crate::store::{self, schedules::Schedule};
+use serde_json::{Value, json};
+
+/// Most target endpoints one schedule may name.
+const MAX_TARGETS: usize = 1000;
+
+/// Parses and validates an expression in a zone; the cron module's message names the field.
+fn parse_cron(cron_expr: &str, timezone: &str) -> ApiResult<CronSchedule> {
+    CronSchedule::parse(cron_expr, timezone).map_err(ApiError::validation)
+}
+
+/// The first fire instant after `now_ms`, in store milliseconds.
+fn next_run(cron: &CronSchedule, now_ms: i64) -> Option<i64> {
+    cron.next_after(from_ms(now_ms))
+        .map(|t| t.timestamp_millis())
+}
+
+/// Checks target endpoint ids: each an endpoint of the caller's app. Duplicates are dropped,
+/// keeping the first occurrence, so no endpoint gets two tasks from one firing.
+fn check_targets(ctx: &Ctx<'_>, ids: Vec<i64>) -> ApiResult<Vec<i64>> {
+    if ids.len() > MAX_TARGETS {
+        return Err(ApiError::validation(format!(
+            "endpoint_ids: at most {MAX_TARGETS} endpoints"
+        )));
+    }
+    let mut unique = Vec::with_capacity(ids.len());
+    for id in ids {
+        if !unique.contains(&id) {
+            unique.push(id);
+        }
+    }
+    let found = store::endpoints::names(ctx.conn, ctx.app_id, &unique)?;
+    if let Some(id) = unique
+        .iter()
+        .find(|id| !found.iter().any(|(f, _)| f == *id))
+    {
+        return Err(ApiError::validation(format!(
+            "endpoint_ids: no endpoint {id} in this app"
+        )));
+    }
+    Ok(unique)
+}
+
+fn load(ctx: &Ctx<'_>, id: i64) -> ApiResult<Schedule> {
+    store::schedules::get(ctx.conn, ctx.app_id, id)?.ok_or_else(|| missing("schedule", id))
+}
+
+/// Loads a schedule an operation is about to change: 409 when it is deleted.
+fn load_live(ctx: &Ctx<'_>, id: i64, operation: &str) -> ApiResult<Schedule> {
+    let schedule = load(ctx, id)?;
+    if schedule.status == "deleted" {
+        return Err(ApiError::conflict(format!(
+            "schedule {id} is deleted; it cannot be {operation}"
+        )));
+    }
+    Ok(schedule)
+}
+
+/// The record as replied: with `endpoint_names`.
+fn record(ctx: &Ctx<'_>, mut schedule: Schedule) -> ApiResult<Value> {
+    store::schedules::fill_names(ctx.conn, &mut schedule)?;
+    to_data(&schedule)
+}
+
+/// Saves a changed schedule, stamps `updated_at`, and wakes the scheduler to re-plan.
+fn save(ctx: &mut Ctx<'_>, schedule: &mut Schedule) -> ApiResult<()> {
+    schedule.updated_at = ctx.now_ms;
+    store::schedules::update(ctx.conn, schedule)?;
+    ctx.app.scheduler_wake.notify();
+    Ok(())
+}
+
+pub fn create(ctx: &mut Ctx<'_>, req: &Request) -> ApiResult<Value> {
+    let body = req.json()?;
+    let name = body.required_str("name")?;
+    check_name("name", &name)?;
+    let cron_expr = body.required_str("cron_expr")?;
+    let timezone = body.str("timezone")?.unwrap_or_else(|| "UTC".into());
+    let cron = parse_cron(&cron_expr, &timezone)?;
+    let payload = body.object("payload")?.unwrap_or_default();
+    let endpoint_ids = check_targets(
+        ctx,
+        body.patch_int_list("endpoint_ids")?
+            .into_option()
+            .unwrap_or_default(),
+    )?;
+    let schedule = store::schedules::insert(
+        ctx.conn,
+        &Schedule {
+            id: 0,
+            app_id: ctx.app_id.to_string(),
+            name,
+            cron_expr,
+            timezone,
+            payload,
+            status: "active".into(),
+            next_run_at: next_run(&cron, ctx.now_ms),
+            last_run_at: None,
+            created_at: ctx.now_ms,
+            updated_at: ctx.now_ms,
+            endpoint_ids,
+            endpoint_names: Default::default(),
+        },
+    )?;
+    ctx.app.scheduler_wake.notify();
+    record(ctx, schedule)
+}
+
+pub fn list(ctx: &mut Ctx<'_>, req: &Request) -> ApiResult<Value> {
+    let page = req.query.page()?;
+    let status = req.query.one_of("status", &["active", "paused"])?;
+    let (total, mut items) = store::schedules::list(ctx.conn, ctx.app_id, status.as_deref(), page)?;
+    for schedule in &mut items {
+        store::schedules::fill_names(ctx.conn, schedule)?;
+    }
+    page_object(page, total, items)
+}
+
+pub fn get(ctx: &mut Ctx<'_>, req: &Request) -> ApiResult<Value> {
+    let schedule = load(ctx, req.id())?;
+    record(ctx, schedule)
+}
+
+/// Applies a PATCH body to a loaded schedule, validating each field it sends.
+fn apply_patch(ctx: &Ctx<'_>, s: &mut Schedule, body: &Body) -> ApiResult<()> {
+    if let Some(name) = body.str("name")? {
+        check_name("name", &name)?;
+        s.name = name;
+    }
+    let cron_expr = body.str("cron_expr")?;
+    let timezone = body.str("timezone")?;
+    if cron_expr.is_some() || timezone.is_some() {
+        let cron_expr = cron_expr.unwrap_or_else(|| s.cron_expr.clone());
+        let timezone = timezone.unwrap_or_else(|| s.timezone.clone());
+        let cron = parse_cron(&cron_expr, &timezone)?;
+        if (&cron_expr, &timezone) != (&s.cron_expr, &s.timezone) && s.status == "active" {
+            s.next_run_at = next_run(&cron, ctx.now_ms);
+        }
+        (s.cron_expr, s.timezone) = (cron_expr, timezone);
+    }
+    if let Some(payload) = body.object("payload")? {
+        s.payload = payload;
+    }
+    if let Some(ids) = body.patch_int_list("endpoint_ids")?.into_option() {
+        s.endpoint_ids = check_targets(ctx, ids)?;
+    }
+    Ok(())
+}
+
+pub fn update(ctx: &mut Ctx<'_>, req: &Request) -> ApiResult<Value> {
+    let body = req.json()?;
+    let mut schedule = load_live(ctx, req.id(), "changed")?;
+    let before = schedule.clone();
+    apply_patch(ctx, &mut schedule, &body)?;
+    if schedule != before {
+        save(ctx, &mut schedule)?;
+    }
+    record(ctx, schedule)
+}
+
+/// Pause is idempotent: pausing a paused schedule changes nothing.
+pub fn pause(ctx: &mut Ctx<'_>, req: &Request) -> ApiResult<Value> {
+    let mut schedule = load_live(ctx, req.id(), "paused")?;
+    if schedule.status != "paused" {
+        schedule.status = "paused".into();
+        schedule.next_run_at = None;
+        save(ctx, &mut schedule)?;
+    }
+    record(ctx, schedule)
+}
+
+/// Resume plans the next run from now: runs that fell while paused are not caught up.
+/// Resuming an active schedule changes nothing.
+pub fn resume(ctx: &mut Ctx<'_>, req: &Request) -> ApiResult<Value> {
+    let mut schedule = load_live(ctx, req.id(), "resumed")?;
+    if schedule.status != "active" {
+        let cron = parse_cron(&schedule.cron_expr, &schedule.timezone)?;
+        schedule.status = "active".into();
+        schedule.next_run_at = next_run(&cron, ctx.now_ms);
+        save(ctx, &mut schedule)?;
+    }
+    record(ctx, schedule)
+}
+
+/// Soft delete: the record stays readable with status `deleted` and never fires again.
+pub fn delete(ctx: &mut Ctx<'_>, req: &Request) -> ApiResult<Value> {
+    let id = req.id();
+    let mut schedule = load(ctx, id)?;
+    if schedule.status != "deleted" {
+        schedule.status = "deleted".into();
+        schedule.next_run_at = None;
+        save(ctx, &mut schedule)?;
+    }
+    Ok(json!({ "id": id, "deleted": true }))
+}
+
+/// Fires now, whatever the schedule's next run (a paused schedule too): one `manual` task per
+/// target endpoint, `schedule_id` set.
+pub fn trigger(ctx: &mut Ctx<'_>, req: &Request) -> ApiResult<Value> {
+    let schedule = load_live(ctx, req.id(), "triggered")?;
+    let firing = schedule.firing();
+    let now_ms = ctx.now_ms;
+    let task_ids = store::write_tx(ctx.conn, |tx| {
+        crate::scheduler::trigger(tx, &firing, now_ms)
+    })?;
+    if !task_ids.is_empty() {
+        ctx.app.delivery_wake.notify();
+    }
+    Ok(json!({ "task_ids": task_ids }))
+}
+
+/// `POST /cron/preview`: the next `count` instants an expression fires at after `from`.
+pub fn preview(ctx: &mut Ctx<'_>, req: &Request) -> ApiResult<Value> {
+    let body = req.json()?;
+    let cron_expr = body.required_str("cron_expr")?;
+    let timezone = body.str("timezone")?.unwrap_or_else(|| "UTC".into());
+    let count = body.int("count")?.unwrap_or(5);
+    check_range("count", count, 1..=100)?;
+    let from = match body.get("from") {
+        None | Some(Value::Null) => from_ms(ctx.now_ms),
+        Some(value) => parse_instant(value).ok_or_else(|| {
+            ApiError::validation("from: must be an RFC 3339 instant or epoch seconds")
+        })?,
+    };
+    let cron = parse_cron(&cron_expr, &timezone)?;
+    let next_runs: Vec<String> = cron
+        .upcoming(from, usize::try_from(count).unwrap_or(5))
+        .iter()
+        .map(|t| rfc3339(t.timestamp_millis()))
+        .collect();
+    Ok(json!({ "next_runs": next_runs }))
+}
