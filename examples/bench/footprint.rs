@@ -12,7 +12,7 @@ use std::time::Duration;
 const MIB: f64 = 1024.0 * 1024.0;
 
 /// `target/<profile>/webhookd` beside this harness (`target/<profile>/examples/bench`), first
-/// (re)built with `cargo build [--release] --bin webhookd` so the figures are of the current
+/// (re)built with `cargo build [--release] --bin webhookd …` so the figures are of the current
 /// source. Under `cargo test` (which holds the build lock, and has just built the binary for
 /// the integration tests) it is used as it is, or skipped when absent.
 fn binary() -> anyhow::Result<Option<PathBuf>> {
@@ -29,8 +29,17 @@ fn binary() -> anyhow::Result<Option<PathBuf>> {
         .parent()
         .context("cannot find the target folder")?;
     let mut cargo = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
+    // `--example bench` too: the same feature set as the harness's own build, so the two
+    // builds do not keep rebuilding each other's dependencies in a shared target folder.
     cargo
-        .args(["build", "--bin", "webhookd", "--manifest-path"])
+        .args([
+            "build",
+            "--bin",
+            "webhookd",
+            "--example",
+            "bench",
+            "--manifest-path",
+        ])
         .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/Cargo.toml"))
         .env("CARGO_TARGET_DIR", target_dir);
     if profile_dir.file_name().is_some_and(|n| n == "release") {
