@@ -223,6 +223,9 @@ pub fn delete_cascade(
                 (SELECT 1 FROM json_each(schedules.endpoint_ids) WHERE value != ?1) THEN 'paused' ELSE status END,
             next_run_at = CASE WHEN status = 'active' AND NOT EXISTS
                 (SELECT 1 FROM json_each(schedules.endpoint_ids) WHERE value != ?1) THEN NULL ELSE next_run_at END,
+            paused_reason = CASE WHEN status = 'active' AND NOT EXISTS
+                (SELECT 1 FROM json_each(schedules.endpoint_ids) WHERE value != ?1)
+                THEN 'every target endpoint was deleted' ELSE paused_reason END,
             endpoint_ids = (SELECT json_group_array(value) FROM json_each(schedules.endpoint_ids) WHERE value != ?1),
             updated_at = ?3
          WHERE app_id = ?2 AND EXISTS (SELECT 1 FROM json_each(schedules.endpoint_ids) WHERE value = ?1)",
