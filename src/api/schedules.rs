@@ -135,12 +135,12 @@ pub fn get(ctx: &mut Ctx<'_>, req: &Request) -> ApiResult<Value> {
 
 /// Applies a PATCH body to a loaded schedule, validating each field it sends.
 fn apply_patch(ctx: &Ctx<'_>, s: &mut Schedule, body: &Body) -> ApiResult<()> {
-    if let Some(name) = body.str("name")? {
+    if let Some(name) = body.update_str("name")? {
         check_name("name", &name)?;
         s.name = name;
     }
-    let cron_expr = body.str("cron_expr")?;
-    let timezone = body.str("timezone")?;
+    let cron_expr = body.update_str("cron_expr")?;
+    let timezone = body.update_str("timezone")?;
     if cron_expr.is_some() || timezone.is_some() {
         let cron_expr = cron_expr.unwrap_or_else(|| s.cron_expr.clone());
         let timezone = timezone.unwrap_or_else(|| s.timezone.clone());
@@ -150,10 +150,10 @@ fn apply_patch(ctx: &Ctx<'_>, s: &mut Schedule, body: &Body) -> ApiResult<()> {
         }
         (s.cron_expr, s.timezone) = (cron_expr, timezone);
     }
-    if let Some(payload) = body.object("payload")? {
+    if let Some(payload) = body.update_object_or_text("payload")? {
         s.payload = payload;
     }
-    if let Some(ids) = body.patch_int_list("endpoint_ids")?.into_option() {
+    if let Some(ids) = body.update_int_list("endpoint_ids")? {
         s.endpoint_ids = check_targets(ctx, ids)?;
         s.paused_reason = None;
     }
