@@ -101,6 +101,72 @@ where
     Ok(out)
 }
 
+/// The `WHERE` clause of a list request, built only from the filters it actually gives:
+/// `status = ?` lets SQLite search an index, where `(? IS NULL OR status = ?)` makes it scan
+/// every row of the app. Each combination of filters is its own cached statement.
+#[derive(Debug, Clone)]
+pub struct Filters {
+    clauses: Vec<String>,
+    values: Vec<rusqlite::types::Value>,
+}
+
+impl Filters {
+    /// Rows of one app.
+    pub fn app(app_id: &str) -> Self {
+        Filters {
+            clauses: vec!["app_id = ?1".into()],
+            values: vec![app_id.to_string().into()],
+        }
+    }
+
+    /// Adds `column = value` when a value is given.
+    pub fn eq<V: Into<rusqlite::types::Value>>(mut self, column: &str, value: Option<V>) -> Self {
+        if let Some(value) = value {
+            self.values.push(value.into());
+            self.clauses
+                .push(format!("{column} = ?{}", self.values.len()));
+        }
+        self
+    }
+
+    /// Adds a fixed condition with no parameter, e.g. `status != 'deleted'`.
+    pub fn always(mut self, condition: &str) -> Self {
+        self.clauses.push(condition.to_string());
+        self
+    }
+}
+
+/// One page of `table` (newest first) matching `filters`, and the total count of matches.
+pub fn list_page<T>(
+    conn: &Connection,
+    table: &str,
+    columns: &str,
+    filters: &Filters,
+    page: Page,
+    from_row: impl FnMut(&rusqlite::Row<'_>) -> rusqlite::Result<T>,
+) -> rusqlite::Result<(i64, Vec<T>)> {
+    let condition = filters.clauses.join(" AND ");
+    let total = conn
+        .prepare_cached(&format!("SELECT count(*) FROM {table} WHERE {condition}"))?
+        .query_row(rusqlite::params_from_iter(&filters.values), |r| r.get(0))?;
+    let n = filters.values.len();
+    // `LIMIT ? + 0`: with a bare `LIMIT ?` SQLite plans with the bound value, so every new
+    // value would recompile the statement.
+    let sql = format!(
+        "SELECT {columns} FROM {table} WHERE {condition} ORDER BY id DESC LIMIT ?{} + 0 OFFSET ?{} + 0",
+        n + 1,
+        n + 2
+    );
+    let mut values = filters.values.clone();
+    values.push(page.limit().into());
+    values.push(page.offset().into());
+    let items = conn
+        .prepare_cached(&sql)?
+        .query_map(rusqlite::params_from_iter(&values), from_row)?
+        .collect::<rusqlite::Result<Vec<_>>>()?;
+    Ok((total, items))
+}
+
 /// `LIMIT`/`OFFSET` for a 1-based page.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Page {

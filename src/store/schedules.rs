@@ -1,7 +1,7 @@
 //! The `schedules` table (cron-driven triggers) and `schedule_firings`, the record of every
 //! (schedule, scheduled instant) that has fired, which makes firing idempotent.
 
-use super::Page;
+use super::{Filters, Page};
 use crate::clock::{ser_ms, ser_opt_ms};
 use rusqlite::{Connection, OptionalExtension, Row, params};
 use serde::Serialize;
@@ -181,20 +181,10 @@ pub fn list(
     status: Option<&str>,
     page: Page,
 ) -> rusqlite::Result<(i64, Vec<Schedule>)> {
-    const WHERE: &str = "app_id = ?1 AND status != 'deleted' AND (?2 IS NULL OR status = ?2)";
-    let total = conn
-        .prepare_cached(&format!("SELECT count(*) FROM schedules WHERE {WHERE}"))?
-        .query_row(params![app_id, status], |r| r.get(0))?;
-    let items = conn
-        .prepare_cached(&format!(
-            "SELECT {COLUMNS} FROM schedules WHERE {WHERE} ORDER BY id DESC LIMIT ?3 OFFSET ?4"
-        ))?
-        .query_map(
-            params![app_id, status, page.limit(), page.offset()],
-            from_row,
-        )?
-        .collect::<rusqlite::Result<Vec<_>>>()?;
-    Ok((total, items))
+    let filters = Filters::app(app_id)
+        .always("status != 'deleted'")
+        .eq("status", status.map(str::to_string));
+    super::list_page(conn, "schedules", COLUMNS, &filters, page, from_row)
 }
 
 /// Fills `endpoint_names` from the endpoints table (ids no longer found are left out).
