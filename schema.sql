@@ -54,6 +54,8 @@ CREATE TABLE schedules (
     status        TEXT NOT NULL,
     next_run_at   INTEGER,
     last_run_at   INTEGER,
+    -- Set when webhookd itself paused the schedule (its last target endpoint was deleted).
+    paused_reason TEXT,
     created_at    INTEGER NOT NULL,
     updated_at    INTEGER NOT NULL
 );

@@ -14,6 +14,8 @@ pub struct App {
     pub pool: Pool,
     pub clock: Arc<dyn Clock>,
     pub replay: ReplayCache,
+    /// Per-key request limit (`--rate-limit`).
+    pub rate_limit: crate::ratelimit::RateLimiter,
     /// Woken when a schedule is created or changed, so the scheduler re-plans its sleep.
     pub scheduler_wake: Signal,
     /// Woken when a task becomes due sooner than the delivery pool planned to look.
@@ -24,11 +26,13 @@ pub struct App {
 
 impl App {
     pub fn new(config: Config, pool: Pool, clock: Arc<dyn Clock>) -> Self {
+        let rate_limit = crate::ratelimit::RateLimiter::new(config.rate_limit_per_sec);
         App {
             config,
             pool,
             clock,
             replay: ReplayCache::default(),
+            rate_limit,
             scheduler_wake: Signal::default(),
             delivery_wake: Signal::default(),
             metrics: Metrics::default(),

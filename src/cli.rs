@@ -60,6 +60,9 @@ pub struct ServeArgs {
     /// Delete finished tasks, attempts and events older than this many days.
     #[arg(long, env = "WEBHOOKD_RETENTION_DAYS", default_value_t = 30)]
     pub retention_days: u64,
+    /// Requests per second allowed per API key (429 beyond); 0 = no limit.
+    #[arg(long, env = "WEBHOOKD_RATE_LIMIT", default_value_t = 0)]
+    pub rate_limit: u32,
     /// Do not serve GET /metrics.
     #[arg(long, env = "WEBHOOKD_NO_METRICS")]
     pub no_metrics: bool,

@@ -25,6 +25,8 @@ pub struct Config {
     pub deny_private_targets: bool,
     /// Finished tasks, attempts and events older than this many days are deleted.
     pub retention_days: u64,
+    /// Requests per second allowed per API key (a burst of as many); 0 means no limit.
+    pub rate_limit_per_sec: u32,
     /// Serve `GET /metrics`.
     pub metrics: bool,
     /// Longest the scheduler and delivery pool sleep without looking at the database; they are
@@ -46,6 +48,7 @@ impl Config {
             allow_targets: Vec::new(),
             deny_private_targets: false,
             retention_days: 30,
+            rate_limit_per_sec: 0,
             metrics: true,
             max_idle: Duration::from_secs(60),
         }

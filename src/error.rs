@@ -91,6 +91,15 @@ impl ApiError {
         )
     }
 
+    /// 42901: the key sent more requests than `--rate-limit` allows.
+    pub fn rate_limited(retry_after_ms: u64) -> Self {
+        Self::new(
+            StatusCode::TOO_MANY_REQUESTS,
+            42901,
+            format!("rate limit exceeded for this API key; retry in {retry_after_ms} ms"),
+        )
+    }
+
     /// 50001: logs the detail, answers nothing secret.
     pub fn internal(detail: impl fmt::Display) -> Self {
         tracing::error!(error = %detail, "internal error");

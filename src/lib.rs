@@ -26,6 +26,7 @@ pub mod delivery;
 pub mod error;
 pub mod filter;
 pub mod metrics;
+pub mod ratelimit;
 pub mod retry;
 pub mod scheduler;
 pub mod server;

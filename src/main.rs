@@ -62,6 +62,7 @@ fn config_from(args: ServeArgs) -> anyhow::Result<Config> {
     config.deny_private_targets = args.deny_private_targets;
     config.retention_days = args.retention_days;
     config.metrics = !args.no_metrics;
+    config.rate_limit_per_sec = args.rate_limit;
     config.allow_targets = args
         .allow_targets
         .iter()

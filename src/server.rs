@@ -271,6 +271,14 @@ fn handle_blocking(
             body: &body,
         },
     )?;
+    let key_id = parts
+        .headers
+        .get("X-Key-ID")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default();
+    app.rate_limit
+        .check(key_id, now_ms)
+        .map_err(ApiError::rate_limited)?;
     let (handler, ids) = api::resolve(parts.method.as_str(), parts.uri.path())?;
     let request = Request {
         method: parts.method.to_string(),

@@ -154,22 +154,22 @@ pub fn get(ctx: &mut Ctx<'_>, req: &Request) -> ApiResult<Value> {
 
 /// Applies a PATCH body to a loaded endpoint, validating each field it sends.
 fn apply_patch(ctx: &Ctx<'_>, ep: &mut Endpoint, body: &Body) -> ApiResult<()> {
-    if let Some(name) = body.str("name")? {
+    if let Some(name) = body.update_str("name")? {
         check_name("name", &name)?;
         ep.name = name;
     }
-    if let Some(url) = body.str("url")? {
+    if let Some(url) = body.update_str("url")? {
         check_url(&url)?;
         ep.url = url;
     }
-    if let Some(method) = body.str("method")? {
+    if let Some(method) = body.update_str("method")? {
         ep.method = check_method(&method)?;
     }
-    if let Some(headers) = body.object("headers")? {
+    if let Some(headers) = body.update_object_or_text("headers")? {
         check_headers(&headers)?;
         ep.headers = headers;
     }
-    if let Some(timeout_ms) = body.int("timeout_ms")? {
+    if let Some(timeout_ms) = body.update_int("timeout_ms")? {
         check_range("timeout_ms", timeout_ms, 1..=300_000)?;
         ep.timeout_ms = timeout_ms;
     }
@@ -187,7 +187,7 @@ fn apply_patch(ctx: &Ctx<'_>, ep: &mut Endpoint, body: &Body) -> ApiResult<()> {
     if let Patch::Value(secret) = &secret {
         check_secret(secret)?;
     }
-    let clear_secret = body.patch_bool("clear_secret")?.into_option() == Some(true);
+    let clear_secret = body.update_bool("clear_secret")? == Some(true);
     if clear_secret {
         ep.secret = None;
     } else {

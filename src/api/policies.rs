@@ -40,10 +40,14 @@ pub fn create(ctx: &mut Ctx<'_>, req: &Request) -> ApiResult<Value> {
     let max_attempts = body.required_int("max_attempts")?;
     let backoff_type = parse_backoff(&body.required_str("backoff_type")?)?;
     let initial_delay_sec = body.int("initial_delay_sec")?.unwrap_or(60);
-    // The default cap never undercuts a larger initial delay.
-    let max_delay_sec = body
-        .int("max_delay_sec")?
-        .unwrap_or_else(|| initial_delay_sec.max(3600));
+    check_range("initial_delay_sec", initial_delay_sec, 0..=86_400)?;
+    let max_delay_given = body.int("max_delay_sec")?;
+    if max_delay_given.is_none() && initial_delay_sec > 3600 {
+        return Err(ApiError::validation(format!(
+            "max_delay_sec: the default 3600 is below initial_delay_sec {initial_delay_sec}; send a max_delay_sec of at least {initial_delay_sec}"
+        )));
+    }
+    let max_delay_sec = max_delay_given.unwrap_or(3600);
     let policy = Policy {
         id: 0,
         app_id: ctx.app_id.to_string(),
@@ -71,19 +75,19 @@ pub fn get(ctx: &mut Ctx<'_>, req: &Request) -> ApiResult<Value> {
 }
 
 fn apply_patch(policy: &mut Policy, body: &Body) -> ApiResult<()> {
-    if let Some(name) = body.str("name")? {
+    if let Some(name) = body.update_str("name")? {
         policy.name = name;
     }
-    if let Some(max_attempts) = body.int("max_attempts")? {
+    if let Some(max_attempts) = body.update_int("max_attempts")? {
         policy.max_attempts = max_attempts;
     }
-    if let Some(backoff) = body.str("backoff_type")? {
+    if let Some(backoff) = body.update_str("backoff_type")? {
         policy.backoff_type = parse_backoff(&backoff)?;
     }
-    if let Some(initial) = body.int("initial_delay_sec")? {
+    if let Some(initial) = body.update_int("initial_delay_sec")? {
         policy.initial_delay_sec = initial;
     }
-    if let Some(max) = body.int("max_delay_sec")? {
+    if let Some(max) = body.update_int("max_delay_sec")? {
         policy.max_delay_sec = max;
     }
     check(policy)

@@ -110,6 +110,7 @@ pub fn create(ctx: &mut Ctx<'_>, req: &Request) -> ApiResult<Value> {
             created_at: ctx.now_ms,
             updated_at: ctx.now_ms,
             endpoint_ids,
+            paused_reason: None,
             endpoint_names: Default::default(),
         },
     )?;
@@ -134,12 +135,12 @@ pub fn get(ctx: &mut Ctx<'_>, req: &Request) -> ApiResult<Value> {
 
 /// Applies a PATCH body to a loaded schedule, validating each field it sends.
 fn apply_patch(ctx: &Ctx<'_>, s: &mut Schedule, body: &Body) -> ApiResult<()> {
-    if let Some(name) = body.str("name")? {
+    if let Some(name) = body.update_str("name")? {
         check_name("name", &name)?;
         s.name = name;
     }
-    let cron_expr = body.str("cron_expr")?;
-    let timezone = body.str("timezone")?;
+    let cron_expr = body.update_str("cron_expr")?;
+    let timezone = body.update_str("timezone")?;
     if cron_expr.is_some() || timezone.is_some() {
         let cron_expr = cron_expr.unwrap_or_else(|| s.cron_expr.clone());
         let timezone = timezone.unwrap_or_else(|| s.timezone.clone());
@@ -149,11 +150,12 @@ fn apply_patch(ctx: &Ctx<'_>, s: &mut Schedule, body: &Body) -> ApiResult<()> {
         }
         (s.cron_expr, s.timezone) = (cron_expr, timezone);
     }
-    if let Some(payload) = body.object("payload")? {
+    if let Some(payload) = body.update_object_or_text("payload")? {
         s.payload = payload;
     }
-    if let Some(ids) = body.patch_int_list("endpoint_ids")?.into_option() {
+    if let Some(ids) = body.update_int_list("endpoint_ids")? {
         s.endpoint_ids = check_targets(ctx, ids)?;
+        s.paused_reason = None;
     }
     Ok(())
 }
@@ -174,6 +176,7 @@ pub fn pause(ctx: &mut Ctx<'_>, req: &Request) -> ApiResult<Value> {
     let mut schedule = load_live(ctx, req.id(), "paused")?;
     if schedule.status != "paused" {
         schedule.status = "paused".into();
+        schedule.paused_reason = None;
         schedule.next_run_at = None;
         save(ctx, &mut schedule)?;
     }
@@ -184,13 +187,27 @@ pub fn pause(ctx: &mut Ctx<'_>, req: &Request) -> ApiResult<Value> {
 /// Resuming an active schedule changes nothing.
 pub fn resume(ctx: &mut Ctx<'_>, req: &Request) -> ApiResult<Value> {
     let mut schedule = load_live(ctx, req.id(), "resumed")?;
+    check_has_targets(&schedule, "resumed")?;
     if schedule.status != "active" {
+        schedule.paused_reason = None;
         let cron = parse_cron(&schedule.cron_expr, &schedule.timezone)?;
         schedule.status = "active".into();
         schedule.next_run_at = next_run(&cron, ctx.now_ms);
         save(ctx, &mut schedule)?;
     }
     record(ctx, schedule)
+}
+
+/// Refuses to resume or trigger a schedule webhookd paused because its last target endpoint was
+/// deleted: its empty `endpoint_ids` would otherwise start sending to every endpoint.
+fn check_has_targets(schedule: &Schedule, operation: &str) -> ApiResult<()> {
+    if schedule.paused_reason.is_some() && schedule.endpoint_ids.is_empty() {
+        return Err(ApiError::conflict(format!(
+            "schedule {} cannot be {operation}: every endpoint it targeted was deleted; set endpoint_ids with PATCH first ([] targets every enabled endpoint)",
+            schedule.id
+        )));
+    }
+    Ok(())
 }
 
 /// Soft delete: the record stays readable with status `deleted` and never fires again.
@@ -209,6 +226,7 @@ pub fn delete(ctx: &mut Ctx<'_>, req: &Request) -> ApiResult<Value> {
 /// target endpoint, `schedule_id` set.
 pub fn trigger(ctx: &mut Ctx<'_>, req: &Request) -> ApiResult<Value> {
     let schedule = load_live(ctx, req.id(), "triggered")?;
+    check_has_targets(&schedule, "triggered")?;
     let firing = schedule.firing();
     let now_ms = ctx.now_ms;
     let task_ids = store::write_tx(ctx.conn, |tx| {

@@ -1,6 +1,6 @@
 //! The `endpoints` table: webhook targets of an app.
 
-use super::Page;
+use super::{Filters, Page};
 use crate::clock::ser_ms;
 use rusqlite::{Connection, OptionalExtension, Row, params};
 use serde::Serialize;
@@ -138,22 +138,8 @@ pub fn list(
     status: Option<&str>,
     page: Page,
 ) -> rusqlite::Result<(i64, Vec<Endpoint>)> {
-    let total = conn
-        .prepare_cached(
-            "SELECT count(*) FROM endpoints WHERE app_id = ?1 AND (?2 IS NULL OR status = ?2)",
-        )?
-        .query_row(params![app_id, status], |r| r.get(0))?;
-    let items = conn
-        .prepare_cached(&format!(
-            "SELECT {COLUMNS} FROM endpoints WHERE app_id = ?1 AND (?2 IS NULL OR status = ?2)
-             ORDER BY id DESC LIMIT ?3 OFFSET ?4"
-        ))?
-        .query_map(
-            params![app_id, status, page.limit(), page.offset()],
-            from_row,
-        )?
-        .collect::<rusqlite::Result<Vec<_>>>()?;
-    Ok((total, items))
+    let filters = Filters::app(app_id).eq("status", status.map(str::to_string));
+    super::list_page(conn, "endpoints", COLUMNS, &filters, page, from_row)
 }
 
 /// Every enabled endpoint of an app, oldest first (fan-out targets).
@@ -223,6 +209,9 @@ pub fn delete_cascade(
                 (SELECT 1 FROM json_each(schedules.endpoint_ids) WHERE value != ?1) THEN 'paused' ELSE status END,
             next_run_at = CASE WHEN status = 'active' AND NOT EXISTS
                 (SELECT 1 FROM json_each(schedules.endpoint_ids) WHERE value != ?1) THEN NULL ELSE next_run_at END,
+            paused_reason = CASE WHEN status = 'active' AND NOT EXISTS
+                (SELECT 1 FROM json_each(schedules.endpoint_ids) WHERE value != ?1)
+                THEN 'every target endpoint was deleted' ELSE paused_reason END,
             endpoint_ids = (SELECT json_group_array(value) FROM json_each(schedules.endpoint_ids) WHERE value != ?1),
             updated_at = ?3
          WHERE app_id = ?2 AND EXISTS (SELECT 1 FROM json_each(schedules.endpoint_ids) WHERE value = ?1)",

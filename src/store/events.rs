@@ -1,6 +1,6 @@
 //! The `events` table: named occurrences published by clients, each fanned out into tasks.
 
-use super::Page;
+use super::{Filters, Page};
 use crate::clock::ser_ms;
 use rusqlite::{Connection, OptionalExtension, Row, params};
 use serde::Serialize;
@@ -98,20 +98,6 @@ pub fn list(
     event_name: Option<&str>,
     page: Page,
 ) -> rusqlite::Result<(i64, Vec<Event>)> {
-    let total = conn
-        .prepare_cached(
-            "SELECT count(*) FROM events WHERE app_id = ?1 AND (?2 IS NULL OR event_name = ?2)",
-        )?
-        .query_row(params![app_id, event_name], |r| r.get(0))?;
-    let items = conn
-        .prepare_cached(&format!(
-            "SELECT {COLUMNS} FROM events WHERE app_id = ?1 AND (?2 IS NULL OR event_name = ?2)
-             ORDER BY id DESC LIMIT ?3 OFFSET ?4"
-        ))?
-        .query_map(
-            params![app_id, event_name, page.limit(), page.offset()],
-            from_row,
-        )?
-        .collect::<rusqlite::Result<Vec<_>>>()?;
-    Ok((total, items))
+    let filters = Filters::app(app_id).eq("event_name", event_name.map(str::to_string));
+    super::list_page(conn, "events", COLUMNS, &filters, page, from_row)
 }

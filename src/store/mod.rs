@@ -14,7 +14,9 @@ pub mod tasks;
 use anyhow::{Context, bail};
 use r2d2_sqlite::SqliteConnectionManager;
 use rusqlite::{Connection, OpenFlags};
+use std::collections::HashMap;
 use std::path::Path;
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 pub use migrate::SCHEMA_VERSION;
@@ -55,6 +57,10 @@ fn configure_connection(conn: &mut Connection) -> rusqlite::Result<()> {
     conn.pragma_update(None, "synchronous", "NORMAL")?;
     conn.pragma_update(None, "temp_store", "MEMORY")?;
     conn.pragma_update(None, "cache_size", -16_000)?;
+    // Checkpoints run on the server's checkpointer thread (see `checkpoint`), not inside
+    // whichever request happens to commit; a short-lived `keys` command checkpoints on close.
+    conn.pragma_update(None, "wal_autocheckpoint", 0)?;
+    conn.pragma_update(None, "journal_size_limit", 64 * 1024 * 1024)?;
     conn.set_prepared_statement_cache_capacity(64);
     Ok(())
 }
@@ -86,8 +92,30 @@ fn create_private_file(path: &Path) -> anyhow::Result<()> {
     }
 }
 
+/// Copies committed WAL pages back into the database file (PASSIVE: never waits for readers
+/// or writers). The server calls it a few times a second from one background thread.
+pub fn checkpoint(conn: &Connection) -> rusqlite::Result<()> {
+    conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |_| Ok(()))
+}
+
+/// The lock in-process writers of one database file queue on before `BEGIN IMMEDIATE`.
+/// Without it they meet SQLite's busy handler, which sleeps 1, 2, 5 … 100 ms between tries and
+/// turned contention between API threads and the delivery dispatcher into 50–900 ms stalls
+/// (BENCHMARKS.md). Other processes (the `keys` commands) still meet the busy handler.
+fn writer_lock(conn: &Connection) -> Arc<Mutex<()>> {
+    static LOCKS: OnceLock<Mutex<HashMap<String, Arc<Mutex<()>>>>> = OnceLock::new();
+    let path = conn.path().unwrap_or_default().to_string();
+    LOCKS
+        .get_or_init(Mutex::default)
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .entry(path)
+        .or_default()
+        .clone()
+}
+
 /// Runs `f` in an IMMEDIATE transaction (the write lock is taken up front, so two writers
-/// never deadlock upgrading a read lock) and commits it when `f` succeeds.
+/// never deadlock upgrading a read lock) and commits it when `f` succeeds. Must not be nested.
 pub fn write_tx<T, E>(
     conn: &mut Connection,
     f: impl FnOnce(&rusqlite::Transaction<'_>) -> Result<T, E>,
@@ -95,10 +123,78 @@ pub fn write_tx<T, E>(
 where
     E: From<rusqlite::Error>,
 {
+    let lock = writer_lock(conn);
+    let _queued = lock.lock().unwrap_or_else(|e| e.into_inner());
     let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
     let out = f(&tx)?;
     tx.commit()?;
     Ok(out)
+}
+
+/// The `WHERE` clause of a list request, built only from the filters it actually gives:
+/// `status = ?` lets SQLite search an index, where `(? IS NULL OR status = ?)` makes it scan
+/// every row of the app. Each combination of filters is its own cached statement.
+#[derive(Debug, Clone)]
+pub struct Filters {
+    clauses: Vec<String>,
+    values: Vec<rusqlite::types::Value>,
+}
+
+impl Filters {
+    /// Rows of one app.
+    pub fn app(app_id: &str) -> Self {
+        Filters {
+            clauses: vec!["app_id = ?1".into()],
+            values: vec![app_id.to_string().into()],
+        }
+    }
+
+    /// Adds `column = value` when a value is given.
+    pub fn eq<V: Into<rusqlite::types::Value>>(mut self, column: &str, value: Option<V>) -> Self {
+        if let Some(value) = value {
+            self.values.push(value.into());
+            self.clauses
+                .push(format!("{column} = ?{}", self.values.len()));
+        }
+        self
+    }
+
+    /// Adds a fixed condition with no parameter, e.g. `status != 'deleted'`.
+    pub fn always(mut self, condition: &str) -> Self {
+        self.clauses.push(condition.to_string());
+        self
+    }
+}
+
+/// One page of `table` (newest first) matching `filters`, and the total count of matches.
+pub fn list_page<T>(
+    conn: &Connection,
+    table: &str,
+    columns: &str,
+    filters: &Filters,
+    page: Page,
+    from_row: impl FnMut(&rusqlite::Row<'_>) -> rusqlite::Result<T>,
+) -> rusqlite::Result<(i64, Vec<T>)> {
+    let condition = filters.clauses.join(" AND ");
+    let total = conn
+        .prepare_cached(&format!("SELECT count(*) FROM {table} WHERE {condition}"))?
+        .query_row(rusqlite::params_from_iter(&filters.values), |r| r.get(0))?;
+    let n = filters.values.len();
+    // `LIMIT ? + 0`: with a bare `LIMIT ?` SQLite plans with the bound value, so every new
+    // value would recompile the statement.
+    let sql = format!(
+        "SELECT {columns} FROM {table} WHERE {condition} ORDER BY id DESC LIMIT ?{} + 0 OFFSET ?{} + 0",
+        n + 1,
+        n + 2
+    );
+    let mut values = filters.values.clone();
+    values.push(page.limit().into());
+    values.push(page.offset().into());
+    let items = conn
+        .prepare_cached(&sql)?
+        .query_map(rusqlite::params_from_iter(&values), from_row)?
+        .collect::<rusqlite::Result<Vec<_>>>()?;
+    Ok((total, items))
 }
 
 /// `LIMIT`/`OFFSET` for a 1-based page.

@@ -1,6 +1,6 @@
 //! The `retry_policies` table: attempt counts and back-off settings attached to endpoints.
 
-use super::Page;
+use super::{Filters, Page};
 use crate::clock::ser_ms;
 use rusqlite::{Connection, OptionalExtension, Row, params};
 use serde::Serialize;
@@ -111,16 +111,14 @@ pub fn get_any(conn: &Connection, id: i64) -> rusqlite::Result<Option<Policy>> {
 }
 
 pub fn list(conn: &Connection, app_id: &str, page: Page) -> rusqlite::Result<(i64, Vec<Policy>)> {
-    let total = conn
-        .prepare_cached("SELECT count(*) FROM retry_policies WHERE app_id = ?1")?
-        .query_row(params![app_id], |r| r.get(0))?;
-    let items = conn
-        .prepare_cached(&format!(
-            "SELECT {COLUMNS} FROM retry_policies WHERE app_id = ?1 ORDER BY id DESC LIMIT ?2 OFFSET ?3"
-        ))?
-        .query_map(params![app_id, page.limit(), page.offset()], from_row)?
-        .collect::<rusqlite::Result<Vec<_>>>()?;
-    Ok((total, items))
+    super::list_page(
+        conn,
+        "retry_policies",
+        COLUMNS,
+        &Filters::app(app_id),
+        page,
+        from_row,
+    )
 }
 
 pub fn delete(conn: &Connection, app_id: &str, id: i64) -> rusqlite::Result<bool> {

@@ -1,7 +1,7 @@
 //! The `schedules` table (cron-driven triggers) and `schedule_firings`, the record of every
 //! (schedule, scheduled instant) that has fired, which makes firing idempotent.
 
-use super::Page;
+use super::{Filters, Page};
 use crate::clock::{ser_ms, ser_opt_ms};
 use rusqlite::{Connection, OptionalExtension, Row, params};
 use serde::Serialize;
@@ -31,6 +31,10 @@ pub struct Schedule {
     pub updated_at: i64,
     /// Target endpoints; empty means every enabled endpoint of the app at fire time.
     pub endpoint_ids: Vec<i64>,
+    /// Why webhookd itself paused the schedule (its last target endpoint was deleted); null
+    /// when a client paused it. While set with an empty `endpoint_ids`, resume and trigger are
+    /// refused, because an empty list would mean "every endpoint".
+    pub paused_reason: Option<String>,
     /// Endpoint id → name for `endpoint_ids`; not stored, filled by [`fill_names`].
     pub endpoint_names: BTreeMap<String, String>,
 }
@@ -63,7 +67,7 @@ pub struct Firing {
     pub next_run_at: Option<i64>,
 }
 
-const COLUMNS: &str = "id, app_id, name, cron_expr, timezone, payload, status, next_run_at, last_run_at, created_at, updated_at, endpoint_ids";
+const COLUMNS: &str = "id, app_id, name, cron_expr, timezone, payload, status, next_run_at, last_run_at, created_at, updated_at, endpoint_ids, paused_reason";
 const FIRING_COLUMNS: &str = "id, app_id, cron_expr, timezone, payload, endpoint_ids, next_run_at";
 
 fn ids_from_json(text: &str) -> Vec<i64> {
@@ -90,6 +94,7 @@ fn from_row(r: &Row<'_>) -> rusqlite::Result<Schedule> {
         created_at: r.get(9)?,
         updated_at: r.get(10)?,
         endpoint_ids: ids_from_json(&endpoint_ids),
+        paused_reason: r.get(12)?,
         endpoint_names: BTreeMap::new(),
     })
 }
@@ -114,8 +119,8 @@ fn payload_json(s: &Schedule) -> String {
 /// Inserts `s` (its `id` is ignored) and returns the stored record.
 pub fn insert(conn: &Connection, s: &Schedule) -> rusqlite::Result<Schedule> {
     conn.prepare_cached(
-        "INSERT INTO schedules (app_id, name, cron_expr, timezone, payload, endpoint_ids, status, next_run_at, last_run_at, created_at, updated_at)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
+        "INSERT INTO schedules (app_id, name, cron_expr, timezone, payload, endpoint_ids, status, next_run_at, last_run_at, created_at, updated_at, paused_reason)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)",
     )?
     .execute(params![
         s.app_id,
@@ -128,7 +133,8 @@ pub fn insert(conn: &Connection, s: &Schedule) -> rusqlite::Result<Schedule> {
         s.next_run_at,
         s.last_run_at,
         s.created_at,
-        s.updated_at
+        s.updated_at,
+        s.paused_reason
     ])?;
     Ok(Schedule {
         id: conn.last_insert_rowid(),
@@ -140,7 +146,7 @@ pub fn insert(conn: &Connection, s: &Schedule) -> rusqlite::Result<Schedule> {
 pub fn update(conn: &Connection, s: &Schedule) -> rusqlite::Result<()> {
     conn.prepare_cached(
         "UPDATE schedules SET name = ?3, cron_expr = ?4, timezone = ?5, payload = ?6, endpoint_ids = ?7,
-         status = ?8, next_run_at = ?9, updated_at = ?10
+         status = ?8, next_run_at = ?9, updated_at = ?10, paused_reason = ?11
          WHERE app_id = ?1 AND id = ?2",
     )?
     .execute(params![
@@ -153,7 +159,8 @@ pub fn update(conn: &Connection, s: &Schedule) -> rusqlite::Result<()> {
         ids_json(&s.endpoint_ids),
         s.status,
         s.next_run_at,
-        s.updated_at
+        s.updated_at,
+        s.paused_reason
     ])?;
     Ok(())
 }
@@ -174,20 +181,10 @@ pub fn list(
     status: Option<&str>,
     page: Page,
 ) -> rusqlite::Result<(i64, Vec<Schedule>)> {
-    const WHERE: &str = "app_id = ?1 AND status != 'deleted' AND (?2 IS NULL OR status = ?2)";
-    let total = conn
-        .prepare_cached(&format!("SELECT count(*) FROM schedules WHERE {WHERE}"))?
-        .query_row(params![app_id, status], |r| r.get(0))?;
-    let items = conn
-        .prepare_cached(&format!(
-            "SELECT {COLUMNS} FROM schedules WHERE {WHERE} ORDER BY id DESC LIMIT ?3 OFFSET ?4"
-        ))?
-        .query_map(
-            params![app_id, status, page.limit(), page.offset()],
-            from_row,
-        )?
-        .collect::<rusqlite::Result<Vec<_>>>()?;
-    Ok((total, items))
+    let filters = Filters::app(app_id)
+        .always("status != 'deleted'")
+        .eq("status", status.map(str::to_string));
+    super::list_page(conn, "schedules", COLUMNS, &filters, page, from_row)
 }
 
 /// Fills `endpoint_names` from the endpoints table (ids no longer found are left out).

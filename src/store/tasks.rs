@@ -1,6 +1,6 @@
 //! The `tasks` table: one row per delivery unit, created by a schedule, an event or by hand.
 
-use super::Page;
+use super::{Filters, Page};
 use crate::clock::{ser_ms, ser_opt_ms};
 use rusqlite::{Connection, OptionalExtension, Row, params};
 use serde::Serialize;
@@ -114,9 +114,6 @@ pub struct TaskFilter {
     pub task_type: Option<String>,
 }
 
-const FILTER_SQL: &str = "app_id = ?1 AND (?2 IS NULL OR status = ?2) AND (?3 IS NULL OR schedule_id = ?3)
-     AND (?4 IS NULL OR event_id = ?4) AND (?5 IS NULL OR endpoint_id = ?5) AND (?6 IS NULL OR task_type = ?6)";
-
 /// One page, newest first, and the total count of matches.
 pub fn list(
     conn: &Connection,
@@ -124,38 +121,13 @@ pub fn list(
     f: &TaskFilter,
     page: Page,
 ) -> rusqlite::Result<(i64, Vec<Task>)> {
-    let total = conn
-        .prepare_cached(&format!("SELECT count(*) FROM tasks WHERE {FILTER_SQL}"))?
-        .query_row(
-            params![
-                app_id,
-                f.status,
-                f.schedule_id,
-                f.event_id,
-                f.endpoint_id,
-                f.task_type
-            ],
-            |r| r.get(0),
-        )?;
-    let items = conn
-        .prepare_cached(&format!(
-            "SELECT {COLUMNS} FROM tasks WHERE {FILTER_SQL} ORDER BY id DESC LIMIT ?7 OFFSET ?8"
-        ))?
-        .query_map(
-            params![
-                app_id,
-                f.status,
-                f.schedule_id,
-                f.event_id,
-                f.endpoint_id,
-                f.task_type,
-                page.limit(),
-                page.offset()
-            ],
-            from_row,
-        )?
-        .collect::<rusqlite::Result<Vec<_>>>()?;
-    Ok((total, items))
+    let filters = Filters::app(app_id)
+        .eq("status", f.status.clone())
+        .eq("schedule_id", f.schedule_id)
+        .eq("event_id", f.event_id)
+        .eq("endpoint_id", f.endpoint_id)
+        .eq("task_type", f.task_type.clone());
+    super::list_page(conn, "tasks", COLUMNS, &filters, page, from_row)
 }
 
 /// A task the delivery pool claimed, with what sending it needs.

@@ -182,3 +182,16 @@ fn health_needs_no_signature_and_replies_carry_request_ids() {
             .starts_with("req_")
     );
 }
+
+#[test]
+fn a_configured_rate_limit_answers_429_per_key() {
+    let server = TestServer::start_with(|c| c.rate_limit_per_sec = 3);
+    let client = server.client();
+    for _ in 0..3 {
+        ok(&client, "GET", "/endpoints", None);
+    }
+    let reply = err(&client, "GET", "/endpoints", None, 429, 42901);
+    assert!(reply.body["message"].as_str().unwrap().contains("retry in"));
+    // another key has its own budget
+    ok(&server.client_for_app("app2"), "GET", "/endpoints", None);
+}

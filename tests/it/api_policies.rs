@@ -59,6 +59,15 @@ fn validation_errors_name_the_field() {
             "initial_delay_sec",
         ),
         (
+            // the default cap (3600) would be below the initial delay
+            json!({"name": "p", "max_attempts": 3, "backoff_type": "fixed", "initial_delay_sec": 7200}),
+            "max_delay_sec",
+        ),
+        (
+            json!({"name": "p", "max_attempts": 3, "backoff_type": "fixed", "initial_delay_sec": 7200, "max_delay_sec": null}),
+            "max_delay_sec",
+        ),
+        (
             json!({"name": "p", "max_attempts": 3, "backoff_type": "fixed", "initial_delay_sec": 100, "max_delay_sec": 50}),
             "max_delay_sec",
         ),

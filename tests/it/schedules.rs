@@ -178,12 +178,9 @@ fn schedule_create_validates_and_returns_every_field() {
     assert_eq!(defaults["endpoint_names"], json!({}));
     assert_eq!(defaults["cron_expr"], "@hourly");
     assert_eq!(defaults["next_run_at"], rfc(at(12, 0, 0)));
-    // A payload may come as a string holding an object.
-    let texty = schedule(
-        &client,
-        json!({"name": "t", "cron_expr": "* * * * *", "payload": "{\"a\":1}"}),
-    );
-    assert_eq!(texty["payload"], json!({"a": 1}));
+    // On create a payload is an object; only PATCH also takes a string holding one.
+    let texty = json!({"name": "t", "cron_expr": "* * * * *", "payload": "{\"a\":1}"});
+    err(&client, "POST", "/schedules", Some(texty), 400, 40001);
 }
 
 #[test]
@@ -706,4 +703,52 @@ fn a_due_schedule_reaches_the_receiver_with_its_schedule_id() {
     assert_eq!(listed["total"], 1);
     assert_eq!(listed["items"][0]["task_type"], "schedule");
     assert_eq!(listed["items"][0]["endpoint_id"], endpoint_id);
+}
+
+#[test]
+fn deleting_the_last_target_pauses_the_schedule_until_targets_are_set() {
+    let server = TestServer::start();
+    let client = server.client();
+    let only = endpoint(&client, "only");
+    let kept = endpoint(&client, "kept");
+    let lone = schedule(
+        &client,
+        json!({"name": "lone", "cron_expr": "0 * * * *", "endpoint_ids": [only]}),
+    );
+    let shared = schedule(
+        &client,
+        json!({"name": "shared", "cron_expr": "0 * * * *", "endpoint_ids": [only, kept]}),
+    );
+    ok(&client, "DELETE", &format!("/endpoints/{only}"), None);
+
+    let shared = ok(&client, "GET", &format!("/schedules/{}", id(&shared)), None);
+    assert_eq!(shared["endpoint_ids"], json!([kept]));
+    assert_eq!(shared["status"], "active");
+
+    let path = format!("/schedules/{}", id(&lone));
+    let paused = ok(&client, "GET", &path, None);
+    assert_eq!(paused["status"], "paused");
+    assert_eq!(paused["endpoint_ids"], json!([]));
+    assert_eq!(paused["next_run_at"], Value::Null);
+    assert!(paused["paused_reason"].is_string());
+    // An empty list would now mean "every endpoint": resume and trigger are refused...
+    err(&client, "POST", &format!("{path}/resume"), None, 409, 40901);
+    err(
+        &client,
+        "POST",
+        &format!("{path}/trigger"),
+        None,
+        409,
+        40901,
+    );
+    // ...until the client names its targets again.
+    ok(
+        &client,
+        "PATCH",
+        &path,
+        Some(json!({"endpoint_ids": [kept]})),
+    );
+    let resumed = ok(&client, "POST", &format!("{path}/resume"), None);
+    assert_eq!(resumed["status"], "active");
+    assert_eq!(resumed["paused_reason"], Value::Null);
 }
