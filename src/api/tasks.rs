@@ -7,9 +7,6 @@ use crate::error::{ApiError, ApiResult};
 use crate::store::{self, tasks::NewTask, tasks::Task, tasks::TaskFilter};
 use serde_json::Value;
 
-const STATUSES: &[&str] = &["pending", "running", "success", "failed", "canceled"];
-const TASK_TYPES: &[&str] = &["schedule", "event", "manual"];
-
 fn load(ctx: &Ctx<'_>, id: i64) -> ApiResult<Task> {
     store::tasks::get(ctx.conn, ctx.app_id, id)?.ok_or_else(|| missing("task", id))
 }
@@ -18,11 +15,11 @@ pub fn list(ctx: &mut Ctx<'_>, req: &Request) -> ApiResult<Value> {
     let q = &req.query;
     let page = q.page()?;
     let filter = TaskFilter {
-        status: q.one_of("status", STATUSES)?,
+        status: q.one_of("status", &store::tasks::STATUSES)?,
         schedule_id: q.int("schedule_id")?,
         event_id: q.int("event_id")?,
         endpoint_id: q.int("endpoint_id")?,
-        task_type: q.one_of("task_type", TASK_TYPES)?,
+        task_type: q.one_of("task_type", &store::tasks::TASK_TYPES)?,
     };
     let (total, items) = store::tasks::list(ctx.conn, ctx.app_id, &filter, page)?;
     page_object(page, total, items)

@@ -181,9 +181,11 @@ pub fn list(
     status: Option<&str>,
     page: Page,
 ) -> rusqlite::Result<(i64, Vec<Schedule>)> {
-    let filters = Filters::app(app_id)
-        .always("status != 'deleted'")
-        .eq("status", status.map(str::to_string));
+    let filters = Filters::app(app_id).always("status != 'deleted'").eq_known(
+        "status",
+        status,
+        &["active", "paused"],
+    );
     super::list_page(conn, "schedules", COLUMNS, &filters, page, from_row)
 }
 

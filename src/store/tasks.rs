@@ -104,6 +104,11 @@ pub fn get(conn: &Connection, app_id: &str, id: i64) -> rusqlite::Result<Option<
     .optional()
 }
 
+/// Every state a task can be in.
+pub const STATUSES: [&str; 5] = ["pending", "running", "success", "failed", "canceled"];
+/// Every way a task can come about.
+pub const TASK_TYPES: [&str; 3] = ["schedule", "event", "manual"];
+
 /// Filters of `GET /tasks`; `None` means "any".
 #[derive(Debug, Default, Clone)]
 pub struct TaskFilter {
@@ -122,11 +127,11 @@ pub fn list(
     page: Page,
 ) -> rusqlite::Result<(i64, Vec<Task>)> {
     let filters = Filters::app(app_id)
-        .eq("status", f.status.clone())
+        .eq_known("status", f.status.as_deref(), &STATUSES)
         .eq("schedule_id", f.schedule_id)
         .eq("event_id", f.event_id)
         .eq("endpoint_id", f.endpoint_id)
-        .eq("task_type", f.task_type.clone());
+        .eq_known("task_type", f.task_type.as_deref(), &TASK_TYPES);
     super::list_page(conn, "tasks", COLUMNS, &filters, page, from_row)
 }
 
