@@ -142,18 +142,7 @@ fn validation_errors_name_the_field() {
             "filter_events",
         ),
     ];
-    for (body, field) in cases {
-        let reply = err(
-            &client,
-            "POST",
-            "/endpoints",
-            Some(body.clone()),
-            400,
-            40001,
-        );
-        let message = reply.body["message"].as_str().unwrap();
-        assert!(message.starts_with(field), "{body} → {message}");
-    }
+    expect_field_errors(&client, "POST", "/endpoints", cases);
     ok(&client, "POST", "/endpoints", Some(base));
     assert_eq!(ok(&client, "GET", "/endpoints", None)["total"], 1);
 }

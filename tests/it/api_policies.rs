@@ -76,18 +76,7 @@ fn validation_errors_name_the_field() {
             "max_delay_sec",
         ),
     ];
-    for (body, field) in cases {
-        let reply = err(
-            &client,
-            "POST",
-            "/retries/policies",
-            Some(body.clone()),
-            400,
-            40001,
-        );
-        let message = reply.body["message"].as_str().unwrap();
-        assert!(message.starts_with(field), "{body} → {message}");
-    }
+    expect_field_errors(&client, "POST", "/retries/policies", cases);
     assert_eq!(ok(&client, "GET", "/retries/policies", None)["total"], 0);
 }
 

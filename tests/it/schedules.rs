@@ -2,7 +2,7 @@
 //! scheduler firing due schedules on a manual clock, restarts after downtime, and idempotent
 //! firing.
 
-use crate::support::{Receiver, TestServer, err, get_text, ok, wait_for};
+use crate::support::{Receiver, TestServer, err, expect_field_errors, get_text, ok, wait_for};
 use chrono::{DateTime, TimeDelta, TimeZone, Utc};
 use serde_json::{Value, json};
 use std::time::Duration;
@@ -126,18 +126,7 @@ fn schedule_create_validates_and_returns_every_field() {
             "endpoint_ids",
         ),
     ];
-    for (body, field) in bad {
-        let reply = err(
-            &client,
-            "POST",
-            "/schedules",
-            Some(body.clone()),
-            400,
-            40001,
-        );
-        let message = reply.body["message"].as_str().unwrap();
-        assert!(message.starts_with(field), "{body}: {message}");
-    }
+    expect_field_errors(&client, "POST", "/schedules", bad);
     // Another app's endpoint is as unknown as a missing one.
     let other = server.client_for_app("app2");
     let foreign = endpoint(&other, "theirs");
@@ -408,18 +397,7 @@ fn cron_preview_validates_and_lists_runs_strictly_after_from() {
         (json!({"cron_expr": "* * * * *", "count": "3"}), "count"),
         (json!({"cron_expr": "* * * * *", "from": "soon"}), "from"),
     ];
-    for (body, field) in bad {
-        let reply = err(
-            &client,
-            "POST",
-            "/cron/preview",
-            Some(body.clone()),
-            400,
-            40001,
-        );
-        let message = reply.body["message"].as_str().unwrap();
-        assert!(message.starts_with(field), "{body}: {message}");
-    }
+    expect_field_errors(&client, "POST", "/cron/preview", bad);
 }
 
 #[test]

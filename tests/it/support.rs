@@ -215,6 +215,20 @@ pub fn free_local_addr() -> String {
     listener.local_addr().expect("local address").to_string()
 }
 
+/// Sends each body and expects 400 / 40001 with a message that starts with the named field.
+pub fn expect_field_errors(
+    client: &Client,
+    method: &str,
+    path: &str,
+    cases: impl IntoIterator<Item = (Value, &'static str)>,
+) {
+    for (body, field) in cases {
+        let reply = err(client, method, path, Some(body.clone()), 400, 40001);
+        let message = reply.body["message"].as_str().unwrap();
+        assert!(message.starts_with(field), "{body} → {message}");
+    }
+}
+
 /// Polls `check` until it returns Some or `timeout` passes.
 pub fn wait_for<T>(timeout: Duration, mut check: impl FnMut() -> Option<T>) -> Option<T> {
     let deadline = Instant::now() + timeout;
