@@ -482,3 +482,36 @@ pub fn get_text(url: &str) -> (u16, String) {
     let status = reply.status().as_u16();
     (status, reply.body_mut().read_to_string().unwrap())
 }
+
+/// Whether a real external component a test needs (PostgreSQL, Chromium, qemu-user,
+/// schemathesis, systemd-analyze, …) is present, as told by `found`.
+///
+/// On a developer's fresh machine a missing component is a loud skip: the test prints what was
+/// skipped and how to install it, and returns early. Under CI (`CI=true`, where `.ci/run`
+/// installs every component) a missing component fails the test, so a skip is never reported
+/// as a pass there.
+pub fn require_component(component: &str, found: bool, how_to_install: &str) -> bool {
+    if found {
+        return true;
+    }
+    let ci = std::env::var("CI").is_ok_and(|v| v == "true" || v == "1");
+    assert!(
+        !ci,
+        "{component} is missing and CI=true: .ci/run must install it ({how_to_install})"
+    );
+    eprintln!(
+        "\n*** SKIPPED: {component} is not installed, so this test did not run. \
+         Install it with: {how_to_install} ***\n"
+    );
+    false
+}
+
+/// Whether `program` runs with `args` and exits 0 (e.g. `("chromium", &["--version"])`).
+pub fn program_runs(program: &str, args: &[&str]) -> bool {
+    std::process::Command::new(program)
+        .args(args)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
