@@ -29,6 +29,9 @@ pub struct Config {
     pub rate_limit_per_sec: u32,
     /// Serve `GET /metrics`.
     pub metrics: bool,
+    /// An endpoint failing for this many hours (with at least 5 failed attempts in a row) is
+    /// disabled with reason `failing`; 0 means never. A number, so tests can use seconds.
+    pub disable_failing_after_hours: f64,
     /// Longest the scheduler and delivery pool sleep without looking at the database; they are
     /// woken sooner whenever work becomes due earlier. Tests shorten it.
     pub max_idle: Duration,
@@ -50,6 +53,7 @@ impl Config {
             retention_days: 30,
             rate_limit_per_sec: 0,
             metrics: true,
+            disable_failing_after_hours: 120.0,
             max_idle: Duration::from_secs(60),
         }
     }
@@ -64,6 +68,13 @@ impl Config {
         }
         if self.retention_days == 0 {
             return Err("--retention-days must be at least 1".into());
+        }
+        let hours = self.disable_failing_after_hours;
+        if !hours.is_finite() || !(0.0..=1_000_000.0).contains(&hours) {
+            return Err(
+                "--disable-failing-after-hours (WEBHOOKD_DISABLE_FAILING_AFTER_HOURS) must be a number of hours from 0 (never) to 1000000"
+                    .into(),
+            );
         }
         Ok(())
     }

@@ -173,6 +173,12 @@ impl CronSchedule {
         self.tz
     }
 
+    /// `at` on the schedule's wall clock, RFC 3339 with its offset at that instant, seconds
+    /// precision (`2027-03-28T03:00:00+02:00`; UTC shows `+00:00`).
+    pub fn local_rfc3339(&self, at: DateTime<Utc>) -> String {
+        local_rfc3339(at, self.tz)
+    }
+
     /// The earliest instant after `after` among each wall-clock match's first (or only)
     /// instant, and for fixed-time schedules the end of a gap that swallowed a match.
     ///
@@ -346,6 +352,19 @@ fn first_of_next_month(date: NaiveDate) -> Option<NaiveDate> {
     } else {
         NaiveDate::from_ymd_opt(date.year(), date.month() + 1, 1)
     }
+}
+
+/// `at` in zone `tz`, RFC 3339 with the zone's offset at that instant, seconds precision.
+pub fn local_rfc3339(at: DateTime<Utc>, tz: Tz) -> String {
+    at.with_timezone(&tz)
+        .to_rfc3339_opts(chrono::SecondsFormat::Secs, false)
+}
+
+/// `ms` (store milliseconds) in the IANA zone named `timezone`; `None` for an unknown name
+/// (stored schedules always have a known one).
+pub fn local_rfc3339_ms(ms: i64, timezone: &str) -> Option<String> {
+    let tz = timezone.parse::<Tz>().ok()?;
+    Some(local_rfc3339(crate::clock::from_ms(ms), tz))
 }
 
 fn parse_timezone(timezone: &str) -> Result<Tz, String> {
@@ -647,6 +666,25 @@ mod tests {
 
     fn fmt(t: DateTime<Utc>) -> String {
         t.format("%Y-%m-%dT%H:%M:%SZ").to_string()
+    }
+
+    #[test]
+    fn local_times_carry_the_offset_of_that_instant() {
+        let at = |s: &str| DateTime::parse_from_rfc3339(s).unwrap().with_timezone(&Utc);
+        let cases = [
+            ("2027-03-28T01:00:00Z", "Europe/Berlin", "2027-03-28T03:00:00+02:00"),
+            ("2027-03-28T00:59:59Z", "Europe/Berlin", "2027-03-28T01:59:59+01:00"),
+            ("2026-11-01T06:30:00Z", "America/New_York", "2026-11-01T01:30:00-05:00"),
+            ("2026-11-01T05:30:00Z", "America/New_York", "2026-11-01T01:30:00-04:00"),
+            ("2026-11-21T21:00:00Z", "Asia/Kathmandu", "2026-11-22T02:45:00+05:45"),
+            ("2026-10-03T15:29:59Z", "Australia/Lord_Howe", "2026-10-04T01:59:59+10:30"),
+            ("2026-10-03T15:30:00Z", "Australia/Lord_Howe", "2026-10-04T02:30:00+11:00"),
+            ("2026-10-03T15:30:00Z", "UTC", "2026-10-03T15:30:00+00:00"),
+        ];
+        for (utc, tz, want) in cases {
+            assert_eq!(local_rfc3339(at(utc), tz.parse().unwrap()), want, "{utc} {tz}");
+        }
+        assert_eq!(local_rfc3339_ms(0, "Nowhere/Atlantis"), None);
     }
 
     fn sched(expr: &str, tz: &str) -> CronSchedule {

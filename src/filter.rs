@@ -32,6 +32,17 @@ pub fn matches(filter: Option<&str>, event_name: &str) -> bool {
     !any_pattern
 }
 
+/// Whether an endpoint subscribes to an operator event (contract §11): only its patterns that
+/// begin with `prefix` are consulted, so an absent filter, a catch-all `*` or `order.*` never
+/// receives one.
+pub fn matches_prefixed(filter: Option<&str>, prefix: &str, event_name: &str) -> bool {
+    filter.is_some_and(|filter| {
+        patterns(filter)
+            .filter(|p| p.starts_with(prefix))
+            .any(|p| glob_match(p.as_bytes(), event_name.as_bytes()))
+    })
+}
+
 /// Validates a filter_events string for storage; Err is a human message starting "filter_events: ".
 /// Each pattern: 1..=200 chars of A-Z a-z 0-9 . _ - : and '*'. Whole string <= 1000 chars. Empty string is valid (= all events).
 pub fn validate(filter: &str) -> Result<(), String> {
@@ -109,6 +120,18 @@ mod tests {
 
     fn m(filter: &str, event: &str) -> bool {
         matches(Some(filter), event)
+    }
+
+    #[test]
+    fn prefixed_patterns_only() {
+        let p = |f: Option<&str>, e: &str| matches_prefixed(f, "webhookd.", e);
+        assert!(p(Some("webhookd.*"), "webhookd.task.failed"));
+        assert!(p(Some("order.*, webhookd.task.*"), "webhookd.task.failed"));
+        assert!(!p(Some("order.*, webhookd.task.*"), "webhookd.endpoint.disabled"));
+        assert!(!p(Some("*"), "webhookd.task.failed"));
+        assert!(!p(Some("*.failed"), "webhookd.task.failed"));
+        assert!(!p(Some(""), "webhookd.task.failed"));
+        assert!(!p(None, "webhookd.task.failed"));
     }
 
     #[test]

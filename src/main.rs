@@ -63,6 +63,7 @@ fn config_from(args: ServeArgs) -> anyhow::Result<Config> {
     config.retention_days = args.retention_days;
     config.metrics = !args.no_metrics;
     config.rate_limit_per_sec = args.rate_limit;
+    config.disable_failing_after_hours = args.disable_failing_after_hours;
     config.allow_targets = args
         .allow_targets
         .iter()

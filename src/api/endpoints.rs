@@ -3,7 +3,8 @@
 use super::input::{Body, Patch, check_name, check_range, page_object};
 use super::{Ctx, Request, missing, to_data};
 use crate::error::{ApiError, ApiResult};
-use crate::store::{self, endpoints::Endpoint};
+use crate::operator::{self, OperatorEvent};
+use crate::store::{self, endpoints::DisabledReason, endpoints::Endpoint};
 use serde_json::{Map, Value};
 
 const METHODS: &[&str] = &["GET", "POST", "PUT", "PATCH", "DELETE"];
@@ -136,6 +137,10 @@ pub fn create(ctx: &mut Ctx<'_>, req: &Request) -> ApiResult<Value> {
             status: "enabled".into(),
             created_at: ctx.now_ms,
             updated_at: ctx.now_ms,
+            disabled_reason: None,
+            last_success_at: None,
+            last_failure_at: None,
+            consecutive_failures: 0,
         },
     )?;
     to_data(&endpoint)
@@ -211,12 +216,19 @@ pub fn update(ctx: &mut Ctx<'_>, req: &Request) -> ApiResult<Value> {
     to_data(&endpoint)
 }
 
-fn set_status(ctx: &mut Ctx<'_>, id: i64, status: &str) -> ApiResult<Value> {
-    let mut endpoint = load(ctx, id)?;
-    if endpoint.status != status {
-        endpoint.status = status.to_string();
-        endpoint.updated_at = ctx.now_ms;
-        store::endpoints::update(ctx.conn, &endpoint)?;
+/// Enable and disable are idempotent. Enabling clears `disabled_reason` and the failure
+/// streak; a client's disable records reason `manual`.
+fn set_status(ctx: &mut Ctx<'_>, id: i64, enabled: bool) -> ApiResult<Value> {
+    let changed = store::endpoints::set_status(
+        ctx.conn,
+        ctx.app_id,
+        id,
+        enabled,
+        DisabledReason::Manual,
+        ctx.now_ms,
+    )?;
+    let endpoint = load(ctx, id)?;
+    if changed && enabled {
         // Tasks held while it was disabled are due now.
         ctx.app.delivery_wake.notify();
     }
@@ -224,11 +236,11 @@ fn set_status(ctx: &mut Ctx<'_>, id: i64, status: &str) -> ApiResult<Value> {
 }
 
 pub fn enable(ctx: &mut Ctx<'_>, req: &Request) -> ApiResult<Value> {
-    set_status(ctx, req.id(), "enabled")
+    set_status(ctx, req.id(), true)
 }
 
 pub fn disable(ctx: &mut Ctx<'_>, req: &Request) -> ApiResult<Value> {
-    set_status(ctx, req.id(), "disabled")
+    set_status(ctx, req.id(), false)
 }
 
 /// Deletes the endpoint, cancels its pending tasks and drops it from schedules' targets.
@@ -236,11 +248,33 @@ pub fn delete(ctx: &mut Ctx<'_>, req: &Request) -> ApiResult<Value> {
     let id = req.id();
     let (app_id, now_ms) = (ctx.app_id, ctx.now_ms);
     let deleted = store::write_tx(ctx.conn, |tx| {
-        store::endpoints::delete_cascade(tx, app_id, id, now_ms)
+        let Some(paused) = store::endpoints::delete_cascade(tx, app_id, id, now_ms)? else {
+            return Ok(false);
+        };
+        for schedule_id in paused {
+            let event = OperatorEvent::SchedulePaused {
+                schedule_id,
+                endpoint_id: id,
+                reason: "endpoint_deleted",
+            };
+            operator::publish(tx, app_id, &event, now_ms)?;
+        }
+        Ok::<_, rusqlite::Error>(true)
     })?;
     if !deleted {
         return Err(missing("endpoint", id));
     }
+    ctx.app.delivery_wake.notify();
     ctx.app.scheduler_wake.notify();
     Ok(serde_json::json!({ "id": id, "deleted": true }))
+}
+
+/// `POST /endpoints/{id}/test`: one real, signed delivery now (to a disabled endpoint too),
+/// answered when it is done, within the endpoint's `timeout_ms`. The send blocks this handler's
+/// thread, which is a blocking-pool thread, never an async one.
+pub fn test(ctx: &mut Ctx<'_>, req: &Request) -> ApiResult<Value> {
+    let endpoint = load(ctx, req.id())?;
+    let probe = crate::delivery::probe::run(ctx.app, ctx.conn, &endpoint)
+        .map_err(|e| ApiError::internal(format!("{e:#}")))?;
+    to_data(&probe)
 }

@@ -4,7 +4,7 @@
 use super::input::page_object;
 use super::{Ctx, Request, missing, to_data};
 use crate::error::{ApiError, ApiResult};
-use crate::store::{self, events::IDEMPOTENCY_WINDOW_MS, tasks::NewTask};
+use crate::store::{self, events::IDEMPOTENCY_WINDOW_MS};
 use serde_json::Value;
 
 /// `event_name`: 1..=200 characters of `A-Z a-z 0-9 . _ - :`.
@@ -18,6 +18,12 @@ fn check_event_name(name: &str) -> ApiResult<()> {
     if let Some(bad) = name.chars().find(|c| !valid_char(*c)) {
         return Err(ApiError::validation(format!(
             "event_name: character '{bad}' is not allowed (use A-Z a-z 0-9 . _ - :)"
+        )));
+    }
+    if crate::operator::is_operator_event(name) {
+        return Err(ApiError::validation(format!(
+            "event_name: names starting with \"{}\" are reserved for webhookd's own operator events",
+            crate::operator::PREFIX
         )));
     }
     Ok(())
@@ -56,35 +62,18 @@ pub fn publish(ctx: &mut Ctx<'_>, req: &Request) -> ApiResult<Value> {
             .into_iter()
             .filter(|t| crate::filter::matches(t.filter_events.as_deref(), &event_name))
             .collect();
-        let task_count = i64::try_from(targets.len()).unwrap_or(i64::MAX);
-        let id = store::events::insert(
+        let id = store::events::insert_with_tasks(
             tx,
             app_id,
             &event_name,
             event_key.as_deref(),
             &payload,
-            task_count,
+            &targets,
             now_ms,
         )?;
-        for target in &targets {
-            store::tasks::insert(
-                tx,
-                &NewTask {
-                    app_id,
-                    schedule_id: None,
-                    event_id: Some(id),
-                    endpoint_id: target.id,
-                    task_type: "event",
-                    payload: &payload,
-                    run_at: now_ms,
-                    max_attempts: target.max_attempts,
-                    now_ms,
-                },
-            )?;
-        }
         let event = store::events::get(tx, app_id, id)?
             .ok_or_else(|| ApiError::internal("event vanished inside its transaction"))?;
-        Ok((event, task_count > 0))
+        Ok((event, !targets.is_empty()))
     })?;
     if created {
         ctx.app.delivery_wake.notify();
@@ -126,6 +115,7 @@ mod tests {
             "order/created",
             "ünï",
             &"x".repeat(201),
+            "webhookd.task.failed",
         ] {
             let err = check_event_name(bad).unwrap_err();
             assert_eq!(err.code, 40001);

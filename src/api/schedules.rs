@@ -112,6 +112,7 @@ pub fn create(ctx: &mut Ctx<'_>, req: &Request) -> ApiResult<Value> {
             endpoint_ids,
             paused_reason: None,
             endpoint_names: Default::default(),
+            next_run_at_local: None,
         },
     )?;
     ctx.app.scheduler_wake.notify();
@@ -252,10 +253,11 @@ pub fn preview(ctx: &mut Ctx<'_>, req: &Request) -> ApiResult<Value> {
         })?,
     };
     let cron = parse_cron(&cron_expr, &timezone)?;
-    let next_runs: Vec<String> = cron
-        .upcoming(from, usize::try_from(count).unwrap_or(5))
+    let upcoming = cron.upcoming(from, usize::try_from(count).unwrap_or(5));
+    let next_runs: Vec<String> = upcoming
         .iter()
         .map(|t| rfc3339(t.timestamp_millis()))
         .collect();
-    Ok(json!({ "next_runs": next_runs }))
+    let next_runs_local: Vec<String> = upcoming.iter().map(|t| cron.local_rfc3339(*t)).collect();
+    Ok(json!({ "next_runs": next_runs, "next_runs_local": next_runs_local }))
 }

@@ -15,7 +15,7 @@ pub fn list(ctx: &mut Ctx<'_>, req: &Request) -> ApiResult<Value> {
     let q = &req.query;
     let page = q.page()?;
     let filter = TaskFilter {
-        status: q.one_of("status", &store::tasks::STATUSES)?,
+        status: q.one_of("status", &store::tasks::STATUS_FILTERS)?,
         schedule_id: q.int("schedule_id")?,
         event_id: q.int("event_id")?,
         endpoint_id: q.int("endpoint_id")?,

@@ -13,12 +13,16 @@
 //! attempt is made again (at least once, never lost). Shutdown stops claiming, hands unsent
 //! claims back, and gives in-flight sends `shutdown_grace_secs` to finish.
 
+pub mod health;
+pub mod probe;
 mod retention;
 pub mod send;
 pub mod target;
 
 use crate::app::App;
 use crate::metrics::DeliveryOutcome;
+use crate::operator::{self, OperatorEvent};
+use crate::store::endpoints::DisabledReason;
 use crate::store::{self, tasks::Claimed};
 use send::{Sent, Target, Verdict};
 use std::collections::{HashMap, VecDeque};
@@ -42,13 +46,16 @@ struct Job {
 }
 
 /// A finished attempt waiting to be committed.
-struct Done {
-    task: Claimed,
-    endpoint_id: i64,
-    sent: Sent,
-    verdict: Verdict,
+pub(crate) struct Done {
+    pub task: Claimed,
+    pub endpoint_id: i64,
+    pub sent: Sent,
+    pub verdict: Verdict,
     /// Epoch ms when the verdict was reached.
-    at: i64,
+    pub at: i64,
+    /// No operator event may come of this attempt: it delivered an operator event itself (no
+    /// storm), or it is a test delivery whose caller sees the result.
+    pub quiet: bool,
 }
 
 #[derive(Default)]
@@ -141,25 +148,44 @@ impl DeliveryPool {
 fn work(shared: &Shared) {
     let app = &shared.app;
     while let Some(job) = next_job(shared) {
-        let started_at = app.clock.now_ms();
-        let sent = send::send(&shared.agent, &job.target, &job.task, started_at);
-        let outcome = match sent.status {
-            _ if sent.is_success() => DeliveryOutcome::Success,
-            Some(_) => DeliveryOutcome::HttpError,
-            None => DeliveryOutcome::NetworkError,
-        };
-        app.metrics
-            .record_delivery(outcome, u64::try_from(sent.duration_ms).unwrap_or(0));
-        let now = app.clock.now();
-        let verdict = send::judge(&job.task, &job.target.policy, &sent, now);
-        lock(&shared.results).push(Done {
-            endpoint_id: job.target.endpoint_id,
-            task: job.task,
-            sent,
-            verdict,
-            at: now.timestamp_millis(),
-        });
+        let quiet = job
+            .task
+            .event_name
+            .as_deref()
+            .is_some_and(operator::is_operator_event);
+        let done = attempt(app, &shared.agent, &job.target, job.task, quiet);
+        lock(&shared.results).push(done);
         app.delivery_wake.notify();
+    }
+}
+
+/// Makes one attempt of a claimed task: sends it, counts it in the metrics and judges the
+/// reply. The pool's workers and `POST /endpoints/{id}/test` both deliver through this.
+pub(crate) fn attempt(
+    app: &App,
+    agent: &ureq::Agent,
+    target: &Target,
+    task: Claimed,
+    quiet: bool,
+) -> Done {
+    let started_at = app.clock.now_ms();
+    let sent = send::send(agent, target, &task, started_at);
+    let outcome = match sent.status {
+        _ if sent.is_success() => DeliveryOutcome::Success,
+        Some(_) => DeliveryOutcome::HttpError,
+        None => DeliveryOutcome::NetworkError,
+    };
+    app.metrics
+        .record_delivery(outcome, u64::try_from(sent.duration_ms).unwrap_or(0));
+    let now = app.clock.now();
+    let verdict = send::judge(&task, &target.policy, &sent, now);
+    Done {
+        quiet,
+        endpoint_id: target.endpoint_id,
+        task,
+        sent,
+        verdict,
+        at: now.timestamp_millis(),
     }
 }
 
@@ -196,6 +222,7 @@ fn dispatch(shared: &Shared) {
     };
     recover(&mut conn, app.clock.now_ms());
     let capacity = app.config.workers.saturating_mul(4).max(2);
+    let rules = health::Rules::from_hours(app.config.disable_failing_after_hours);
     let mut last_round: Option<Instant> = None;
     while !shared.stopping.load(Ordering::SeqCst) {
         if let Some(since) = last_round.map(|t| t.elapsed())
@@ -212,7 +239,7 @@ fn dispatch(shared: &Shared) {
         let free = capacity.saturating_sub(unsettled).min(MAX_BATCH);
         let now = app.clock.now_ms();
         let claimed = match store::write_tx(&mut conn, |tx| {
-            record(tx, &done)?;
+            record(tx, &done, &rules)?;
             claim(tx, now, free)
         }) {
             Ok(claimed) => claimed,
@@ -259,9 +286,16 @@ fn recover(conn: &mut store::Conn, now_ms: i64) {
     }
 }
 
-/// Commits finished attempts: the attempt row, the task's new state, and for a `410 Gone` the
-/// endpoint's disabling. An attempt whose task is no longer `running` is not recorded.
-fn record(tx: &rusqlite::Connection, done: &[Done]) -> rusqlite::Result<()> {
+/// Commits finished attempts: the attempt row, the task's new state, the endpoint's health
+/// (one statement per endpoint, see [`health`]), a `410 Gone` or auto-disable disabling the
+/// endpoint, and the operator events these cause. An attempt whose task is no longer `running`
+/// is not recorded.
+pub(crate) fn record(
+    tx: &rusqlite::Connection,
+    done: &[Done],
+    rules: &health::Rules,
+) -> rusqlite::Result<()> {
+    let mut seen = health::Fold::default();
     for d in done {
         let status_code = d.sent.status.map(i64::from);
         let recorded = store::tasks::finish_attempt(
@@ -289,10 +323,73 @@ fn record(tx: &rusqlite::Connection, done: &[Done]) -> rusqlite::Result<()> {
                 response_body: d.sent.body.clone(),
             },
         )?;
-        if d.verdict.disable_endpoint {
-            store::endpoints::set_status_any(tx, d.endpoint_id, "disabled", d.at)?;
+        seen.add(d.endpoint_id, d.sent.is_success(), d.at, d.quiet);
+        if d.verdict.disable_endpoint
+            && let Some(app_id) =
+                store::endpoints::disable_any(tx, d.endpoint_id, DisabledReason::Gone, d.at)?
+            && !d.quiet
+        {
+            let event = OperatorEvent::EndpointDisabled {
+                endpoint_id: d.endpoint_id,
+                reason: DisabledReason::Gone.as_str(),
+                task_id: Some(d.task.id),
+                consecutive_failures: None,
+            };
+            operator::publish(tx, &app_id, &event, d.at)?;
+        }
+        if d.verdict.after == store::tasks::AfterAttempt::Failed && !d.quiet {
+            report_failed_task(tx, d, status_code)?;
         }
     }
+    for (endpoint_id, endpoint) in seen.into_endpoints() {
+        let disabled = store::endpoints::record_health(
+            tx,
+            endpoint_id,
+            &endpoint.delta,
+            health::MIN_FAILURES,
+            rules.failing_after_ms,
+            endpoint.delta.last_failure_at.unwrap_or_default(),
+        )?;
+        if let Some((app_id, streak)) = disabled
+            && !endpoint.last_failure_quiet
+        {
+            let event = OperatorEvent::EndpointDisabled {
+                endpoint_id,
+                reason: DisabledReason::Failing.as_str(),
+                task_id: None,
+                consecutive_failures: Some(streak),
+            };
+            let at = endpoint.delta.last_failure_at.unwrap_or_default();
+            operator::publish(tx, &app_id, &event, at)?;
+        }
+    }
+    Ok(())
+}
+
+/// `webhookd.task.failed` for a task that just failed for good.
+fn report_failed_task(
+    tx: &rusqlite::Connection,
+    d: &Done,
+    last_status_code: Option<i64>,
+) -> rusqlite::Result<()> {
+    let Some(app_id) = store::tasks::app_of(tx, d.task.id)? else {
+        return Ok(());
+    };
+    let event = OperatorEvent::TaskFailed {
+        task_id: d.task.id,
+        endpoint_id: d.endpoint_id,
+        schedule_id: d.task.schedule_id,
+        event_id: d.task.event_id,
+        reason: if d.verdict.disable_endpoint {
+            "gone"
+        } else {
+            "attempts_exhausted"
+        },
+        attempts: d.task.attempt,
+        last_status_code,
+        last_error: d.verdict.error.clone(),
+    };
+    operator::publish(tx, &app_id, &event, d.at)?;
     Ok(())
 }
 
@@ -368,10 +465,11 @@ fn drain_at_shutdown(shared: &Shared, conn: &mut store::Conn) {
     shared.queue_ready.notify_all();
     shared.in_flight.fetch_sub(unsent.len(), Ordering::SeqCst);
     let deadline = Instant::now() + Duration::from_secs(app.config.shutdown_grace_secs);
+    let rules = health::Rules::from_hours(app.config.disable_failing_after_hours);
     loop {
         let done = std::mem::take(&mut *lock(&shared.results));
         if !done.is_empty() {
-            match store::write_tx(conn, |tx| record(tx, &done)) {
+            match store::write_tx(conn, |tx| record(tx, &done, &rules)) {
                 Ok(()) => {
                     shared.in_flight.fetch_sub(done.len(), Ordering::SeqCst);
                 }

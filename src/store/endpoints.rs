@@ -1,7 +1,7 @@
 //! The `endpoints` table: webhook targets of an app.
 
 use super::{Filters, Page};
-use crate::clock::ser_ms;
+use crate::clock::{ser_ms, ser_opt_ms};
 use rusqlite::{Connection, OptionalExtension, Row, params};
 use serde::Serialize;
 
@@ -24,9 +24,40 @@ pub struct Endpoint {
     pub created_at: i64,
     #[serde(serialize_with = "ser_ms")]
     pub updated_at: i64,
+    /// Why the endpoint is disabled ([`DisabledReason`]); `None` while enabled.
+    pub disabled_reason: Option<String>,
+    /// The health fields below are written only by the delivery pool's result commit
+    /// ([`record_health`]) and by enable/disable, never by PATCH.
+    #[serde(serialize_with = "ser_opt_ms")]
+    pub last_success_at: Option<i64>,
+    #[serde(serialize_with = "ser_opt_ms")]
+    pub last_failure_at: Option<i64>,
+    /// Attempts failed since the last success.
+    pub consecutive_failures: i64,
 }
 
-const COLUMNS: &str = "id, app_id, name, url, method, headers, secret, timeout_ms, retry_policy_id, filter_events, status, created_at, updated_at";
+const COLUMNS: &str = "id, app_id, name, url, method, headers, secret, timeout_ms, retry_policy_id, filter_events, status, created_at, updated_at, disabled_reason, last_success_at, last_failure_at, consecutive_failures";
+
+/// Why an endpoint is disabled (contract §11 `disabled_reason`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DisabledReason {
+    /// `POST /endpoints/{id}/disable`.
+    Manual,
+    /// It answered `410 Gone`.
+    Gone,
+    /// Auto-disable: failing for `--disable-failing-after-hours`.
+    Failing,
+}
+
+impl DisabledReason {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DisabledReason::Manual => "manual",
+            DisabledReason::Gone => "gone",
+            DisabledReason::Failing => "failing",
+        }
+    }
+}
 
 fn from_row(r: &Row<'_>) -> rusqlite::Result<Endpoint> {
     let headers: String = r.get(5)?;
@@ -44,6 +75,10 @@ fn from_row(r: &Row<'_>) -> rusqlite::Result<Endpoint> {
         status: r.get(10)?,
         created_at: r.get(11)?,
         updated_at: r.get(12)?,
+        disabled_reason: r.get(13)?,
+        last_success_at: r.get(14)?,
+        last_failure_at: r.get(15)?,
+        consecutive_failures: r.get(16)?,
     })
 }
 
@@ -77,11 +112,13 @@ pub fn insert(conn: &Connection, ep: &Endpoint) -> rusqlite::Result<Endpoint> {
     })
 }
 
-/// Writes every mutable field of `ep` back.
+/// Writes every field a PATCH may change back. Status and health are left alone: they have
+/// their own statements ([`set_status`], [`record_health`]), so a PATCH racing the delivery
+/// pool cannot undo a disabling.
 pub fn update(conn: &Connection, ep: &Endpoint) -> rusqlite::Result<()> {
     conn.prepare_cached(
         "UPDATE endpoints SET name = ?3, url = ?4, method = ?5, headers = ?6, secret = ?7, timeout_ms = ?8,
-         retry_policy_id = ?9, filter_events = ?10, status = ?11, updated_at = ?12
+         retry_policy_id = ?9, filter_events = ?10, updated_at = ?11
          WHERE app_id = ?1 AND id = ?2",
     )?
     .execute(params![
@@ -95,7 +132,6 @@ pub fn update(conn: &Connection, ep: &Endpoint) -> rusqlite::Result<()> {
         ep.timeout_ms,
         ep.retry_policy_id,
         ep.filter_events,
-        ep.status,
         ep.updated_at
     ])?;
     Ok(())
@@ -116,19 +152,112 @@ pub fn get_any(conn: &Connection, id: i64) -> rusqlite::Result<Option<Endpoint>>
         .optional()
 }
 
-/// Sets any endpoint's status, whatever its app (the delivery pool disables an endpoint that
-/// answered `410 Gone`).
-pub fn set_status_any(
+/// `POST /endpoints/{id}/enable` and `/disable`: enabling clears `disabled_reason` and resets
+/// the failure streak (so auto-disable starts counting afresh); disabling records `reason`.
+/// Returns false when the endpoint already had that status (nothing changes then).
+pub fn set_status(
+    conn: &Connection,
+    app_id: &str,
+    id: i64,
+    enabled: bool,
+    reason: DisabledReason,
+    now_ms: i64,
+) -> rusqlite::Result<bool> {
+    let n = if enabled {
+        conn.prepare_cached(
+            "UPDATE endpoints SET status = 'enabled', disabled_reason = NULL, consecutive_failures = 0,
+             failing_since = NULL, updated_at = ?3
+             WHERE app_id = ?1 AND id = ?2 AND status != 'enabled'",
+        )?
+        .execute(params![app_id, id, now_ms])?
+    } else {
+        conn.prepare_cached(
+            "UPDATE endpoints SET status = 'disabled', disabled_reason = ?3, updated_at = ?4
+             WHERE app_id = ?1 AND id = ?2 AND status != 'disabled'",
+        )?
+        .execute(params![app_id, id, reason.as_str(), now_ms])?
+    };
+    Ok(n == 1)
+}
+
+/// Disables any endpoint, whatever its app (the delivery pool: a `410 Gone` reply, or
+/// auto-disable). Returns the endpoint's app when it was enabled until now, `None` when it was
+/// already disabled (or is gone), so the caller tells the operator only once.
+pub fn disable_any(
     conn: &Connection,
     id: i64,
-    status: &str,
+    reason: DisabledReason,
     now_ms: i64,
-) -> rusqlite::Result<()> {
+) -> rusqlite::Result<Option<String>> {
     conn.prepare_cached(
-        "UPDATE endpoints SET status = ?2, updated_at = ?3 WHERE id = ?1 AND status != ?2",
+        "UPDATE endpoints SET status = 'disabled', disabled_reason = ?2, updated_at = ?3
+         WHERE id = ?1 AND status = 'enabled' RETURNING app_id",
     )?
-    .execute(params![id, status, now_ms])?;
-    Ok(())
+    .query_row(params![id, reason.as_str(), now_ms], |r| r.get(0))
+    .optional()
+}
+
+/// What one dispatcher round saw of one endpoint's attempts, folded in order (see
+/// `delivery::health`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct HealthDelta {
+    /// The latest success of the round, if any.
+    pub last_success_at: Option<i64>,
+    /// The latest failure of the round, if any.
+    pub last_failure_at: Option<i64>,
+    /// Failures after the round's last success (all of the round's failures when none
+    /// succeeded).
+    pub failures: i64,
+    /// The first of those failures.
+    pub first_failure_at: Option<i64>,
+}
+
+/// Applies a round's [`HealthDelta`] to an endpoint in the result commit, and disables it
+/// with reason `failing` when its streak reached `min_failures` attempts over at least
+/// `failing_after_ms` (`None`: never). Returns the app and streak length of an endpoint
+/// disabled by this call.
+/// One statement per endpoint per round, however many of its attempts the round holds.
+pub fn record_health(
+    conn: &Connection,
+    id: i64,
+    delta: &HealthDelta,
+    min_failures: i64,
+    failing_after_ms: Option<i64>,
+    now_ms: i64,
+) -> rusqlite::Result<Option<(String, i64)>> {
+    // A success in the round restarts the streak from the failures after it; without one the
+    // round's failures extend the streak.
+    conn.prepare_cached(
+        "UPDATE endpoints SET
+            last_success_at = coalesce(?2, last_success_at),
+            last_failure_at = coalesce(?3, last_failure_at),
+            consecutive_failures = CASE WHEN ?2 IS NULL THEN consecutive_failures + ?4 ELSE ?4 END,
+            failing_since = CASE WHEN ?2 IS NULL THEN coalesce(failing_since, ?5) ELSE ?5 END
+         WHERE id = ?1",
+    )?
+    .execute(params![
+        id,
+        delta.last_success_at,
+        delta.last_failure_at,
+        delta.failures,
+        delta.first_failure_at
+    ])?;
+    let Some(after_ms) = failing_after_ms else {
+        return Ok(None);
+    };
+    if delta.failures == 0 {
+        return Ok(None);
+    }
+    conn.prepare_cached(
+        "UPDATE endpoints SET status = 'disabled', disabled_reason = 'failing', updated_at = ?4
+         WHERE id = ?1 AND status = 'enabled' AND consecutive_failures >= ?2
+           AND failing_since IS NOT NULL AND ?4 - failing_since >= ?3
+         RETURNING app_id, consecutive_failures",
+    )?
+    .query_row(params![id, min_failures, after_ms, now_ms], |r| {
+        Ok((r.get(0)?, r.get(1)?))
+    })
+    .optional()
 }
 
 /// One page, newest first, and the total count of matches.
@@ -187,15 +316,25 @@ pub fn count_using_policy(conn: &Connection, policy_id: i64) -> rusqlite::Result
 /// Deletes an endpoint in the caller's transaction: its pending tasks become `canceled`, and
 /// schedules that name it drop it from `endpoint_ids`. A schedule whose only target it was is
 /// paused rather than left with an empty list (which would mean "every endpoint").
+/// Returns `None` when there was no such endpoint, else the ids of the schedules it paused.
 pub fn delete_cascade(
     conn: &Connection,
     app_id: &str,
     id: i64,
     now_ms: i64,
-) -> rusqlite::Result<bool> {
+) -> rusqlite::Result<Option<Vec<i64>>> {
     if !delete(conn, app_id, id)? {
-        return Ok(false);
+        return Ok(None);
     }
+    let paused = conn
+        .prepare_cached(
+            "SELECT id FROM schedules WHERE app_id = ?2 AND status = 'active'
+               AND EXISTS (SELECT 1 FROM json_each(schedules.endpoint_ids) WHERE value = ?1)
+               AND NOT EXISTS (SELECT 1 FROM json_each(schedules.endpoint_ids) WHERE value != ?1)
+             ORDER BY id",
+        )?
+        .query_map(params![id, app_id], |r| r.get(0))?
+        .collect::<rusqlite::Result<Vec<i64>>>()?;
     conn.execute(
         "UPDATE tasks SET status = 'canceled', finished_at = ?2, updated_at = ?2, next_attempt_at = NULL,
          last_error = coalesce(last_error, 'endpoint deleted')
@@ -217,7 +356,7 @@ pub fn delete_cascade(
          WHERE app_id = ?2 AND EXISTS (SELECT 1 FROM json_each(schedules.endpoint_ids) WHERE value = ?1)",
         params![id, app_id, now_ms],
     )?;
-    Ok(true)
+    Ok(Some(paused))
 }
 
 /// An enabled endpoint as fan-out sees it: where its tasks go and how many attempts they get.

@@ -59,6 +59,41 @@ pub fn insert(
     Ok(conn.last_insert_rowid())
 }
 
+/// Publishes an event in the caller's transaction: the event row and one `event` task per
+/// target, so they commit together. Returns the event's id.
+#[allow(clippy::too_many_arguments)]
+pub fn insert_with_tasks(
+    conn: &Connection,
+    app_id: &str,
+    event_name: &str,
+    event_key: Option<&str>,
+    payload: &str,
+    targets: &[super::endpoints::Target],
+    now_ms: i64,
+) -> rusqlite::Result<i64> {
+    let task_count = i64::try_from(targets.len()).unwrap_or(i64::MAX);
+    let id = insert(
+        conn, app_id, event_name, event_key, payload, task_count, now_ms,
+    )?;
+    for target in targets {
+        super::tasks::insert(
+            conn,
+            &super::tasks::NewTask {
+                app_id,
+                schedule_id: None,
+                event_id: Some(id),
+                endpoint_id: target.id,
+                task_type: "event",
+                payload,
+                run_at: now_ms,
+                max_attempts: target.max_attempts,
+                now_ms,
+            },
+        )?;
+    }
+    Ok(id)
+}
+
 /// The first event published with this name and key since `since_ms`.
 pub fn find_by_key(
     conn: &Connection,

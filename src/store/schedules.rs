@@ -37,6 +37,9 @@ pub struct Schedule {
     pub paused_reason: Option<String>,
     /// Endpoint id → name for `endpoint_ids`; not stored, filled by [`fill_names`].
     pub endpoint_names: BTreeMap<String, String>,
+    /// `next_run_at` on the schedule's wall clock, RFC 3339 with offset; not stored, filled
+    /// by [`fill_names`].
+    pub next_run_at_local: Option<String>,
 }
 
 impl Schedule {
@@ -96,6 +99,7 @@ fn from_row(r: &Row<'_>) -> rusqlite::Result<Schedule> {
         endpoint_ids: ids_from_json(&endpoint_ids),
         paused_reason: r.get(12)?,
         endpoint_names: BTreeMap::new(),
+        next_run_at_local: None,
     })
 }
 
@@ -189,8 +193,12 @@ pub fn list(
     super::list_page(conn, "schedules", COLUMNS, &filters, page, from_row)
 }
 
-/// Fills `endpoint_names` from the endpoints table (ids no longer found are left out).
+/// Fills the fields a reply adds to the stored ones: `endpoint_names` from the endpoints
+/// table (ids no longer found are left out) and `next_run_at_local`.
 pub fn fill_names(conn: &Connection, s: &mut Schedule) -> rusqlite::Result<()> {
+    s.next_run_at_local = s
+        .next_run_at
+        .and_then(|ms| crate::cron::local_rfc3339_ms(ms, &s.timezone));
     s.endpoint_names = super::endpoints::names(conn, &s.app_id, &s.endpoint_ids)?
         .into_iter()
         .map(|(id, name)| (id.to_string(), name))

@@ -106,6 +106,11 @@ pub fn get(conn: &Connection, app_id: &str, id: i64) -> rusqlite::Result<Option<
 
 /// Every state a task can be in.
 pub const STATUSES: [&str; 5] = ["pending", "running", "success", "failed", "canceled"];
+/// What `GET /tasks?status=` accepts: every state, and `retrying` (pending tasks that have
+/// failed at least one attempt; their records still say `pending`).
+pub const STATUS_FILTERS: [&str; 6] = [
+    "pending", "running", "success", "failed", "canceled", "retrying",
+];
 /// Every way a task can come about.
 pub const TASK_TYPES: [&str; 3] = ["schedule", "event", "manual"];
 
@@ -126,8 +131,18 @@ pub fn list(
     f: &TaskFilter,
     page: Page,
 ) -> rusqlite::Result<(i64, Vec<Task>)> {
-    let filters = Filters::app(app_id)
-        .eq_known("status", f.status.as_deref(), &STATUSES)
+    // `retrying` is written as the exact condition of the partial index `tasks_retrying`, so
+    // SQLite reads that index instead of every pending task of the app.
+    let (status, retrying) = match f.status.as_deref() {
+        Some("retrying") => (None, true),
+        other => (other, false),
+    };
+    let mut filters = Filters::app(app_id);
+    if retrying {
+        filters = filters.always("status = 'pending' AND attempts > 0");
+    }
+    let filters = filters
+        .eq_known("status", status, &STATUSES)
         .eq("schedule_id", f.schedule_id)
         .eq("event_id", f.event_id)
         .eq("endpoint_id", f.endpoint_id)
@@ -250,6 +265,23 @@ pub fn finish_attempt(
             now_ms
         ])?;
     Ok(n == 1)
+}
+
+/// Marks a task just inserted in the caller's transaction as `running`, so the delivery pool
+/// never claims it (`POST /endpoints/{id}/test` sends it itself).
+pub fn start_now(conn: &Connection, id: i64, now_ms: i64) -> rusqlite::Result<()> {
+    conn.prepare_cached(
+        "UPDATE tasks SET status = 'running', updated_at = ?2 WHERE id = ?1 AND status = 'pending'",
+    )?
+    .execute(params![id, now_ms])?;
+    Ok(())
+}
+
+/// The app a task belongs to (the delivery pool knows tasks by id only).
+pub fn app_of(conn: &Connection, id: i64) -> rusqlite::Result<Option<String>> {
+    conn.prepare_cached("SELECT app_id FROM tasks WHERE id = ?1")?
+        .query_row(params![id], |r| r.get(0))
+        .optional()
 }
 
 /// Hands every `running` task back to `pending` (start-up after a crash, or shutdown after the
