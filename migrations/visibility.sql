@@ -16,5 +16,7 @@ ALTER TABLE endpoints ADD COLUMN failing_since INTEGER;
 -- was not recorded, so they read as 'manual'.
 UPDATE endpoints SET disabled_reason = 'manual' WHERE status = 'disabled';
 
--- Pending tasks that have failed at least one attempt (`status=retrying`), newest first.
-CREATE INDEX tasks_retrying ON tasks (app_id, id) WHERE status = 'pending' AND attempts > 0;
+-- Pending tasks that have failed at least one attempt (`status=retrying`), newest first. The
+-- same columns as tasks_app_status, so SQLite prefers this smaller index for that query (with
+-- (app_id, id) it picked tasks_app_status and read every pending task of the app).
+CREATE INDEX tasks_retrying ON tasks (app_id, status, id) WHERE status = 'pending' AND attempts > 0;
