@@ -65,7 +65,11 @@ pub struct ServeArgs {
     pub rate_limit: u32,
     /// Disable an endpoint (reason `failing`) whose deliveries have failed at least 5 times in
     /// a row over this many hours; a number (0.5 = 30 minutes); 0 = never.
-    #[arg(long, env = "WEBHOOKD_DISABLE_FAILING_AFTER_HOURS", default_value_t = 120.0)]
+    #[arg(
+        long,
+        env = "WEBHOOKD_DISABLE_FAILING_AFTER_HOURS",
+        default_value_t = 120.0
+    )]
     pub disable_failing_after_hours: f64,
     /// Do not serve GET /metrics.
     #[arg(long, env = "WEBHOOKD_NO_METRICS")]

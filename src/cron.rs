@@ -672,17 +672,49 @@ mod tests {
     fn local_times_carry_the_offset_of_that_instant() {
         let at = |s: &str| DateTime::parse_from_rfc3339(s).unwrap().with_timezone(&Utc);
         let cases = [
-            ("2027-03-28T01:00:00Z", "Europe/Berlin", "2027-03-28T03:00:00+02:00"),
-            ("2027-03-28T00:59:59Z", "Europe/Berlin", "2027-03-28T01:59:59+01:00"),
-            ("2026-11-01T06:30:00Z", "America/New_York", "2026-11-01T01:30:00-05:00"),
-            ("2026-11-01T05:30:00Z", "America/New_York", "2026-11-01T01:30:00-04:00"),
-            ("2026-11-21T21:00:00Z", "Asia/Kathmandu", "2026-11-22T02:45:00+05:45"),
-            ("2026-10-03T15:29:59Z", "Australia/Lord_Howe", "2026-10-04T01:59:59+10:30"),
-            ("2026-10-03T15:30:00Z", "Australia/Lord_Howe", "2026-10-04T02:30:00+11:00"),
+            (
+                "2027-03-28T01:00:00Z",
+                "Europe/Berlin",
+                "2027-03-28T03:00:00+02:00",
+            ),
+            (
+                "2027-03-28T00:59:59Z",
+                "Europe/Berlin",
+                "2027-03-28T01:59:59+01:00",
+            ),
+            (
+                "2026-11-01T06:30:00Z",
+                "America/New_York",
+                "2026-11-01T01:30:00-05:00",
+            ),
+            (
+                "2026-11-01T05:30:00Z",
+                "America/New_York",
+                "2026-11-01T01:30:00-04:00",
+            ),
+            (
+                "2026-11-21T21:00:00Z",
+                "Asia/Kathmandu",
+                "2026-11-22T02:45:00+05:45",
+            ),
+            (
+                "2026-10-03T15:29:59Z",
+                "Australia/Lord_Howe",
+                "2026-10-04T01:59:59+10:30",
+            ),
+            (
+                "2026-10-03T15:30:00Z",
+                "Australia/Lord_Howe",
+                "2026-10-04T02:30:00+11:00",
+            ),
             ("2026-10-03T15:30:00Z", "UTC", "2026-10-03T15:30:00+00:00"),
         ];
         for (utc, tz, want) in cases {
-            assert_eq!(local_rfc3339(at(utc), tz.parse().unwrap()), want, "{utc} {tz}");
+            assert_eq!(
+                local_rfc3339(at(utc), tz.parse().unwrap()),
+                want,
+                "{utc} {tz}"
+            );
         }
         assert_eq!(local_rfc3339_ms(0, "Nowhere/Atlantis"), None);
     }

@@ -127,7 +127,10 @@ mod tests {
         let p = |f: Option<&str>, e: &str| matches_prefixed(f, "webhookd.", e);
         assert!(p(Some("webhookd.*"), "webhookd.task.failed"));
         assert!(p(Some("order.*, webhookd.task.*"), "webhookd.task.failed"));
-        assert!(!p(Some("order.*, webhookd.task.*"), "webhookd.endpoint.disabled"));
+        assert!(!p(
+            Some("order.*, webhookd.task.*"),
+            "webhookd.endpoint.disabled"
+        ));
         assert!(!p(Some("*"), "webhookd.task.failed"));
         assert!(!p(Some("*.failed"), "webhookd.task.failed"));
         assert!(!p(Some(""), "webhookd.task.failed"));

@@ -195,23 +195,35 @@ fn local_times_in_four_zones_around_dst_changes() {
     let (berlin, utc, local) = schedule_times(&c, "30 2 * * *", "Europe/Berlin");
     assert_eq!(
         (utc, local),
-        (json!("2027-03-28T01:00:00Z"), json!("2027-03-28T03:00:00+02:00")),
+        (
+            json!("2027-03-28T01:00:00Z"),
+            json!("2027-03-28T03:00:00+02:00")
+        ),
         "02:30 does not exist that night: the first instant after the gap"
     );
     let (_, utc, local) = schedule_times(&c, "0 9 * * *", "Asia/Kathmandu");
     assert_eq!(
         (utc, local),
-        (json!("2027-03-28T03:15:00Z"), json!("2027-03-28T09:00:00+05:45"))
+        (
+            json!("2027-03-28T03:15:00Z"),
+            json!("2027-03-28T09:00:00+05:45")
+        )
     );
     let (_, utc, local) = schedule_times(&c, "45 1 * * *", "Australia/Lord_Howe");
     assert_eq!(
         (utc, local),
-        (json!("2027-03-27T14:45:00Z"), json!("2027-03-28T01:45:00+11:00"))
+        (
+            json!("2027-03-27T14:45:00Z"),
+            json!("2027-03-28T01:45:00+11:00")
+        )
     );
     let (_, utc, local) = schedule_times(&c, "0 12 * * *", "America/New_York");
     assert_eq!(
         (utc, local),
-        (json!("2027-03-27T16:00:00Z"), json!("2027-03-27T12:00:00-04:00"))
+        (
+            json!("2027-03-27T16:00:00Z"),
+            json!("2027-03-27T12:00:00-04:00")
+        )
     );
 
     // Past the change, the Berlin schedule's next run shows the summer offset.
@@ -256,7 +268,12 @@ fn local_times_in_four_zones_around_dst_changes() {
     );
     // Lord Howe falls back half an hour on 2027-04-04 (02:00 +11:00 → 01:30 +10:30): 01:45
     // happens twice and a fixed-time schedule fires at the first.
-    let lh = preview("45 1 * * *", "Australia/Lord_Howe", "2027-04-02T12:00:00Z", 3);
+    let lh = preview(
+        "45 1 * * *",
+        "Australia/Lord_Howe",
+        "2027-04-02T12:00:00Z",
+        3,
+    );
     assert_eq!(
         lh["next_runs"],
         json!([
@@ -304,7 +321,12 @@ fn auto_disable_after_a_fractional_number_of_hours() {
         wait_attempts(&c, id, n);
         let e = get_endpoint(&c, ep);
         assert_eq!(e["consecutive_failures"], n);
-        assert_eq!(e["status"], "enabled", "after {n} failures over {} s", 2 * (n - 1));
+        assert_eq!(
+            e["status"],
+            "enabled",
+            "after {n} failures over {} s",
+            2 * (n - 1)
+        );
         server.advance(chrono::Duration::seconds(2));
     }
     wait_attempts(&c, id, 7);
@@ -336,9 +358,16 @@ fn auto_disable_after_a_fractional_number_of_hours() {
         server.advance(chrono::Duration::seconds(2));
     }
     let e = get_endpoint(&c, ep);
-    assert_eq!((&e["status"], &e["consecutive_failures"]), (&json!("enabled"), &json!(5)));
-    assert_eq!(watcher, get_endpoint(&c, watcher)["id"].as_i64().unwrap());
-    assert_eq!(watcher_rx.received().len(), 1);
+    assert_eq!(
+        (&e["status"], &e["consecutive_failures"]),
+        (&json!("enabled"), &json!(5))
+    );
+    assert_eq!(get_endpoint(&c, watcher)["status"], "enabled");
+    assert_eq!(
+        watcher_rx.received().len(),
+        1,
+        "no second disabling was reported"
+    );
 }
 
 /// 0 means never, not "at once": eight failures over seven hours leave the endpoint enabled.
@@ -360,7 +389,10 @@ fn zero_hours_never_auto_disables() {
         server.advance(chrono::Duration::hours(1));
     }
     let e = get_endpoint(&c, ep);
-    assert_eq!((&e["status"], &e["consecutive_failures"]), (&json!("enabled"), &json!(8)));
+    assert_eq!(
+        (&e["status"], &e["consecutive_failures"]),
+        (&json!("enabled"), &json!(8))
+    );
 }
 
 #[test]
@@ -414,7 +446,11 @@ fn operator_events_reach_webhookd_subscribers_and_not_catch_all_endpoints() {
     assert_eq!(by_name[2].0, "webhookd.task.failed");
     let failed = &by_name[2].1;
     assert_eq!(
-        (&failed["task_id"], &failed["endpoint_id"], &failed["reason"]),
+        (
+            &failed["task_id"],
+            &failed["endpoint_id"],
+            &failed["reason"]
+        ),
         (&json!(t), &json!(gone), &json!("gone"))
     );
     assert_eq!(failed["last_status_code"], 410);
@@ -440,7 +476,11 @@ fn operator_events_reach_webhookd_subscribers_and_not_catch_all_endpoints() {
         .iter()
         .map(|r| r.header("x-service-event").map(str::to_string))
         .collect();
-    assert_eq!(names, vec![Some("order.created".to_string())], "{catch_all_got:?}");
+    assert_eq!(
+        names,
+        vec![Some("order.created".to_string())],
+        "{catch_all_got:?}"
+    );
     assert_eq!(get_endpoint(&c, catch_all)["status"], "enabled");
     assert_eq!(get_endpoint(&c, subscriber)["consecutive_failures"], 0);
 
@@ -520,14 +560,26 @@ fn test_delivers_now_to_enabled_disabled_and_unreachable_endpoints() {
     let c = server.client();
     let rx = Receiver::start();
     let watcher_rx = Receiver::start();
-    endpoint(&c, &watcher_rx.url, json!({ "filter_events": "webhookd.*" }));
-    let ep = endpoint(&c, &format!("{}/hook", rx.url), json!({ "secret": "s3cret" }));
+    endpoint(
+        &c,
+        &watcher_rx.url,
+        json!({ "filter_events": "webhookd.*" }),
+    );
+    let ep = endpoint(
+        &c,
+        &format!("{}/hook", rx.url),
+        json!({ "secret": "s3cret" }),
+    );
 
     let reply = ok(&c, "POST", &format!("/endpoints/{ep}/test"), None);
     let task_id = reply["task_id"].as_i64().unwrap();
     let attempt = &reply["attempt"];
     assert_eq!(
-        (&attempt["task_id"], &attempt["attempt"], &attempt["status_code"]),
+        (
+            &attempt["task_id"],
+            &attempt["attempt"],
+            &attempt["status_code"]
+        ),
         (&json!(task_id), &json!(1), &json!(200))
     );
     assert_eq!(attempt["error"], Value::Null);
@@ -539,9 +591,15 @@ fn test_delivers_now_to_enabled_disabled_and_unreachable_endpoints() {
     assert_eq!(body["type"], "webhookd.test");
     assert_eq!(body["endpoint_id"], ep);
     assert!(DateTime::parse_from_rfc3339(body["sent_at"].as_str().unwrap()).is_ok());
-    assert_eq!(r.header("x-service-task-id"), Some(task_id.to_string().as_str()));
+    assert_eq!(
+        r.header("x-service-task-id"),
+        Some(task_id.to_string().as_str())
+    );
     assert_eq!(r.header("x-service-attempt"), Some("1"));
-    assert_eq!(r.header("webhook-id"), Some(format!("task_{task_id}").as_str()));
+    assert_eq!(
+        r.header("webhook-id"),
+        Some(format!("task_{task_id}").as_str())
+    );
     let ts = r.header("x-service-timestamp").unwrap();
     assert_eq!(r.header("webhook-timestamp"), Some(ts));
     assert_eq!(
@@ -562,7 +620,12 @@ fn test_delivers_now_to_enabled_disabled_and_unreachable_endpoints() {
     );
     let task = ok(&c, "GET", &format!("/tasks/{task_id}"), None);
     assert_eq!(
-        (&task["task_type"], &task["status"], &task["attempts"], &task["max_attempts"]),
+        (
+            &task["task_type"],
+            &task["status"],
+            &task["attempts"],
+            &task["max_attempts"]
+        ),
         (&json!("manual"), &json!("success"), &json!(1), &json!(1))
     );
     assert!(get_endpoint(&c, ep)["last_success_at"].is_string());
@@ -594,7 +657,10 @@ fn test_delivers_now_to_enabled_disabled_and_unreachable_endpoints() {
         (&json!("failed"), &json!(1), &Value::Null)
     );
     let e = get_endpoint(&c, dead);
-    assert_eq!((&e["consecutive_failures"], &e["status"]), (&json!(1), &json!("enabled")));
+    assert_eq!(
+        (&e["consecutive_failures"], &e["status"]),
+        (&json!(1), &json!("enabled"))
+    );
     // The caller saw the failure: no operator event about it.
     std::thread::sleep(Duration::from_millis(300));
     assert!(operator_events(&c).is_empty());
@@ -612,7 +678,11 @@ fn test_answers_within_the_endpoint_timeout() {
     let ep = endpoint(&c, &rx.url, json!({ "timeout_ms": 300 }));
     let started = std::time::Instant::now();
     let reply = ok(&c, "POST", &format!("/endpoints/{ep}/test"), None);
-    assert!(started.elapsed() < Duration::from_secs(2), "{:?}", started.elapsed());
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "{:?}",
+        started.elapsed()
+    );
     assert_eq!(reply["attempt"]["status_code"], Value::Null);
     assert!(
         reply["attempt"]["error"]
