@@ -286,6 +286,7 @@ fn handle_blocking(
         query: Query::parse(parts.uri.query()),
         body,
         ids,
+        checked: Default::default(),
     };
     let mut ctx = Ctx {
         app,
@@ -293,7 +294,7 @@ fn handle_blocking(
         conn: &mut conn,
         now_ms,
     };
-    handler(&mut ctx, &request)
+    api::dispatch(handler, &mut ctx, &request)
 }
 
 /// A started server: its address, its shared state, and the handle to stop it.

@@ -12,3 +12,4 @@ mod events;
 mod schedules;
 mod support;
 mod tasks;
+mod unknown_fields;
