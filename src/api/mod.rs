@@ -69,6 +69,8 @@ pub fn dispatch(handler: Handler, ctx: &mut Ctx<'_>, req: &Request) -> ApiResult
         return Ok(data);
     }
     req.query.finish()?;
+    // Writing into a file the path no longer names would be lost: 503 instead (contract §10).
+    ctx.app.db_health.file_problem()?;
     let data = handler(ctx, req)?;
     if !req.body_is_blank() && !req.checked.load(Ordering::Relaxed) {
         tracing::error!(

@@ -515,7 +515,14 @@ def phase_health(api):
                 status, body = resp.status, json.loads(resp.read())
         except urllib.error.HTTPError as e:
             status, body = e.code, None
-        R.check("GET /healthz unsigned -> 200 {\"status\":\"ok\"}", status == 200 and body == {"status": "ok"}, f"{status} {body}")
+        R.check("GET /healthz unsigned -> 200 {\"status\":\"ok\",\"version\":\"<semver>\"} (§10)", status == 200 and isinstance(body, dict) and body.get("status") == "ok" and re.match(r"^\d+\.\d+\.\d+", str(body.get("version", ""))) is not None and set(body) == {"status", "version"}, f"{status} {body}")
+    try:
+        req = urllib.request.Request(api.url("/healthz"), method="HEAD")
+        with urllib.request.urlopen(req, timeout=10) as resp:
+            status, body = resp.status, resp.read()
+    except urllib.error.HTTPError as e:
+        status, body = e.code, b""
+    R.check("HEAD /healthz -> 200, no body", status == 200 and body == b"", f"{status} {body[:100]!r}")
     try:
         with urllib.request.urlopen(api.url("/metrics"), timeout=10) as resp:
             status, text = resp.status, resp.read().decode("utf-8", "replace")
