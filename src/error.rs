@@ -170,6 +170,9 @@ impl From<r2d2::Error> for ApiError {
     }
 }
 
+/// Result of an API handler.
+pub type ApiResult<T> = Result<T, ApiError>;
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -192,6 +195,3 @@ mod tests {
         assert_eq!(other.code, 50001);
     }
 }
-
-/// Result of an API handler.
-pub type ApiResult<T> = Result<T, ApiError>;

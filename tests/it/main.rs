@@ -10,6 +10,7 @@ mod delivery;
 mod durability;
 mod events;
 mod health;
+mod logs;
 mod schedules;
 mod support;
 mod tasks;

@@ -79,7 +79,7 @@ impl TestServer {
         adjust: impl FnOnce(&mut Config),
         manual: Option<Arc<ManualClock>>,
     ) -> TestServer {
-        let mut config = Config::new(&dir.path().join("webhookd.sqlite"));
+        let mut config = Config::new(dir.path().join("webhookd.sqlite"));
         config.listen = "127.0.0.1:0".parse().unwrap();
         config.workers = 4;
         config.shutdown_grace_secs = 2;
