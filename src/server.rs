@@ -185,7 +185,9 @@ async fn metrics(app: Arc<App>, request_id: &str) -> Reply {
             let mut reply = json_reply(StatusCode::OK, request_id, text.into_bytes());
             reply.headers_mut().insert(
                 CONTENT_TYPE,
-                HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8"),
+                HeaderValue::from_static(
+                    "application/openmetrics-text; version=1.0.0; charset=utf-8",
+                ),
             );
             reply
         }

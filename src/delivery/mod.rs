@@ -148,8 +148,11 @@ fn work(shared: &Shared) {
             Some(_) => DeliveryOutcome::HttpError,
             None => DeliveryOutcome::NetworkError,
         };
-        app.metrics
-            .record_delivery(outcome, u64::try_from(sent.duration_ms).unwrap_or(0));
+        app.metrics.record_delivery(
+            job.target.endpoint_id,
+            outcome,
+            u64::try_from(sent.duration_ms).unwrap_or(0),
+        );
         let now = app.clock.now();
         let verdict = send::judge(&job.task, &job.target.policy, &sent, now);
         lock(&shared.results).push(Done {
