@@ -4,26 +4,26 @@
 
 use crate::support::{Answer, Receiver, free_local_addr, ok, raw, signed_headers, wait_for};
 use serde_json::{Value, json};
-use std::process::{Command, Stdio};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 use webhookd::client::Client;
 
 const BIN: &str = env!("CARGO_BIN_EXE_webhookd");
 
-#[test]
-fn json_logs_parse_line_by_line_carry_the_warnings_and_no_secret() {
-    let dir = tempfile::tempdir().unwrap();
-    let db = dir.path().join("webhookd.sqlite");
-    let (key_id, api_secret) = crate::support::create_key(&db, "app1");
-    let log_path = dir.path().join("stderr.log");
+/// `webhookd serve` on `db` with stderr into `log`, once it answers `/healthz`: the child and
+/// its base URL.
+fn serve_logging(db: &Path, log: &Path, args: &[&str], env: &[(&str, &str)]) -> (Child, String) {
     let listen = free_local_addr();
-    let mut child = Command::new(BIN)
+    let child = Command::new(BIN)
         .args(["serve", "--db"])
-        .arg(&db)
-        .args(["--listen", &listen, "--log-format", "json"])
-        .env("WEBHOOKD_LOG", "info,webhookd=debug")
+        .arg(db)
+        .args(["--listen", &listen])
+        .args(args)
+        .envs(env.iter().copied())
+        .env_remove("NO_COLOR")
         .stdout(Stdio::null())
-        .stderr(std::fs::File::create(&log_path).unwrap())
+        .stderr(std::fs::File::create(log).unwrap())
         .spawn()
         .unwrap();
     let url = format!("http://{listen}");
@@ -31,6 +31,29 @@ fn json_logs_parse_line_by_line_carry_the_warnings_and_no_secret() {
         ureq::get(&format!("{url}/healthz")).call().ok()
     })
     .expect("server up");
+    (child, url)
+}
+
+/// SIGTERM, then the exit status.
+fn stop(mut child: Child) -> std::process::ExitStatus {
+    let _ = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status();
+    child.wait().unwrap()
+}
+
+#[test]
+fn json_logs_parse_line_by_line_carry_the_warnings_and_no_secret() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("webhookd.sqlite");
+    let (key_id, api_secret) = crate::support::create_key(&db, "app1");
+    let log_path = dir.path().join("stderr.log");
+    let (child, url) = serve_logging(
+        &db,
+        &log_path,
+        &["--log-format", "json"],
+        &[("WEBHOOKD_LOG", "info,webhookd=debug")],
+    );
     let c = Client::new(&url, &key_id, &api_secret);
 
     let rx = Receiver::start();
@@ -123,10 +146,7 @@ fn json_logs_parse_line_by_line_carry_the_warnings_and_no_secret() {
     );
     assert_eq!(status, 401);
 
-    let _ = Command::new("kill")
-        .args(["-TERM", &child.id().to_string()])
-        .status();
-    let exit = child.wait().unwrap();
+    let exit = stop(child);
     assert!(exit.success(), "clean shutdown: {exit:?}");
     let log = std::fs::read_to_string(&log_path).unwrap();
 
@@ -187,27 +207,9 @@ fn json_logs_parse_line_by_line_carry_the_warnings_and_no_secret() {
 fn text_logs_have_no_colour_codes_when_stderr_is_not_a_terminal() {
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("webhookd.sqlite");
-    let listen = free_local_addr();
     let log_path = dir.path().join("stderr.log");
-    let mut child = Command::new(BIN)
-        .args(["serve", "--db"])
-        .arg(&db)
-        .args(["--listen", &listen])
-        .env("WEBHOOKD_LOG_FORMAT", "text")
-        .env_remove("NO_COLOR")
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(&log_path).unwrap())
-        .spawn()
-        .unwrap();
-    let url = format!("http://{listen}");
-    wait_for(Duration::from_secs(10), || {
-        ureq::get(&format!("{url}/healthz")).call().ok()
-    })
-    .expect("server up");
-    let _ = Command::new("kill")
-        .args(["-TERM", &child.id().to_string()])
-        .status();
-    child.wait().unwrap();
+    let (child, _) = serve_logging(&db, &log_path, &[], &[("WEBHOOKD_LOG_FORMAT", "text")]);
+    stop(child);
     let log = std::fs::read_to_string(&log_path).unwrap();
     assert!(
         log.contains("INFO") && log.contains("webhookd listening"),

@@ -5,6 +5,11 @@
 use crate::support::{TestServer, err, ok};
 use serde_json::{Value, json};
 
+/// Creates a record and returns its id.
+fn created(client: &webhookd::client::Client, path: &str, body: Value) -> i64 {
+    ok(client, "POST", path, Some(body))["id"].as_i64().unwrap()
+}
+
 /// Sends `body` and expects 40001 whose message names `field` and, when given, suggests `nearest`.
 fn refused(
     client: &webhookd::client::Client,
@@ -32,38 +37,26 @@ fn refused(
 fn unknown_body_fields_are_refused_on_every_create_patch_and_action_route() {
     let server = TestServer::start();
     let c = server.client();
-    let policy = ok(
+    let policy = created(
         &c,
-        "POST",
         "/v1/retries/policies",
-        Some(json!({"name": "p", "max_attempts": 3, "backoff_type": "fixed"})),
-    )["id"]
-        .as_i64()
-        .unwrap();
-    let endpoint = ok(
+        json!({"name": "p", "max_attempts": 3, "backoff_type": "fixed"}),
+    );
+    let endpoint = created(
         &c,
-        "POST",
         "/v1/endpoints",
-        Some(json!({"name": "e", "url": "http://127.0.0.1:9/x"})),
-    )["id"]
-        .as_i64()
-        .unwrap();
-    let schedule = ok(
+        json!({"name": "e", "url": "http://127.0.0.1:9/x"}),
+    );
+    let schedule = created(
         &c,
-        "POST",
         "/v1/schedules",
-        Some(json!({"name": "s", "cron_expr": "0 0 1 1 *", "endpoint_ids": [endpoint]})),
-    )["id"]
-        .as_i64()
-        .unwrap();
-    let task = ok(
+        json!({"name": "s", "cron_expr": "0 0 1 1 *", "endpoint_ids": [endpoint]}),
+    );
+    let task = created(
         &c,
-        "POST",
         "/v1/tasks",
-        Some(json!({"endpoint_id": endpoint, "run_at": 4_000_000_000i64})),
-    )["id"]
-        .as_i64()
-        .unwrap();
+        json!({"endpoint_id": endpoint, "run_at": 4_000_000_000i64}),
+    );
 
     // The case: a typo that would have made the endpoint receive every event.
     refused(
@@ -138,87 +131,26 @@ fn unknown_body_fields_are_refused_on_every_create_patch_and_action_route() {
             "run_time",
             None,
         ),
-        // Routes that take no body refuse any field, before they change anything.
-        (
-            "POST",
-            format!("/v1/endpoints/{endpoint}/disable"),
-            json!({"why": "x"}),
-            "why",
-            None,
-        ),
-        (
-            "POST",
-            format!("/v1/endpoints/{endpoint}/enable"),
-            json!({"x": 1}),
-            "x",
-            None,
-        ),
-        (
-            "DELETE",
-            format!("/v1/endpoints/{endpoint}"),
-            json!({"x": 1}),
-            "x",
-            None,
-        ),
-        (
-            "DELETE",
-            format!("/v1/retries/policies/{policy}"),
-            json!({"x": 1}),
-            "x",
-            None,
-        ),
-        (
-            "POST",
-            format!("/v1/schedules/{schedule}/pause"),
-            json!({"x": 1}),
-            "x",
-            None,
-        ),
-        (
-            "POST",
-            format!("/v1/schedules/{schedule}/resume"),
-            json!({"x": 1}),
-            "x",
-            None,
-        ),
-        (
-            "POST",
-            format!("/v1/schedules/{schedule}/trigger"),
-            json!({"payload": {}}),
-            "payload",
-            None,
-        ),
-        (
-            "DELETE",
-            format!("/v1/schedules/{schedule}"),
-            json!({"x": 1}),
-            "x",
-            None,
-        ),
-        (
-            "POST",
-            format!("/v1/tasks/{task}/cancel"),
-            json!({"x": 1}),
-            "x",
-            None,
-        ),
-        (
-            "POST",
-            format!("/v1/tasks/{task}/retry"),
-            json!({"x": 1}),
-            "x",
-            None,
-        ),
-        (
-            "GET",
-            format!("/v1/endpoints/{endpoint}"),
-            json!({"x": 1}),
-            "x",
-            None,
-        ),
     ];
     for (method, path, body, field, nearest) in cases {
         refused(&c, method, &path, body, field, nearest);
+    }
+    // Routes that take no body refuse any field, before they change anything.
+    let bodyless = [
+        ("POST", format!("/v1/endpoints/{endpoint}/disable")),
+        ("POST", format!("/v1/endpoints/{endpoint}/enable")),
+        ("DELETE", format!("/v1/endpoints/{endpoint}")),
+        ("DELETE", format!("/v1/retries/policies/{policy}")),
+        ("POST", format!("/v1/schedules/{schedule}/pause")),
+        ("POST", format!("/v1/schedules/{schedule}/resume")),
+        ("POST", format!("/v1/schedules/{schedule}/trigger")),
+        ("DELETE", format!("/v1/schedules/{schedule}")),
+        ("POST", format!("/v1/tasks/{task}/cancel")),
+        ("POST", format!("/v1/tasks/{task}/retry")),
+        ("GET", format!("/v1/endpoints/{endpoint}")),
+    ];
+    for (method, path) in bodyless {
+        refused(&c, method, &path, json!({"payload": {}}), "payload", None);
     }
     // Nothing was changed by the refused requests.
     assert_eq!(
@@ -256,22 +188,16 @@ fn unknown_body_fields_are_refused_on_every_create_patch_and_action_route() {
 fn unknown_query_parameters_are_refused_on_every_list_route() {
     let server = TestServer::start();
     let c = server.client();
-    let endpoint = ok(
+    let endpoint = created(
         &c,
-        "POST",
         "/v1/endpoints",
-        Some(json!({"name": "e", "url": "http://127.0.0.1:9/x"})),
-    )["id"]
-        .as_i64()
-        .unwrap();
-    let task = ok(
+        json!({"name": "e", "url": "http://127.0.0.1:9/x"}),
+    );
+    let task = created(
         &c,
-        "POST",
         "/v1/tasks",
-        Some(json!({"endpoint_id": endpoint, "run_at": 4_000_000_000i64})),
-    )["id"]
-        .as_i64()
-        .unwrap();
+        json!({"endpoint_id": endpoint, "run_at": 4_000_000_000i64}),
+    );
     let lists = [
         ("/v1/endpoints", "status=enabled"),
         ("/v1/retries/policies", ""),
