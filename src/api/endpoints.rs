@@ -121,29 +121,27 @@ pub fn create(ctx: &mut Ctx<'_>, req: &Request) -> ApiResult<Value> {
     if let Some(filter) = &filter_events {
         check_filter(filter)?;
     }
-    let endpoint = store::endpoints::insert(
-        ctx.conn,
-        &Endpoint {
-            id: 0,
-            app_id: ctx.app_id.to_string(),
-            name,
-            url,
-            method,
-            headers,
-            secret,
-            timeout_ms,
-            retry_policy_id,
-            filter_events,
-            status: "enabled".into(),
-            created_at: ctx.now_ms,
-            updated_at: ctx.now_ms,
-            disabled_reason: None,
-            last_success_at: None,
-            last_failure_at: None,
-            consecutive_failures: 0,
-        },
-    )?;
-    to_data(&endpoint)
+    let endpoint = Endpoint {
+        id: 0,
+        app_id: ctx.app_id.to_string(),
+        name,
+        url,
+        method,
+        headers,
+        secret,
+        timeout_ms,
+        retry_policy_id,
+        filter_events,
+        status: "enabled".into(),
+        created_at: ctx.now_ms,
+        updated_at: ctx.now_ms,
+        disabled_reason: None,
+        last_success_at: None,
+        last_failure_at: None,
+        consecutive_failures: 0,
+    };
+    body.finish_for(&endpoint)?;
+    to_data(&store::endpoints::insert(ctx.conn, &endpoint)?)
 }
 
 pub fn list(ctx: &mut Ctx<'_>, req: &Request) -> ApiResult<Value> {
@@ -209,6 +207,7 @@ pub fn update(ctx: &mut Ctx<'_>, req: &Request) -> ApiResult<Value> {
     let mut endpoint = load(ctx, req.id())?;
     let before = endpoint.clone();
     apply_patch(ctx, &mut endpoint, &body)?;
+    body.finish_for(&before)?;
     if endpoint != before {
         endpoint.updated_at = ctx.now_ms;
         store::endpoints::update(ctx.conn, &endpoint)?;
@@ -236,15 +235,18 @@ fn set_status(ctx: &mut Ctx<'_>, id: i64, enabled: bool) -> ApiResult<Value> {
 }
 
 pub fn enable(ctx: &mut Ctx<'_>, req: &Request) -> ApiResult<Value> {
+    req.no_body()?;
     set_status(ctx, req.id(), true)
 }
 
 pub fn disable(ctx: &mut Ctx<'_>, req: &Request) -> ApiResult<Value> {
+    req.no_body()?;
     set_status(ctx, req.id(), false)
 }
 
 /// Deletes the endpoint, cancels its pending tasks and drops it from schedules' targets.
 pub fn delete(ctx: &mut Ctx<'_>, req: &Request) -> ApiResult<Value> {
+    req.no_body()?;
     let id = req.id();
     let (app_id, now_ms) = (ctx.app_id, ctx.now_ms);
     let deleted = store::write_tx(ctx.conn, |tx| {
@@ -273,6 +275,7 @@ pub fn delete(ctx: &mut Ctx<'_>, req: &Request) -> ApiResult<Value> {
 /// answered when it is done, within the endpoint's `timeout_ms`. The send blocks this handler's
 /// thread, which is a blocking-pool thread, never an async one.
 pub fn test(ctx: &mut Ctx<'_>, req: &Request) -> ApiResult<Value> {
+    req.no_body()?;
     let endpoint = load(ctx, req.id())?;
     let probe = crate::delivery::probe::run(ctx.app, ctx.conn, &endpoint)
         .map_err(|e| ApiError::internal(format!("{e:#}")))?;

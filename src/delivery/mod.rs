@@ -175,8 +175,11 @@ pub(crate) fn attempt(
         Some(_) => DeliveryOutcome::HttpError,
         None => DeliveryOutcome::NetworkError,
     };
-    app.metrics
-        .record_delivery(outcome, u64::try_from(sent.duration_ms).unwrap_or(0));
+    app.metrics.record_delivery(
+        target.endpoint_id,
+        outcome,
+        u64::try_from(sent.duration_ms).unwrap_or(0),
+    );
     let now = app.clock.now();
     let verdict = send::judge(&task, &target.policy, &sent, now);
     Done {
@@ -310,6 +313,7 @@ pub(crate) fn record(
         if !recorded {
             continue;
         }
+        log_outcome(d);
         store::attempts::insert(
             tx,
             &store::attempts::Attempt {
@@ -350,6 +354,14 @@ pub(crate) fn record(
             rules.failing_after_ms,
             endpoint.delta.last_failure_at.unwrap_or_default(),
         )?;
+        if let Some((_, streak)) = &disabled {
+            tracing::warn!(
+                endpoint_id,
+                consecutive_failures = streak,
+                reason = "failing: its deliveries kept failing for --disable-failing-after-hours",
+                "endpoint disabled by webhookd"
+            );
+        }
         if let Some((app_id, streak)) = disabled
             && !endpoint.last_failure_quiet
         {
@@ -391,6 +403,48 @@ fn report_failed_task(
     };
     operator::publish(tx, &app_id, &event, d.at)?;
     Ok(())
+}
+
+/// One WARN line per failed attempt (contract §10), and one when a `410 Gone` disables the
+/// endpoint. Ids, the attempt number, the status code or error and what happens next: never the
+/// payload, a header, a secret or a signature.
+fn log_outcome(d: &Done) {
+    use crate::store::tasks::AfterAttempt;
+    if d.verdict.after == AfterAttempt::Success {
+        return;
+    }
+    let next = match d.verdict.after {
+        AfterAttempt::RetryAt(at) => crate::clock::rfc3339(at),
+        _ => "failed for good".to_string(),
+    };
+    let error = d.verdict.error.as_deref().unwrap_or("");
+    match d.sent.status {
+        Some(status_code) => tracing::warn!(
+            task_id = d.task.id,
+            endpoint_id = d.endpoint_id,
+            attempt = d.task.attempt,
+            status_code,
+            error,
+            next_attempt_at = %next,
+            "delivery attempt failed"
+        ),
+        None => tracing::warn!(
+            task_id = d.task.id,
+            endpoint_id = d.endpoint_id,
+            attempt = d.task.attempt,
+            error,
+            next_attempt_at = %next,
+            "delivery attempt failed"
+        ),
+    }
+    if d.verdict.disable_endpoint {
+        tracing::warn!(
+            endpoint_id = d.endpoint_id,
+            task_id = d.task.id,
+            reason = "gone: the endpoint answered HTTP 410 Gone",
+            "endpoint disabled by webhookd"
+        );
+    }
 }
 
 /// Claims up to `free` due tasks and loads their endpoints and retry policies, once each.

@@ -326,21 +326,32 @@ pub fn delete_cascade(
     if !delete(conn, app_id, id)? {
         return Ok(None);
     }
-    let paused = conn
-        .prepare_cached(
-            "SELECT id FROM schedules WHERE app_id = ?2 AND status = 'active'
-               AND EXISTS (SELECT 1 FROM json_each(schedules.endpoint_ids) WHERE value = ?1)
-               AND NOT EXISTS (SELECT 1 FROM json_each(schedules.endpoint_ids) WHERE value != ?1)
-             ORDER BY id",
-        )?
-        .query_map(params![id, app_id], |r| r.get(0))?
-        .collect::<rusqlite::Result<Vec<i64>>>()?;
     conn.execute(
         "UPDATE tasks SET status = 'canceled', finished_at = ?2, updated_at = ?2, next_attempt_at = NULL,
          last_error = coalesce(last_error, 'endpoint deleted')
          WHERE endpoint_id = ?1 AND status = 'pending'",
         params![id, now_ms],
     )?;
+    // The schedules this deletion leaves with no target: webhookd pauses them (logged at WARN,
+    // contract §10).
+    // The caller publishes `webhookd.schedule.paused` for each (contract §11).
+    let paused: Vec<i64> = conn
+        .prepare(
+            "SELECT id FROM schedules WHERE app_id = ?2 AND status = 'active'
+             AND EXISTS (SELECT 1 FROM json_each(schedules.endpoint_ids) WHERE value = ?1)
+             AND NOT EXISTS (SELECT 1 FROM json_each(schedules.endpoint_ids) WHERE value != ?1)
+             ORDER BY id",
+        )?
+        .query_map(params![id, app_id], |r| r.get(0))?
+        .collect::<rusqlite::Result<_>>()?;
+    for &schedule_id in &paused {
+        tracing::warn!(
+            schedule_id,
+            endpoint_id = id,
+            reason = "every target endpoint was deleted",
+            "schedule paused by webhookd"
+        );
+    }
     // SET expressions all read the row as it was, so `emptied` looks at the old list.
     conn.execute(
         "UPDATE schedules SET
