@@ -85,7 +85,9 @@ pub struct ServeArgs {
     #[arg(
         long,
         env = "WEBHOOKD_DISABLE_FAILING_AFTER_HOURS",
-        default_value_t = 120.0
+        default_value_t = 120.0,
+        allow_negative_numbers = true,
+        value_parser = parse_hours
     )]
     pub disable_failing_after_hours: f64,
     /// Do not serve GET /metrics.
@@ -139,4 +141,15 @@ pub struct ApiArgs {
     pub path: String,
     /// JSON body.
     pub body: Option<String>,
+}
+
+/// `--disable-failing-after-hours`: a number of hours; the message names the flag's env var too
+/// (the range is checked by `Config::validate`).
+fn parse_hours(value: &str) -> Result<f64, String> {
+    value.trim().parse::<f64>().map_err(|_| {
+        format!(
+            "'{value}' is not a number of hours (--disable-failing-after-hours, \
+             WEBHOOKD_DISABLE_FAILING_AFTER_HOURS; e.g. 120, 0.5, or 0 for never)"
+        )
+    })
 }

@@ -138,6 +138,17 @@ fn bad_usage_exits_2_naming_the_flag() {
     ]);
     assert_eq!(out.status.code(), Some(2));
     assert!(text(&out.stderr).contains("--allow-targets"));
+    for hours in ["-1", "abc", "inf"] {
+        let flag = format!("--disable-failing-after-hours={hours}");
+        let out = webhookd(&["serve", "--db", "/tmp/x.sqlite", &flag]);
+        assert_eq!(out.status.code(), Some(2), "{hours}");
+        let stderr = text(&out.stderr);
+        assert!(
+            stderr.contains("--disable-failing-after-hours")
+                && stderr.contains("WEBHOOKD_DISABLE_FAILING_AFTER_HOURS"),
+            "{hours}: {stderr}"
+        );
+    }
     let out = webhookd(&["frobnicate"]);
     assert_eq!(out.status.code(), Some(2));
 }
