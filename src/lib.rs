@@ -8,7 +8,7 @@
 //! - `cron`: cron parsing and next-fire computation in a time zone (pure).
 //! - `scheduler`: fires due schedules into tasks; `delivery`: the blocking worker pool that
 //!   sends tasks; `retry`, `signing`, `filter`: pure helpers of the delivery path.
-//! - `metrics`: the counters behind `GET /metrics`.
+//! - `metrics`: the counters behind `GET /metrics`; `ui`: the dashboard's files under `/ui/`.
 //! - `clock`: the time source, movable in tests; `app`: the state a running server shares;
 //!   `background`: starts and stops the scheduler and the delivery pool together.
 //! - `client`: the signing API client behind `webhookd api`, the tests and the benchmark.
@@ -32,3 +32,4 @@ pub mod scheduler;
 pub mod server;
 pub mod signing;
 pub mod store;
+pub mod ui;
