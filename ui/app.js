@@ -14,8 +14,12 @@ const NAV = [
   ["policies", "Retry policies"],
 ];
 
-/** Shows a message at the top of the page; errors stay until dismissed or the next view. */
+/** A success message to show again after the re-render that follows the action it reports. */
+let carried = null;
+
+/** Shows a message at the top of the page; it stays until dismissed or the next view. */
 export function notify(text, kind) {
+  if (kind === "ok") carried = [text, kind];
   const box = document.getElementById("notice");
   if (!box) return;
   fill(box, h("div", { class: "notice " + (kind || "info"), role: kind === "error" ? "alert" : "status" },
@@ -71,6 +75,8 @@ function signInView(message) {
 let generation = 0;
 
 async function render() {
+  // Tests and scripts wait for `data-ready=<page>`: it is set once the page's data is shown.
+  document.body.removeAttribute("data-ready");
   const creds = loadCredentials();
   if (!creds) return signInView();
   const r = route();
@@ -85,6 +91,8 @@ async function render() {
         h("button", { type: "button", class: "link", onclick: () => { signOut(); render(); } }, "Sign out"))),
     h("div", { id: "notice" }),
     main);
+  if (carried) notify(...carried);
+  carried = null;
   const mine = ++generation;
   try {
     await PAGES[page](main, r, { go, notify, stale: () => mine !== generation });

@@ -146,11 +146,17 @@ async function overview(main, r, ctx) {
     chart,
     h("h3", null, "Server"), server);
 
+  // One count per status (`total` of a one-item page). A server older than `retrying`
+  // (contract §11) refuses that filter: its card says so instead of failing the page.
   const totals = await Promise.all(TASK_STATUSES.map((s) =>
-    api("GET", "/v1/tasks", { status: s, page_size: 1 }).then((d) => d.total)));
+    api("GET", "/v1/tasks", { status: s, page_size: 1 }).then((d) => d.total, (err) => {
+      if (err.status === 400) return null;
+      throw err;
+    })));
   if (ctx.stale()) return;
-  fill(counts, TASK_STATUSES.map((s, i) =>
-    h("a", { class: "card " + s, href: "#/tasks?status=" + s }, h("strong", null, String(totals[i])), h("span", null, s))));
+  fill(counts, TASK_STATUSES.map((s, i) => totals[i] === null
+    ? h("div", { class: "card", title: "this server does not filter by " + s }, h("strong", null, "—"), h("span", null, s))
+    : h("a", { class: "card " + s, href: "#/tasks?status=" + s }, h("strong", null, String(totals[i])), h("span", null, s))));
 
   const m = await metrics().catch(() => null);
   if (ctx.stale()) return;
@@ -236,9 +242,9 @@ async function endpoints(main, r, ctx) {
   const list = h("div", null, h("p", { class: "empty" }, "Loading…"));
   const result = h("div");
   main.prepend(section("Endpoints",
-    select("status", [["", "all"], ["enabled", "enabled"], ["disabled", "disabled"]], status),
+    select("filter-status", [["", "all"], ["enabled", "enabled"], ["disabled", "disabled"]], status),
     button("New endpoint", () => endpointForm(forms, null, ctx), "primary")));
-  main.querySelector("select[name=status]").addEventListener("change", (e) => ctx.go("endpoints", { status: e.target.value }));
+  main.querySelector("select[name=filter-status]").addEventListener("change", (e) => ctx.go("endpoints", { status: e.target.value }));
   main.append(result, list);
   const data = await api("GET", "/v1/endpoints", pageQuery(r.params, { status }));
   if (ctx.stale()) return;
@@ -379,9 +385,9 @@ async function schedules(main, r, ctx) {
   const forms = panel(main);
   const list = h("div", null, h("p", { class: "empty" }, "Loading…"));
   main.prepend(section("Schedules",
-    select("status", [["", "all"], ["active", "active"], ["paused", "paused"]], status),
+    select("filter-status", [["", "all"], ["active", "active"], ["paused", "paused"]], status),
     button("New schedule", () => scheduleForm(forms, null, ctx), "primary")));
-  main.querySelector("select[name=status]").addEventListener("change", (e) => ctx.go("schedules", { status: e.target.value }));
+  main.querySelector("select[name=filter-status]").addEventListener("change", (e) => ctx.go("schedules", { status: e.target.value }));
   main.append(list);
   const data = await api("GET", "/v1/schedules", pageQuery(r.params, { status }));
   if (ctx.stale()) return;
@@ -502,11 +508,11 @@ async function tasks(main, r, ctx) {
   if (r.id) return taskDetail(main, r.id, ctx);
   const p = Object.fromEntries(r.params);
   const filters = {
-    status: select("status", [["", "any status"], ...TASK_STATUSES.map((s) => [s, s])], p.status),
-    task_type: select("task_type", [["", "any type"], ["schedule", "schedule"], ["event", "event"], ["manual", "manual"]], p.task_type),
-    endpoint_id: input("endpoint_id", p.endpoint_id, { type: "number", min: 1, placeholder: "endpoint id" }),
-    schedule_id: input("schedule_id", p.schedule_id, { type: "number", min: 1, placeholder: "schedule id" }),
-    event_id: input("event_id", p.event_id, { type: "number", min: 1, placeholder: "event id" }),
+    status: select("filter-status", [["", "any status"], ...TASK_STATUSES.map((s) => [s, s])], p.status),
+    task_type: select("filter-task_type", [["", "any type"], ["schedule", "schedule"], ["event", "event"], ["manual", "manual"]], p.task_type),
+    endpoint_id: input("filter-endpoint_id", p.endpoint_id, { type: "number", min: 1, placeholder: "endpoint id" }),
+    schedule_id: input("filter-schedule_id", p.schedule_id, { type: "number", min: 1, placeholder: "schedule id" }),
+    event_id: input("filter-event_id", p.event_id, { type: "number", min: 1, placeholder: "event id" }),
   };
   const apply = () => ctx.go("tasks", Object.fromEntries(Object.entries(filters).map(([k, el]) => [k, el.value])));
   for (const el of Object.values(filters)) el.addEventListener("change", apply);
@@ -587,7 +593,7 @@ function taskForm(forms, ctx) {
 async function events(main, r, ctx) {
   const name = r.params.get("event_name") || "";
   const forms = panel(main);
-  const filter = input("event_name", name, { placeholder: "event name" });
+  const filter = input("filter-event_name", name, { placeholder: "event name" });
   filter.addEventListener("change", () => ctx.go("events", { event_name: filter.value.trim() }));
   const list = h("div", null, h("p", { class: "empty" }, "Loading…"));
   main.prepend(section("Events", filter, button("Publish event", () => eventForm(forms, ctx), "primary")));

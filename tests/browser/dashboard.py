@@ -17,6 +17,7 @@ import hashlib
 import hmac
 import json
 import os
+import re
 import sys
 import tempfile
 import time
@@ -114,7 +115,22 @@ def main():
         result.update(measure_first_load(p))
         ctx = launch(p)
         page = ctx.pages[0] if ctx.pages else ctx.new_page()
-        requests, dialogs, console_errors = [], [], []
+        try:
+            run(page, result)
+        except Exception:
+            page.screenshot(path=os.path.join(SHOTS, "failure.png"), full_page=True)
+            print("console errors: " + json.dumps(CONSOLE_ERRORS), file=sys.stderr)
+            raise
+        ctx.close()
+    print("RESULT " + json.dumps(result))
+
+
+CONSOLE_ERRORS = []
+
+
+def run(page, result):
+        ctx = page.context
+        requests, dialogs, console_errors = [], [], CONSOLE_ERRORS
         ctx.on("request", lambda r: requests.append(r.url))
         page.on("dialog", lambda d: (dialogs.append(d.message), d.dismiss()))
         # Chromium logs every non-2xx fetch (the wrong secret's 401) as "Failed to load resource";
@@ -203,7 +219,7 @@ def main():
         page.fill("input[name=endpoint_id]", str(receiver_id))
         page.fill("textarea[name=payload]", '{"order": 42}')
         page.click("form.grid button[type=submit]")
-        page.wait_for_selector("body[data-ready=tasks]")
+        page.wait_for_url(re.compile(r"#/tasks/\d+$"))
         task_id = int(page.url.rsplit("/", 1)[1])
         for _ in range(100):
             if signed_get(f"/v1/tasks/{task_id}")["status"] == "failed":
@@ -230,7 +246,7 @@ def main():
 
         # The filter `retrying` is offered.
         page.goto(ORIGIN + "/ui/#/tasks")
-        check("retrying" in page.locator("select[name=status]").inner_text(), "status filter retrying")
+        check("retrying" in page.locator("select[name=filter-status]").inner_text(), "status filter retrying")
 
         # Schedules: the cron preview as one types, DST changes marked, local next runs.
         page.click("nav >> text=Schedules")
@@ -267,7 +283,7 @@ def main():
         expect(page.locator(".notice.ok")).to_contain_text("2 task(s)")
         expect(page.locator("main tbody tr")).to_have_count(1)
         shot(page, "7-events")
-        page.click("text=2 task(s)")
+        page.click("main a:has-text('2 task(s)')")
         page.wait_for_selector("body[data-ready=tasks]")
         expect(page.locator("main tbody tr")).to_have_count(2)
 
@@ -292,8 +308,6 @@ def main():
         check(not any(SECRET in u for u in requests), "the secret appeared in a URL")
         check(console_errors == [], f"console errors: {console_errors}")
         result["requests_checked"] = len(requests)
-        ctx.close()
-    print("RESULT " + json.dumps(result))
 
 
 if __name__ == "__main__":
