@@ -537,9 +537,9 @@ async function tasks(main, r, ctx) {
   ], data.items, "No tasks match."), pager(data, p, ctx, "tasks"));
 }
 
-function taskActions(t, ctx) {
+function taskActions(t, ctx, inDetail) {
   return h("div", { class: "row-actions" },
-    link("Attempts", "tasks/" + t.id),
+    inDetail ? null : link("Attempts", "tasks/" + t.id),
     t.status === "failed" || t.status === "canceled"
       ? button("Retry", () => act(ctx, () => api("POST", `/v1/tasks/${t.id}/retry`), `Task ${t.id} is pending again.`), "primary") : null,
     t.status === "pending"
@@ -554,7 +554,7 @@ async function taskDetail(main, id, ctx) {
   ]);
   if (ctx.stale()) return;
   fill(main,
-    section(`Task ${t.id}`, link("← all tasks", "tasks", { endpoint_id: t.endpoint_id }), taskActions(t, ctx)),
+    section(`Task ${t.id}`, link("← this endpoint's tasks", "tasks", { endpoint_id: t.endpoint_id }), taskActions(t, ctx, true)),
     h("dl", { class: "facts" },
       fact("Status", [badge(t.status), t.status === "pending" && t.attempts > 0 ? badge("retrying", "retrying") : null]),
       fact("Type", t.task_type), fact("Endpoint", link(String(t.endpoint_id), "tasks", { endpoint_id: t.endpoint_id })),

@@ -54,9 +54,17 @@ fn root_redirects_and_ui_files_carry_security_headers_without_a_signature() {
     assert_eq!(get(&format!("{}/v1/endpoints", server.url)).status(), 401);
 }
 
-/// The Python that has playwright: `WEBHOOKD_BROWSER_PYTHON` (set by .ci/browser.sh) or python3.
+/// The Python that has playwright: `WEBHOOKD_BROWSER_PYTHON`, else the venv .ci/browser.sh
+/// makes (`.venv-ci/`), else `python3`.
 fn browser_python() -> String {
-    std::env::var("WEBHOOKD_BROWSER_PYTHON").unwrap_or_else(|_| "python3".into())
+    if let Ok(python) = std::env::var("WEBHOOKD_BROWSER_PYTHON") {
+        return python;
+    }
+    let venv = Path::new(env!("CARGO_MANIFEST_DIR")).join(".venv-ci/bin/python");
+    if venv.exists() {
+        return venv.display().to_string();
+    }
+    "python3".into()
 }
 
 #[test]
