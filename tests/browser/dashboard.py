@@ -287,6 +287,31 @@ def run(page, result):
         page.wait_for_selector("body[data-ready=tasks]")
         expect(page.locator("main tbody tr")).to_have_count(2)
 
+        # Test delivery and secret rotation (contract §11/§12): a result where the server has
+        # the routes, else a message saying the server does not offer them yet.
+        page.click("nav >> text=Endpoints")
+        row = page.locator("main tbody tr", has_text="receiver")
+        row.locator("button:has-text('Send test')").click()
+        outcome = page.locator(".notice.error, section.panel:has-text('Test delivery to')")
+        expect(outcome.first).to_be_visible()
+        if page.locator(".notice.error").count():
+            expect(page.locator(".notice.error")).to_contain_text("does not offer that yet")
+            result["test_delivery_route"] = "absent (message shown)"
+        else:
+            expect(page.locator("section.panel .attempt")).to_contain_text("HTTP 200")
+            result["test_delivery_route"] = "present"
+        row.locator("button:has-text('Rotate secret')").click()
+        page.click("form.grid button[type=submit]")
+        rotated = page.locator("form.grid .error, form.grid input.secret")
+        expect(rotated.first).to_be_visible()
+        if page.locator("form.grid input.secret").count():
+            check(page.locator("form.grid input.secret").input_value().startswith("whsec_"), "rotated secret")
+            result["rotate_secret_route"] = "present"
+        else:
+            expect(page.locator("form.grid .error")).to_contain_text("does not offer that yet")
+            result["rotate_secret_route"] = "absent (message shown)"
+        shot(page, "2-endpoints-actions")
+
         # The overview counts what happened.
         page.click("nav >> text=Overview")
         page.wait_for_selector("body[data-ready=overview]")
