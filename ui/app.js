@@ -58,6 +58,7 @@ function signInView(message) {
     h("small", null, "The secret stays in this tab (session storage) and signs each request; it is never sent."));
   form.addEventListener("submit", async (e) => {
     e.preventDefault();
+    performance.mark("webhookd:sign-in-submitted");
     error.textContent = "Signing in…";
     try {
       await signIn(keyId.value.trim(), secret.value);
@@ -70,6 +71,8 @@ function signInView(message) {
   });
   fill(root, form);
   keyId.focus();
+  // The first useful render of a fresh load, read by the browser test's timing.
+  performance.mark("webhookd:sign-in-shown");
 }
 
 let generation = 0;
@@ -105,6 +108,7 @@ async function render() {
     notify(err.message, "error");
   }
   document.body.setAttribute("data-ready", page);
+  performance.mark("webhookd:ready:" + page);
 }
 
 window.addEventListener("hashchange", render);
