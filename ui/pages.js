@@ -294,7 +294,7 @@ async function endpointForm(forms, e, ctx) {
   const v = e || { method: "POST", timeout_ms: 30000, headers: {} };
   const inputs = {
     name: input("name", v.name, { required: true, maxlength: 200 }),
-    url: input("url", v.url, { required: true, type: "url", placeholder: "https://example.com/hook" }),
+    url: input("url", v.url, { required: true, type: "url", placeholder: "https://receiver.example/hook" }),
     method: select("method", ["POST", "PUT", "PATCH", "GET", "DELETE"].map((m) => [m, m]), v.method),
     timeout_ms: input("timeout_ms", v.timeout_ms, { type: "number", min: 1, max: 300000 }),
     retry_policy_id: select("retry_policy_id", await policyOptions(), v.retry_policy_id),

@@ -40,7 +40,10 @@ fn root_redirects_and_ui_files_carry_security_headers_without_a_signature() {
     ] {
         assert!(csp.contains(part), "{csp}");
     }
-    assert!(!csp.contains("unsafe-inline") && !csp.contains("http"), "{csp}");
+    assert!(
+        !csp.contains("unsafe-inline") && !csp.contains("http"),
+        "{csp}"
+    );
     assert_eq!(header(&page, "x-frame-options"), "DENY");
     assert_eq!(header(&page, "x-content-type-options"), "nosniff");
     assert_eq!(header(&page, "referrer-policy"), "no-referrer");
@@ -114,5 +117,9 @@ fn dashboard_works_in_headless_chromium_on_a_non_secure_origin() {
     let figures: serde_json::Value = serde_json::from_str(result).unwrap();
     assert!(figures["first_load_transferred_bytes"].as_u64().unwrap() < 200 * 1024);
     // The receiver got the failing delivery, its retry, and the event's two deliveries.
-    assert!(receiver.received().len() >= 4, "{:?}", receiver.received().len());
+    assert!(
+        receiver.received().len() >= 4,
+        "{:?}",
+        receiver.received().len()
+    );
 }
