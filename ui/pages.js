@@ -29,7 +29,9 @@ function currentPage() {
 
 /** A readable message; a 404 for a route this server does not have says so. */
 function describe(err) {
-  if (err.status === 404 && /no route/i.test(err.message)) {
+  // A route this server lacks is a 404 "no route", or a 405 where its path looks like
+  // another route's (`/v1/tasks/retry` against `GET /v1/tasks/{id}`).
+  if ((err.status === 404 && /no route/i.test(err.message)) || err.status === 405) {
     return "This webhookd does not offer that yet (" + err.message + "); upgrade the server to use it.";
   }
   return err.message || String(err);
@@ -518,7 +520,17 @@ async function tasks(main, r, ctx) {
   for (const el of Object.values(filters)) el.addEventListener("change", apply);
   const forms = panel(main);
   const list = h("div", null, h("p", { class: "empty" }, "Loading…"));
-  main.prepend(section("Tasks", button("New manual task", () => taskForm(forms, ctx), "primary")),
+  // Bulk retry (contract §12) of what the filter shows, when it names an endpoint, schedule or
+  // event and shows failed or canceled tasks.
+  const scoped = ["endpoint_id", "schedule_id", "event_id"].filter((k) => p[k]);
+  const bulkStatus = p.status === "canceled" ? "canceled" : "failed";
+  const bulk = scoped.length && (!p.status || p.status === bulkStatus)
+    ? button(`Retry all ${bulkStatus}`, () => confirm(`Retry every ${bulkStatus} task that matches this filter?`) &&
+      act(ctx, () => api("POST", "/v1/tasks/retry", null,
+        { status: bulkStatus, ...Object.fromEntries(scoped.map((k) => [k, Number(p[k])])) }),
+      (d) => `${d.count} task(s) are pending again${d.more ? " (more remain: retry again)" : ""}.`))
+    : null;
+  main.prepend(section("Tasks", bulk, button("New manual task", () => taskForm(forms, ctx), "primary")),
     h("div", { class: "filters" }, Object.values(filters)));
   main.append(list);
   const query = pageQuery(r.params, {});
