@@ -99,6 +99,8 @@ export async function api(method, path, query, body, retried) {
     const serverDate = Date.parse(reply.headers.get("Date") || "");
     if (!Number.isNaN(serverDate)) {
       clockOffset = serverDate - Date.now();
+      // Timestamps signed so far followed the wrong clock; from now on they follow the server's.
+      lastTimestamp = 0;
       return api(method, path, query, body, true);
     }
   }

@@ -543,7 +543,9 @@ async function tasks(main, r, ctx) {
     ["Endpoint", (t) => link(String(t.endpoint_id), "tasks", { endpoint_id: t.endpoint_id })],
     ["Status", (t) => [badge(t.status), t.status === "pending" && t.attempts > 0 ? badge("retrying", "retrying") : null]],
     ["Attempts", (t) => `${t.attempts} / ${t.max_attempts}`],
-    ["Last result", (t) => [t.last_status_code ? `HTTP ${t.last_status_code} ` : "", t.last_error ? h("small", { class: "error" }, t.last_error) : null]],
+    ["Last result", (t) => t.last_error
+      ? h("small", { class: "error" }, (t.last_status_code && !t.last_error.includes(String(t.last_status_code)) ? `HTTP ${t.last_status_code}: ` : "") + t.last_error)
+      : t.last_status_code ? `HTTP ${t.last_status_code}` : "—"],
     ["Next / finished", (t) => t.finished_at ? timeCell(t.finished_at) : timeCell(t.next_attempt_at || t.run_at)],
     ["Actions", (t) => taskActions(t, ctx)],
   ], data.items, "No tasks match."), pager(data, p, ctx, "tasks"));

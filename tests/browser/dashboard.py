@@ -122,12 +122,29 @@ def measure_first_load(p):
     total = sum(received.values())
     files = page.evaluate("performance.getEntriesByType('resource').filter(e => e.name.includes('/ui/')).length + 1")
     ctx.close()
-    return {"first_load_transferred_bytes": total, "first_load_files": files,
-            "sign_in_form_seen_by_driver_ms": round(to_form_ms, 1),
-            "sign_in_form_rendered_ms": round(in_page_ms, 1),
-            "sign_in_click_to_overview_seen_ms": round(overview_ms, 1),
-            "sign_in_submit_to_overview_rendered_ms": round(overview_in_page_ms, 1),
-            **{k: round(v, 1) for k, v in timing.items() if v is not None}}
+    result = {"first_load_transferred_bytes": total, "first_load_files": files,
+              "sign_in_form_seen_by_driver_ms": round(to_form_ms, 1),
+              "sign_in_form_rendered_ms": round(in_page_ms, 1),
+              "sign_in_click_to_overview_seen_ms": round(overview_ms, 1),
+              "sign_in_submit_to_overview_rendered_ms": round(overview_in_page_ms, 1)}
+    result.update({k: round(v, 1) for k, v in timing.items() if v is not None})
+    return result
+
+
+def sign_in_with_a_wrong_device_clock(p):
+    """A phone whose clock is an hour fast still signs in and works: the page learns the
+    server's time from the Date header of the 40104 reply and signs with it."""
+    ctx = launch(p)
+    ctx.add_init_script("Date.now = ((now) => () => now() + 3600 * 1000)(Date.now.bind(Date));")
+    page = ctx.pages[0] if ctx.pages else ctx.new_page()
+    page.goto(ORIGIN + "/ui/")
+    page.fill("input[name=key_id]", KEY_ID)
+    page.fill("input[name=secret]", SECRET)
+    page.click("form.signin button[type=submit]")
+    page.wait_for_selector("body[data-ready=overview]")
+    page.click("nav >> text=Endpoints")
+    page.wait_for_selector("body[data-ready=endpoints]")
+    ctx.close()
 
 
 def main():
@@ -135,6 +152,8 @@ def main():
     result = {}
     with sync_playwright() as p:
         result.update(measure_first_load(p))
+        sign_in_with_a_wrong_device_clock(p)
+        result["sign_in_with_device_clock_an_hour_fast"] = "ok"
         ctx = launch(p)
         page = ctx.pages[0] if ctx.pages else ctx.new_page()
         try:
