@@ -481,9 +481,9 @@ async function scheduleForm(forms, s, ctx) {
     };
     // catchup/overlap are sent only when they differ from the default (or the record), so a
     // server without them still takes the form.
-    const base = s || { catchup: "latest", overlap: "allow" };
+    const base = { catchup: (s && s.catchup) || "latest", overlap: (s && s.overlap) || "allow" };
     const body = s ? changed(s, values) : { ...values };
-    if (!s) for (const k of ["catchup", "overlap"]) if (values[k] === base[k]) delete body[k];
+    for (const k of ["catchup", "overlap"]) if (values[k] === base[k]) delete body[k];
     const saved = s
       ? await api("PATCH", `/v1/schedules/${s.id}`, null, body)
       : await api("POST", "/v1/schedules", null, body);
