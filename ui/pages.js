@@ -165,7 +165,7 @@ async function overview(main, r, ctx) {
   if (m) {
     const lag = m.get("webhookd_scheduler_lag_seconds");
     fill(server,
-      card("scheduler lag", lag === undefined ? "no firing yet" : `${lag.toFixed(3)} s`),
+      lag === undefined ? card("scheduler lag (nothing fired yet)", "—") : card("scheduler lag", `${lag.toFixed(3)} s`),
       card("attempts ok since start", m.get('webhookd_deliveries_total{outcome="success"}') ?? 0),
       card("attempts failed since start",
         (m.get('webhookd_deliveries_total{outcome="http_error"}') ?? 0) + (m.get('webhookd_deliveries_total{outcome="network_error"}') ?? 0)));
