@@ -104,6 +104,11 @@ export async function api(method, path, query, body, retried) {
       return api(method, path, query, body, true);
     }
   }
+  if (envelope.code === 40105 && !retried) {
+    // Another tab with the same key signed the same request in the same millisecond: sign
+    // again with a later timestamp.
+    return api(method, path, query, body, true);
+  }
   if (envelope.code !== 0) {
     throw new ApiError(reply.status, envelope.code, envelope.message || "request failed");
   }
