@@ -11,6 +11,7 @@
 //! - `metrics`: the counters behind `GET /metrics`; `health`: whether the database can still be
 //!   written (`GET /healthz`, 503s to writes, the start-up check); `operator`: the events
 //!   webhookd publishes when it disables an endpoint, fails a task or pauses a schedule itself.
+//! - `ui`: the dashboard's files under `/ui/`.
 //! - `clock`: the time source, movable in tests; `app`: the state a running server shares;
 //!   `background`: starts and stops the scheduler and the delivery pool together.
 //! - `client`: the signing API client behind `webhookd api`, the tests and the benchmark.
@@ -36,3 +37,4 @@ pub mod scheduler;
 pub mod server;
 pub mod signing;
 pub mod store;
+pub mod ui;
