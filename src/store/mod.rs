@@ -175,7 +175,12 @@ impl Filters {
     }
 
     /// Adds `column <op> value`, e.g. `finished_at >= ?`. `op` is the caller's constant.
-    pub fn cmp<V: Into<rusqlite::types::Value>>(mut self, column: &str, op: &str, value: V) -> Self {
+    pub fn cmp<V: Into<rusqlite::types::Value>>(
+        mut self,
+        column: &str,
+        op: &str,
+        value: V,
+    ) -> Self {
         self.values.push(value.into());
         self.clauses
             .push(format!("{column} {op} ?{}", self.values.len()));

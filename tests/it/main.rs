@@ -4,6 +4,7 @@
 mod api_auth;
 mod api_endpoints;
 mod api_policies;
+mod bulk_retry;
 mod cli;
 mod conformance;
 mod delivery;
