@@ -363,6 +363,20 @@ pub fn retryable_ids(
         .collect()
 }
 
+/// Whether a task of `schedule_id` for `endpoint_id` is still `pending` or `running`: the
+/// overlap check of a schedule with `overlap: skip` (index `tasks_schedule_open`).
+pub fn schedule_task_open(
+    conn: &Connection,
+    schedule_id: i64,
+    endpoint_id: i64,
+) -> rusqlite::Result<bool> {
+    conn.prepare_cached(
+        "SELECT EXISTS (SELECT 1 FROM tasks WHERE schedule_id = ?1 AND endpoint_id = ?2
+                        AND status IN ('pending', 'running'))",
+    )?
+    .query_row(params![schedule_id, endpoint_id], |r| r.get(0))
+}
+
 /// How many tasks are in each status, over every app (for `/metrics`).
 pub fn count_by_status(conn: &Connection) -> rusqlite::Result<Vec<(String, i64)>> {
     conn.prepare_cached("SELECT status, count(*) FROM tasks GROUP BY status")?
