@@ -113,28 +113,27 @@ pub fn create(ctx: &mut Ctx<'_>, req: &Request) -> ApiResult<Value> {
     )?;
     let catchup = choice(&body, "catchup", &CATCHUP)?.unwrap_or_else(|| CATCHUP[0].into());
     let overlap = choice(&body, "overlap", &OVERLAP)?.unwrap_or_else(|| OVERLAP[0].into());
-    let schedule = store::schedules::insert(
-        ctx.conn,
-        &Schedule {
-            id: 0,
-            app_id: ctx.app_id.to_string(),
-            name,
-            cron_expr,
-            timezone,
-            payload,
-            status: "active".into(),
-            next_run_at: next_run(&cron, ctx.now_ms),
-            last_run_at: None,
-            created_at: ctx.now_ms,
-            updated_at: ctx.now_ms,
-            endpoint_ids,
-            paused_reason: None,
-            catchup,
-            overlap,
-            skipped_runs: 0,
-            endpoint_names: Default::default(),
-        },
-    )?;
+    let schedule = Schedule {
+        id: 0,
+        app_id: ctx.app_id.to_string(),
+        name,
+        cron_expr,
+        timezone,
+        payload,
+        status: "active".into(),
+        next_run_at: next_run(&cron, ctx.now_ms),
+        last_run_at: None,
+        created_at: ctx.now_ms,
+        updated_at: ctx.now_ms,
+        endpoint_ids,
+        paused_reason: None,
+        catchup,
+        overlap,
+        skipped_runs: 0,
+        endpoint_names: Default::default(),
+    };
+    body.finish_for(&schedule)?;
+    let schedule = store::schedules::insert(ctx.conn, &schedule)?;
     ctx.app.scheduler_wake.notify();
     record(ctx, schedule)
 }
@@ -192,6 +191,7 @@ pub fn update(ctx: &mut Ctx<'_>, req: &Request) -> ApiResult<Value> {
     let mut schedule = load_live(ctx, req.id(), "changed")?;
     let before = schedule.clone();
     apply_patch(ctx, &mut schedule, &body)?;
+    body.finish_for(&before)?;
     if schedule != before {
         save(ctx, &mut schedule)?;
     }
@@ -200,6 +200,7 @@ pub fn update(ctx: &mut Ctx<'_>, req: &Request) -> ApiResult<Value> {
 
 /// Pause is idempotent: pausing a paused schedule changes nothing.
 pub fn pause(ctx: &mut Ctx<'_>, req: &Request) -> ApiResult<Value> {
+    req.no_body()?;
     let mut schedule = load_live(ctx, req.id(), "paused")?;
     if schedule.status != "paused" {
         schedule.status = "paused".into();
@@ -213,6 +214,7 @@ pub fn pause(ctx: &mut Ctx<'_>, req: &Request) -> ApiResult<Value> {
 /// Resume plans the next run from now: runs that fell while paused are not caught up.
 /// Resuming an active schedule changes nothing.
 pub fn resume(ctx: &mut Ctx<'_>, req: &Request) -> ApiResult<Value> {
+    req.no_body()?;
     let mut schedule = load_live(ctx, req.id(), "resumed")?;
     check_has_targets(&schedule, "resumed")?;
     if schedule.status != "active" {
@@ -239,6 +241,7 @@ fn check_has_targets(schedule: &Schedule, operation: &str) -> ApiResult<()> {
 
 /// Soft delete: the record stays readable with status `deleted` and never fires again.
 pub fn delete(ctx: &mut Ctx<'_>, req: &Request) -> ApiResult<Value> {
+    req.no_body()?;
     let id = req.id();
     let mut schedule = load(ctx, id)?;
     if schedule.status != "deleted" {
@@ -252,6 +255,7 @@ pub fn delete(ctx: &mut Ctx<'_>, req: &Request) -> ApiResult<Value> {
 /// Fires now, whatever the schedule's next run (a paused schedule too): one `manual` task per
 /// target endpoint, `schedule_id` set.
 pub fn trigger(ctx: &mut Ctx<'_>, req: &Request) -> ApiResult<Value> {
+    req.no_body()?;
     let schedule = load_live(ctx, req.id(), "triggered")?;
     check_has_targets(&schedule, "triggered")?;
     let firing = schedule.firing();
@@ -279,6 +283,7 @@ pub fn preview(ctx: &mut Ctx<'_>, req: &Request) -> ApiResult<Value> {
         })?,
     };
     let cron = parse_cron(&cron_expr, &timezone)?;
+    body.finish()?;
     let next_runs: Vec<String> = cron
         .upcoming(from, usize::try_from(count).unwrap_or(5))
         .iter()

@@ -36,6 +36,26 @@ pub fn attempts(ctx: &mut Ctx<'_>, req: &Request) -> ApiResult<Value> {
     page_object(page, total, items)
 }
 
+/// Fields of a task record that the server sets: ignored in a create body (contract §3). A
+/// manual task has no schedule or event, so `schedule_id`, `event_id` and `task_type` are
+/// read-only here too.
+const READ_ONLY: &[&str] = &[
+    "id",
+    "app_id",
+    "schedule_id",
+    "event_id",
+    "task_type",
+    "status",
+    "attempts",
+    "max_attempts",
+    "next_attempt_at",
+    "last_status_code",
+    "last_error",
+    "finished_at",
+    "created_at",
+    "updated_at",
+];
+
 /// A manual task: to one endpoint of the caller's app (a disabled one is accepted; the task
 /// waits), with `payload` (default `{}`), due at `run_at` (default now).
 pub fn create(ctx: &mut Ctx<'_>, req: &Request) -> ApiResult<Value> {
@@ -49,6 +69,7 @@ pub fn create(ctx: &mut Ctx<'_>, req: &Request) -> ApiResult<Value> {
         ))
     })?;
     let policy = store::policies::effective(ctx.conn, endpoint.retry_policy_id)?;
+    body.finish_ignoring(READ_ONLY)?;
     let id = store::tasks::insert(
         ctx.conn,
         &NewTask {
@@ -68,6 +89,7 @@ pub fn create(ctx: &mut Ctx<'_>, req: &Request) -> ApiResult<Value> {
 }
 
 pub fn cancel(ctx: &mut Ctx<'_>, req: &Request) -> ApiResult<Value> {
+    req.no_body()?;
     let id = req.id();
     if !store::tasks::cancel(ctx.conn, ctx.app_id, id, ctx.now_ms)? {
         let task = load(ctx, id)?;
@@ -82,6 +104,7 @@ pub fn cancel(ctx: &mut Ctx<'_>, req: &Request) -> ApiResult<Value> {
 /// A failed or canceled task goes back to `pending`, due now, with a fresh count of attempts
 /// (`max_attempts` from the endpoint's current retry policy).
 pub fn retry(ctx: &mut Ctx<'_>, req: &Request) -> ApiResult<Value> {
+    req.no_body()?;
     let id = req.id();
     let task = load(ctx, id)?;
     if store::tasks::retry(ctx.conn, ctx.app_id, &[id], ctx.now_ms)?.is_empty() {
@@ -105,8 +128,9 @@ pub fn retry(ctx: &mut Ctx<'_>, req: &Request) -> ApiResult<Value> {
     to_data(&load(ctx, id)?)
 }
 
-/// Tasks one write transaction of a bulk retry moves: small enough that a delivery waiting
-/// for the writer lock waits a few milliseconds at most (BENCHMARKS.md).
+/// Tasks one write transaction of a bulk retry moves: 1,000 primary-key updates hold the
+/// writer lock for 20–50 ms even on a loaded machine (BENCHMARKS.md, "Bulk retry"), so the
+/// dispatcher and the API's writers get it between batches.
 const BULK_RETRY_BATCH: usize = 1000;
 
 /// `POST /tasks/retry`: every task matching the filter goes back to `pending` as
@@ -140,6 +164,7 @@ pub fn retry_bulk(ctx: &mut Ctx<'_>, req: &Request) -> ApiResult<Value> {
     };
     let since = body_instant(&body, "since")?;
     let until = body_instant(&body, "until")?;
+    body.finish()?;
     if let (Some(since), Some(until)) = (since, until)
         && until <= since
     {

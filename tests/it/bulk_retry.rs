@@ -214,6 +214,7 @@ fn bulk_retry_needs_a_filter_and_validates_its_fields() {
             (json!({ "since": "yesterday" }), "since"),
             (json!({ "endpoint_id": ep, "until": "soon" }), "until"),
             (json!({ "since": 2_000, "until": 1_000 }), "until"),
+            (json!({ "endpoint": ep }), "unknown field \"endpoint\""),
         ],
     );
     let reply = c.send_raw("POST", "/tasks/retry", b"[1]").unwrap();

@@ -97,6 +97,10 @@ fn schedule_catchup_and_overlap_default_validate_and_patch() {
         rfc(at(13, 0, 0)),
         "unchanged by the patch"
     );
+    // The preview plans instants only: it takes neither field.
+    let preview = json!({ "cron_expr": "0 * * * *", "catchup": "all" });
+    let reply = crate::support::err(&c, "POST", "/cron/preview", Some(preview), 400, 40001);
+    assert!(reply.body["message"].as_str().unwrap().contains("catchup"));
     let created = schedule(
         &c,
         json!({ "name": "n", "cron_expr": "0 * * * *", "catchup": "none", "overlap": "allow" }),
