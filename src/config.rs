@@ -32,6 +32,9 @@ pub struct Config {
     /// An endpoint failing for this many hours (with at least 5 failed attempts in a row) is
     /// disabled with reason `failing`; 0 means never. A number, so tests can use seconds.
     pub disable_failing_after_hours: f64,
+    /// Most tasks one `POST /tasks/retry` call moves back to `pending` (CONTRACT §12:
+    /// 100,000); tests lower it to reach `"more": true` without 100,000 rows.
+    pub bulk_retry_max: usize,
     /// Longest the scheduler and delivery pool sleep without looking at the database; they are
     /// woken sooner whenever work becomes due earlier. Tests shorten it.
     pub max_idle: Duration,
@@ -55,6 +58,7 @@ impl Config {
             metrics: true,
             disable_failing_after_hours: 120.0,
             max_idle: Duration::from_secs(60),
+            bulk_retry_max: 100_000,
         }
     }
 
