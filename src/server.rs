@@ -126,7 +126,8 @@ async fn handle(app: Arc<App>, req: hyper::Request<Incoming>) -> Reply {
         (&Method::GET, "/metrics") if app.config.metrics => {
             return metrics(app, &request_id).await;
         }
-        (_, "/healthz") => {
+        (&Method::GET, api::OPENAPI_PATH) => return openapi(&request_id),
+        (_, "/healthz" | api::OPENAPI_PATH) => {
             return envelope(
                 &request_id,
                 Err(ApiError::method_not_allowed(req.method().as_str(), &path)),
@@ -168,6 +169,16 @@ async fn health(app: Arc<App>, request_id: &str) -> Reply {
         )
     };
     json_reply(status, request_id, text.as_bytes().to_vec())
+}
+
+/// `GET /v1/openapi.json`: the API's OpenAPI document (contract §14); no signature needed, so
+/// that viewers and client generators can load it.
+fn openapi(request_id: &str) -> Reply {
+    json_reply(
+        StatusCode::OK,
+        request_id,
+        api::OPENAPI_DOCUMENT.as_bytes().to_vec(),
+    )
 }
 
 /// `GET /metrics`: Prometheus text (contract §9); no signature needed.

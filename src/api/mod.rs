@@ -95,6 +95,27 @@ static ROUTES: &[Route] = &[
     route("POST", "tasks/{id}/retry", tasks::retry),
 ];
 
+/// The routes of the table as (method, path) pairs, paths with the `/v1/` prefix
+/// (`/v1/endpoints/{id}`): what the OpenAPI document must describe, and no more.
+pub fn route_table() -> impl Iterator<Item = (&'static str, String)> {
+    ROUTES
+        .iter()
+        .map(|r| (r.method, format!("/v1/{}", r.pattern)))
+}
+
+/// The routes the server answers without a signature, outside [`ROUTES`] (see `server::handle`).
+pub const UNSIGNED_ROUTES: &[(&str, &str)] = &[
+    ("GET", "/healthz"),
+    ("GET", "/metrics"),
+    ("GET", OPENAPI_PATH),
+];
+
+/// Where the OpenAPI document is served.
+pub const OPENAPI_PATH: &str = "/v1/openapi.json";
+
+/// The OpenAPI 3.1 document of this API: the repository's `openapi.json`, byte for byte.
+pub const OPENAPI_DOCUMENT: &str = include_str!("../../openapi.json");
+
 /// Finds the handler for a method and a path under `/v1`, with its `{id}` values:
 /// 404 when no pattern matches the path, 405 when one does but not for this method.
 pub fn resolve(method: &str, path: &str) -> ApiResult<(Handler, Vec<i64>)> {
