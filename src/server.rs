@@ -48,9 +48,13 @@ pub async fn serve_http(
                 };
                 let _ = stream.set_nodelay(true);
                 let app = app.clone();
-                let service = service_fn(move |req| {
+                let service = service_fn(move |req: hyper::Request<Incoming>| {
                     let app = app.clone();
-                    async move { Ok::<_, std::convert::Infallible>(handle(app, req).await) }
+                    let path = req.uri().path().to_string();
+                    async move {
+                        let reply = with_allow(handle(app, req).await, &path);
+                        Ok::<_, std::convert::Infallible>(reply)
+                    }
                 });
                 let conn = http.serve_connection(TokioIo::new(stream), service);
                 let conn = graceful.watch(conn);
@@ -98,6 +102,16 @@ fn json_reply(status: StatusCode, request_id: &str, body: Vec<u8>) -> Reply {
     headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
     if let Ok(id) = HeaderValue::from_str(request_id) {
         headers.insert("x-request-id", id);
+    }
+    reply
+}
+
+/// A 405 names the methods the path takes in `Allow`, as RFC 9110 requires.
+fn with_allow(mut reply: Reply, path: &str) -> Reply {
+    if reply.status() == StatusCode::METHOD_NOT_ALLOWED
+        && let Ok(allow) = HeaderValue::from_str(&api::allowed_methods(path).join(", "))
+    {
+        reply.headers_mut().insert(hyper::header::ALLOW, allow);
     }
     reply
 }

@@ -126,12 +126,7 @@ pub fn resolve(method: &str, path: &str) -> ApiResult<(Handler, Vec<i64>)> {
     let mut path_matched = false;
     for r in ROUTES {
         let pattern: Vec<&str> = r.pattern.split('/').collect();
-        if pattern.len() != segments.len()
-            || !pattern
-                .iter()
-                .zip(&segments)
-                .all(|(p, s)| *p == "{id}" || p == s)
-        {
+        if !pattern_matches(&pattern, &segments) {
             continue;
         }
         path_matched = true;
@@ -157,6 +152,33 @@ pub fn resolve(method: &str, path: &str) -> ApiResult<(Handler, Vec<i64>)> {
     }
 }
 
+fn pattern_matches(pattern: &[&str], segments: &[&str]) -> bool {
+    pattern.len() == segments.len()
+        && pattern
+            .iter()
+            .zip(segments)
+            .all(|(p, s)| *p == "{id}" || p == s)
+}
+
+/// The methods a path answers to, for the `Allow` header of a 405 (RFC 9110 §15.5.6).
+pub fn allowed_methods(path: &str) -> Vec<&'static str> {
+    let mut methods: Vec<&'static str> = UNSIGNED_ROUTES
+        .iter()
+        .filter(|(_, p)| *p == path)
+        .map(|(m, _)| *m)
+        .collect();
+    if let Some(rest) = path.strip_prefix("/v1/") {
+        let segments: Vec<&str> = rest.trim_end_matches('/').split('/').collect();
+        for r in ROUTES {
+            let pattern: Vec<&str> = r.pattern.split('/').collect();
+            if pattern_matches(&pattern, &segments) && !methods.contains(&r.method) {
+                methods.push(r.method);
+            }
+        }
+    }
+    methods
+}
+
 /// Serializes a record as the envelope's `data`.
 pub fn to_data<T: serde::Serialize>(record: &T) -> ApiResult<Value> {
     serde_json::to_value(record).map_err(ApiError::internal)
@@ -179,5 +201,17 @@ mod tests {
         assert_eq!(resolve("PUT", "/v1/endpoints").unwrap_err().code, 40501);
         assert_eq!(resolve("GET", "/v1/endpoints/x").unwrap_err().code, 40001);
         assert_eq!(resolve("GET", "/v2/endpoints").unwrap_err().code, 40401);
+    }
+
+    #[test]
+    fn allowed_methods_of_a_path() {
+        assert_eq!(allowed_methods("/v1/endpoints"), vec!["POST", "GET"]);
+        assert_eq!(
+            allowed_methods("/v1/endpoints/7"),
+            vec!["GET", "PATCH", "DELETE"]
+        );
+        assert_eq!(allowed_methods("/healthz"), vec!["GET"]);
+        assert_eq!(allowed_methods(OPENAPI_PATH), vec!["GET"]);
+        assert!(allowed_methods("/v1/nothing").is_empty());
     }
 }

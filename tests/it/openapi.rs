@@ -785,3 +785,44 @@ fn schemathesis_finds_nothing() {
             .join("\n")
     );
 }
+
+/// Found by schemathesis: a 405 must say in `Allow` which methods the path takes (RFC 9110).
+#[test]
+fn method_not_allowed_names_the_allowed_methods() {
+    let server = TestServer::start();
+    let agent: ureq::Agent = ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .build()
+        .into();
+    let cases = [
+        ("PUT", "/v1/endpoints/7", "GET, PATCH, DELETE"),
+        ("TRACE", "/v1/tasks/1/retry", "POST"),
+        ("DELETE", "/v1/endpoints", "POST, GET"),
+        ("POST", "/healthz", "GET"),
+        ("DELETE", OPENAPI_PATH, "GET"),
+    ];
+    for (method, path, allow) in cases {
+        let timestamp = chrono::Utc::now().timestamp_millis().to_string();
+        let mut request = ureq::http::Request::builder()
+            .method(method)
+            .uri(format!("{}{path}", server.url));
+        for (name, value) in crate::support::signed_headers(
+            &server.key_id,
+            &server.secret,
+            &timestamp,
+            method,
+            path,
+            b"",
+        ) {
+            request = request.header(name, value);
+        }
+        let reply = agent.run(request.body(Vec::new()).unwrap()).unwrap();
+        assert_eq!(reply.status().as_u16(), 405, "{method} {path}");
+        assert_eq!(
+            reply.headers().get("allow").and_then(|v| v.to_str().ok()),
+            Some(allow),
+            "{method} {path}"
+        );
+        std::thread::sleep(Duration::from_millis(2));
+    }
+}
