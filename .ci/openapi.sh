@@ -71,6 +71,22 @@ key_json=$("$bin" keys create --db "$db" --app fuzz --name schemathesis --json)
 key_id=$(python3 -c 'import json,sys; print(json.load(sys.stdin)["key_id"])' <<<"$key_json")
 secret=$(python3 -c 'import json,sys; print(json.load(sys.stdin)["secret"])' <<<"$key_json")
 
+# A few records with the ids 1 and 2, which schemathesis' boundary values (minimum: 1) hit, so
+# that the operations on a record reach their handlers instead of stopping at 404. The
+# endpoints point at a closed loopback port: deliveries fail fast and tasks become retryable.
+seed() {
+    WEBHOOKD_URL="$url" WEBHOOKD_KEY_ID="$key_id" WEBHOOKD_SECRET="$secret" \
+        "$bin" api "$@" >/dev/null
+}
+seed POST /v1/retries/policies '{"name":"seed","max_attempts":2,"backoff_type":"fixed","initial_delay_sec":0}'
+seed POST /v1/endpoints '{"name":"seed","url":"http://127.0.0.1:9/hook","retry_policy_id":1,"secret":"whsec_c2VlZA=="}'
+seed POST /v1/endpoints '{"name":"seed-orders","url":"http://127.0.0.1:9/orders","filter_events":"order.*"}'
+seed POST /v1/schedules '{"name":"seed","cron_expr":"*/5 * * * *","endpoint_ids":[1]}'
+seed POST /v1/schedules '{"name":"seed-all","cron_expr":"@hourly","timezone":"Europe/Berlin"}'
+seed POST /v1/events '{"event_name":"order.created","payload":{"n":1}}'
+seed POST /v1/events '{"event_name":"invoice.paid"}'
+seed POST /v1/tasks '{"endpoint_id":1,"run_at":"2099-01-01T00:00:00Z"}'
+
 counts="$tmp/counts.json"
 started=$(date +%s)
 set +e

@@ -748,7 +748,8 @@ fn the_validator_catches_what_it_checks() {
     assert!(!errors.is_empty());
 }
 
-/// Runs `.ci/openapi.sh`: schemathesis fuzzes a live server from the document, signing each
+/// Runs `.ci/openapi.sh` (10 examples per operation unless `OPENAPI_MAX_EXAMPLES` says
+/// otherwise): schemathesis fuzzes a live server from the document, signing each
 /// request with its hook. Needs schemathesis (in `.venv-ci/`, where the script installs it, or
 /// on PATH); under CI=true a missing one fails instead of skipping.
 #[test]
@@ -767,6 +768,12 @@ fn schemathesis_finds_nothing() {
         .arg(root.join(".ci/openapi.sh"))
         .env("WEBHOOKD_BIN", env!("CARGO_BIN_EXE_webhookd"))
         .env("OPENAPI_NO_INSTALL", "1")
+        // `.ci/run` runs the script with its full budget; here a smaller one keeps `cargo test`
+        // quick while still failing on anything the fuzzer finds in that many cases.
+        .env(
+            "OPENAPI_MAX_EXAMPLES",
+            std::env::var("OPENAPI_MAX_EXAMPLES").unwrap_or_else(|_| "10".into()),
+        )
         .output()
         .expect("run .ci/openapi.sh");
     let stdout = String::from_utf8_lossy(&out.stdout);
@@ -825,4 +832,61 @@ fn method_not_allowed_names_the_allowed_methods() {
         );
         std::thread::sleep(Duration::from_millis(2));
     }
+}
+
+/// Found while checking replies against the document at the boundaries a fuzzer tries: a
+/// `run_at` or `from` past the year 9999 (or before 0000) came back as
+/// `+10000-01-01T00:00:00Z`, which is not RFC 3339 and broke the reply's schema. Such instants
+/// are now 40001, and a preview stops at the end of 9999.
+#[test]
+fn instants_outside_rfc3339_years_are_refused() {
+    let doc = document();
+    let server = TestServer::start();
+    let receiver = Receiver::start();
+    let ep = ok(
+        &server.client(),
+        "POST",
+        "/endpoints",
+        Some(json!({"name": "e", "url": receiver.url})),
+    );
+    let c = |m: &str, t: &str, p: &str, b: Option<Value>| call(&doc, &server, m, t, p, b);
+    for run_at in [
+        json!(253_402_300_800_i64),
+        json!(-100_000_000_000_i64),
+        json!("253402300800"),
+        json!("+10000-01-01T00:00:00Z"),
+    ] {
+        let (status, _) = c(
+            "POST",
+            "/v1/tasks",
+            "/tasks",
+            Some(json!({"endpoint_id": ep["id"], "run_at": run_at})),
+        );
+        assert_eq!(status, 400, "run_at {run_at}");
+    }
+    let (status, task) = c(
+        "POST",
+        "/v1/tasks",
+        "/tasks",
+        Some(json!({"endpoint_id": ep["id"], "run_at": 253_402_300_799_i64})),
+    );
+    assert_eq!(
+        (status, &task["run_at"]),
+        (200, &json!("9999-12-31T23:59:59Z"))
+    );
+    let (status, preview) = c(
+        "POST",
+        "/v1/cron/preview",
+        "/cron/preview",
+        Some(json!({"cron_expr": "* * * * *", "from": "9999-12-31T23:58:00Z", "count": 5})),
+    );
+    assert_eq!(status, 200);
+    assert_eq!(preview["next_runs"], json!(["9999-12-31T23:59:00Z"]));
+    let (status, _) = c(
+        "POST",
+        "/v1/cron/preview",
+        "/cron/preview",
+        Some(json!({"cron_expr": "* * * * *", "from": -62_167_219_201_i64})),
+    );
+    assert_eq!(status, 400);
 }
