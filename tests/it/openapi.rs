@@ -635,10 +635,8 @@ fn validate(doc: &Value, schema: &Value, value: &Value, at: &str, errors: &mut V
                     ));
                 }
             }
-            Some("uri") => {
-                if !text.contains("://") || text.parse::<ureq::http::Uri>().is_err() {
-                    fail(format!("{text:?} is not an absolute URI"));
-                }
+            Some("uri") if !text.contains("://") || text.parse::<ureq::http::Uri>().is_err() => {
+                fail(format!("{text:?} is not an absolute URI"));
             }
             _ => {}
         }
