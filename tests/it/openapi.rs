@@ -121,6 +121,34 @@ fn document_is_openapi_3_1_and_every_ref_resolves() {
     for (name, schema) in doc["components"]["schemas"].as_object().unwrap() {
         check_keywords(name, schema);
     }
+    let mut inline = Vec::new();
+    collect_inline_schemas(&doc, "", &mut inline);
+    assert!(inline.len() > 30, "only {} inline schemas", inline.len());
+    for (at, schema) in inline {
+        check_keywords(&at, schema);
+    }
+}
+
+/// Every `schema` of a parameter, header or media type, wherever it is.
+fn collect_inline_schemas<'a>(value: &'a Value, at: &str, out: &mut Vec<(String, &'a Value)>) {
+    match value {
+        Value::Object(map) => {
+            for (k, v) in map {
+                let here = format!("{at}/{k}");
+                if k == "schema" {
+                    out.push((here, v));
+                } else if k != "schemas" {
+                    collect_inline_schemas(v, &here, out);
+                }
+            }
+        }
+        Value::Array(items) => {
+            for (i, v) in items.iter().enumerate() {
+                collect_inline_schemas(v, &format!("{at}/{i}"), out);
+            }
+        }
+        _ => {}
+    }
 }
 
 fn collect_refs(value: &Value, out: &mut Vec<String>) {
@@ -505,6 +533,7 @@ const CHECKED: &[&str] = &[
     "$ref",
     "allOf",
     "anyOf",
+    "oneOf",
     "type",
     "enum",
     "const",
@@ -512,16 +541,30 @@ const CHECKED: &[&str] = &[
     "required",
     "additionalProperties",
     "items",
+    "minItems",
     "maxItems",
+    "uniqueItems",
     "maxProperties",
     "minimum",
     "maximum",
+    "exclusiveMinimum",
+    "exclusiveMaximum",
     "minLength",
     "maxLength",
     "pattern",
     "format",
 ];
-const ANNOTATIONS: &[&str] = &["description", "default", "readOnly", "title"];
+const ANNOTATIONS: &[&str] = &[
+    "description",
+    "default",
+    "readOnly",
+    "writeOnly",
+    "title",
+    "example",
+    "examples",
+    "deprecated",
+    "$comment",
+];
 
 fn check_keywords(at: &str, schema: &Value) {
     let Some(map) = schema.as_object() else {
@@ -538,7 +581,7 @@ fn check_keywords(at: &str, schema: &Value) {
                     check_keywords(&format!("{at}.{name}"), sub);
                 }
             }
-            "allOf" | "anyOf" => {
+            "allOf" | "anyOf" | "oneOf" => {
                 for sub in v.as_array().unwrap() {
                     check_keywords(at, sub);
                 }
@@ -608,6 +651,16 @@ fn validate(doc: &Value, schema: &Value, value: &Value, at: &str, errors: &mut V
         {
             fail(format!("{n} is above the maximum {max}"));
         }
+        if let Some(min) = s.get("exclusiveMinimum").and_then(Value::as_f64)
+            && n <= min
+        {
+            fail(format!("{n} is not above {min}"));
+        }
+        if let Some(max) = s.get("exclusiveMaximum").and_then(Value::as_f64)
+            && n >= max
+        {
+            fail(format!("{n} is not below {max}"));
+        }
     }
     if let Some(text) = value.as_str() {
         let len = text.chars().count() as u64;
@@ -649,6 +702,16 @@ fn validate(doc: &Value, schema: &Value, value: &Value, at: &str, errors: &mut V
             && items.len() as u64 > max
         {
             fail(format!("{} items, more than {max}", items.len()));
+        }
+        if let Some(min) = s.get("minItems").and_then(Value::as_u64)
+            && (items.len() as u64) < min
+        {
+            fail(format!("{} items, fewer than {min}", items.len()));
+        }
+        if s.get("uniqueItems") == Some(&Value::Bool(true))
+            && (1..items.len()).any(|i| items[..i].contains(&items[i]))
+        {
+            fail("items are not unique".to_string());
         }
         if let Some(item_schema) = s.get("items") {
             for (i, item) in items.iter().enumerate() {
@@ -701,6 +764,21 @@ fn validate(doc: &Value, schema: &Value, value: &Value, at: &str, errors: &mut V
         });
         if !matched {
             errors.push(format!("{at}: {value} matches none of anyOf"));
+        }
+    }
+    if let Some(one) = s.get("oneOf").and_then(Value::as_array) {
+        let matched = one
+            .iter()
+            .filter(|sub| {
+                let mut sub_errors = Vec::new();
+                validate(doc, sub, value, at, &mut sub_errors);
+                sub_errors.is_empty()
+            })
+            .count();
+        if matched != 1 {
+            errors.push(format!(
+                "{at}: {value} matches {matched} of oneOf, not exactly one"
+            ));
         }
     }
 }
