@@ -99,7 +99,7 @@ set +e
 WEBHOOKD_FUZZ_KEY_ID="$key_id" WEBHOOKD_FUZZ_SECRET="$secret" WEBHOOKD_FUZZ_COUNTS="$counts" \
 PYTHONPATH="$root/tests/openapi" SCHEMATHESIS_HOOKS=sign_hook \
     "$schemathesis" run "$url/v1/openapi.json" --url "$url" \
-    --checks not_a_server_error,status_code_conformance,content_type_conformance,response_schema_conformance,response_headers_conformance,unsupported_method \
+    --checks "${OPENAPI_CHECKS:-not_a_server_error,status_code_conformance,content_type_conformance,response_schema_conformance,response_headers_conformance,unsupported_method}" \
     --max-examples "${OPENAPI_MAX_EXAMPLES:-40}" \
     ${OPENAPI_SEED:+--seed "$OPENAPI_SEED"} \
     --workers 1 --request-timeout 30 --no-color \

@@ -84,8 +84,15 @@ pub fn parse_instant(value: &serde_json::Value) -> Option<DateTime<Utc>> {
 
 fn parse_any_instant(value: &serde_json::Value) -> Option<DateTime<Utc>> {
     match value {
+        // `1751328000.0` too: JSON Schema's integer (whole numbers past any instant we take are
+        // refused anyway, so f64 is exact here).
         serde_json::Value::Number(n) => n
             .as_i64()
+            .or_else(|| {
+                n.as_f64()
+                    .filter(|f| f.fract() == 0.0 && f.abs() < 1e15)
+                    .map(|f| f as i64)
+            })
             .and_then(|secs| Utc.timestamp_opt(secs, 0).single()),
         serde_json::Value::String(s) => {
             if let Ok(secs) = s.trim().parse::<i64>() {

@@ -545,6 +545,7 @@ const CHECKED: &[&str] = &[
     "maxItems",
     "uniqueItems",
     "maxProperties",
+    "propertyNames",
     "minimum",
     "maximum",
     "exclusiveMinimum",
@@ -564,6 +565,9 @@ const ANNOTATIONS: &[&str] = &[
     "examples",
     "deprecated",
     "$comment",
+    // Annotations in JSON Schema 2020-12: a string holding JSON (PATCH `payload`, `headers`).
+    "contentMediaType",
+    "contentSchema",
 ];
 
 fn check_keywords(at: &str, schema: &Value) {
@@ -586,7 +590,9 @@ fn check_keywords(at: &str, schema: &Value) {
                     check_keywords(at, sub);
                 }
             }
-            "items" | "additionalProperties" => check_keywords(at, v),
+            "items" | "additionalProperties" | "propertyNames" | "contentSchema" => {
+                check_keywords(at, v)
+            }
             _ => {}
         }
     }
@@ -737,6 +743,17 @@ fn validate(doc: &Value, schema: &Value, value: &Value, at: &str, errors: &mut V
         {
             errors.push(format!("{at}: more than {max} fields"));
         }
+        if let Some(names) = s.get("propertyNames") {
+            for name in map.keys() {
+                validate(
+                    doc,
+                    names,
+                    &json!(name),
+                    &format!("{at} (name {name:?})"),
+                    errors,
+                );
+            }
+        }
         for (name, field) in map {
             let path = format!("{at}.{name}");
             match props.and_then(|p| p.get(name)) {
@@ -802,6 +819,9 @@ fn the_validator_catches_what_it_checks() {
         ("/data/secret", json!(5)),
         ("/data/url", json!("not a url")),
         ("/data/headers", json!({"X": 1})),
+        ("/data/headers", json!({"X Y": "1"})),
+        ("/data/headers", json!({"X": "line\nbreak"})),
+        ("/data/headers", json!({"X": "del\u{7f}"})),
         ("/code", json!(1)),
         ("/data/extra", json!(1)),
     ];
@@ -965,4 +985,47 @@ fn instants_outside_rfc3339_years_are_refused() {
         Some(json!({"cron_expr": "* * * * *", "from": -62_167_219_201_i64})),
     );
     assert_eq!(status, 400);
+}
+
+/// Found by schemathesis (`positive_data_acceptance`): JSON Schema's `integer` includes `3.0`,
+/// which some JSON encoders write for whole numbers, but the server refused it. Whole numbers
+/// written with a fraction part are integers now; `3.5` is still 40001.
+#[test]
+fn whole_numbers_with_a_fraction_part_are_integers() {
+    let doc = document();
+    let server = TestServer::start();
+    let c = |m: &str, t: &str, p: &str, b: Option<Value>| call(&doc, &server, m, t, p, b);
+    let (status, policy) = c(
+        "POST",
+        "/v1/retries/policies",
+        "/retries/policies",
+        Some(
+            json!({"name": "p", "max_attempts": 3.0, "backoff_type": "linear",
+                    "initial_delay_sec": 10.0, "max_delay_sec": 1e3}),
+        ),
+    );
+    assert_eq!(status, 200);
+    assert_eq!(
+        (
+            &policy["max_attempts"],
+            &policy["initial_delay_sec"],
+            &policy["max_delay_sec"]
+        ),
+        (&json!(3), &json!(10), &json!(1000))
+    );
+    let (status, _) = c(
+        "POST",
+        "/v1/retries/policies",
+        "/retries/policies",
+        Some(json!({"name": "p", "max_attempts": 3.5, "backoff_type": "linear"})),
+    );
+    assert_eq!(status, 400);
+    let (status, preview) = c(
+        "POST",
+        "/v1/cron/preview",
+        "/cron/preview",
+        Some(json!({"cron_expr": "0 0 * * *", "from": 1_751_328_000.0, "count": 1.0})),
+    );
+    assert_eq!(status, 200);
+    assert_eq!(preview["next_runs"], json!(["2025-07-02T00:00:00Z"]));
 }
