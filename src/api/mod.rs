@@ -152,6 +152,7 @@ pub fn route_table() -> impl Iterator<Item = (&'static str, String)> {
 /// The routes the server answers without a signature, outside [`ROUTES`] (see `server::handle`).
 pub const UNSIGNED_ROUTES: &[(&str, &str)] = &[
     ("GET", "/healthz"),
+    ("HEAD", "/healthz"),
     ("GET", "/metrics"),
     ("GET", OPENAPI_PATH),
 ];
@@ -256,7 +257,7 @@ mod tests {
             allowed_methods("/v1/endpoints/7"),
             vec!["GET", "PATCH", "DELETE"]
         );
-        assert_eq!(allowed_methods("/healthz"), vec!["GET"]);
+        assert_eq!(allowed_methods("/healthz"), vec!["GET", "HEAD"]);
         assert_eq!(allowed_methods(OPENAPI_PATH), vec!["GET"]);
         assert!(allowed_methods("/v1/nothing").is_empty());
     }

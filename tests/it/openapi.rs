@@ -901,7 +901,7 @@ fn method_not_allowed_names_the_allowed_methods() {
         ("PUT", "/v1/endpoints/7", "GET, PATCH, DELETE"),
         ("TRACE", "/v1/tasks/1/retry", "POST"),
         ("DELETE", "/v1/endpoints", "POST, GET"),
-        ("POST", "/healthz", "GET"),
+        ("POST", "/healthz", "GET, HEAD"),
         ("DELETE", OPENAPI_PATH, "GET"),
     ];
     for (method, path, allow) in cases {
