@@ -6,6 +6,7 @@ mod api_endpoints;
 mod api_policies;
 mod cli;
 mod conformance;
+mod dashboard;
 mod delivery;
 mod durability;
 mod events;
