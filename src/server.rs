@@ -106,10 +106,17 @@ fn json_reply(status: StatusCode, request_id: &str, body: Vec<u8>) -> Reply {
     reply
 }
 
-/// A 405 names the methods the path takes in `Allow`, as RFC 9110 requires.
+/// A 405 names the methods the path takes in `Allow`, as RFC 9110 requires (unless the part
+/// that answered, such as the dashboard's files, has set it already).
 fn with_allow(mut reply: Reply, path: &str) -> Reply {
-    if reply.status() == StatusCode::METHOD_NOT_ALLOWED
-        && let Ok(allow) = HeaderValue::from_str(&api::allowed_methods(path).join(", "))
+    if reply.status() != StatusCode::METHOD_NOT_ALLOWED
+        || reply.headers().contains_key(hyper::header::ALLOW)
+    {
+        return reply;
+    }
+    let methods = api::allowed_methods(path);
+    if !methods.is_empty()
+        && let Ok(allow) = HeaderValue::from_str(&methods.join(", "))
     {
         reply.headers_mut().insert(hyper::header::ALLOW, allow);
     }
