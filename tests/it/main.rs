@@ -14,6 +14,7 @@ mod durability;
 mod events;
 mod health;
 mod logs;
+mod openapi;
 mod schedules;
 mod support;
 mod tasks;
