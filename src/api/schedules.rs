@@ -287,11 +287,14 @@ pub fn preview(ctx: &mut Ctx<'_>, req: &Request) -> ApiResult<Value> {
     };
     let cron = parse_cron(&cron_expr, &timezone)?;
     body.finish()?;
-    let upcoming = cron.upcoming(from, usize::try_from(count).unwrap_or(5));
+    // An instant past 9999-12-31 cannot be written as RFC 3339; the lists end before it.
+    let upcoming: Vec<_> = cron
+        .upcoming(from, usize::try_from(count).unwrap_or(5))
+        .into_iter()
+        .take_while(is_expressible)
+        .collect();
     let next_runs: Vec<String> = upcoming
         .iter()
-        // An instant past 9999-12-31 cannot be written as RFC 3339; the list ends before it.
-        .take_while(|t| is_expressible(t))
         .map(|t| rfc3339(t.timestamp_millis()))
         .collect();
     let next_runs_local: Vec<String> = upcoming.iter().map(|t| cron.local_rfc3339(*t)).collect();

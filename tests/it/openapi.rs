@@ -808,7 +808,9 @@ fn the_validator_catches_what_it_checks() {
         "id": 1, "app_id": "a", "name": "n", "url": "https://x.example/h", "method": "POST",
         "headers": {}, "secret": null, "timeout_ms": 30000, "retry_policy_id": null,
         "filter_events": null, "status": "enabled",
-        "created_at": "2026-11-21T21:00:00Z", "updated_at": "2026-11-21T21:00:00Z"}});
+        "created_at": "2026-11-21T21:00:00Z", "updated_at": "2026-11-21T21:00:00Z",
+        "disabled_reason": null, "last_success_at": null, "last_failure_at": null,
+        "consecutive_failures": 0}});
     let mut errors = Vec::new();
     validate(&doc, &schema, &good, "$", &mut errors);
     assert!(errors.is_empty(), "{errors:?}");
