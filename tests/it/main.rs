@@ -11,6 +11,8 @@ mod durability;
 mod events;
 mod health;
 mod logs;
+mod pg;
+mod pg_store;
 mod schedules;
 mod support;
 mod tasks;
