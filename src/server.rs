@@ -140,6 +140,9 @@ async fn handle(app: Arc<App>, req: hyper::Request<Incoming>) -> Reply {
         }
         _ => {}
     }
+    if crate::ui::owns(&path) {
+        return crate::ui::serve(req.method(), &path, req.headers());
+    }
     let result = handle_api(app, req).await;
     if let Err(e) = &result
         && e.status.is_server_error()

@@ -4,8 +4,11 @@
 mod api_auth;
 mod api_endpoints;
 mod api_policies;
+mod bulk_retry;
+mod catchup;
 mod cli;
 mod conformance;
+mod dashboard;
 mod delivery;
 mod durability;
 mod events;

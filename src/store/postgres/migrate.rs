@@ -19,6 +19,7 @@ const UPGRADE_LOCK: i64 = 0x5748_4B44;
 const UPGRADES: &[&str] = &[
     include_str!("../../../migrations/postgres/schema.sql"),
     include_str!("../../../migrations/postgres/health.sql"),
+    include_str!("../../../migrations/postgres/schedule_catchup_overlap.sql"),
 ];
 
 /// The schema version this binary writes.
