@@ -129,6 +129,21 @@ fn postgres_shape(client: &mut postgres::Client) -> (Columns, Indexes) {
     (columns, indexes)
 }
 
+/// A private server with database `name` opened once by the store (schema applied), and a
+/// plain connection to it; `None` when PostgreSQL is not installed (a loud skip).
+fn opened(name: &str) -> Option<(PgServer, String, postgres::Client)> {
+    let server = PgServer::start()?;
+    let url = server.create_database(name);
+    drop(pgstore::open(&url, 1).unwrap());
+    let client = server.client(&url);
+    Some((server, url, client))
+}
+
+/// The one value `sql` selects.
+fn one<T: for<'a> postgres::types::FromSql<'a>>(client: &mut postgres::Client, sql: &str) -> T {
+    client.query_one(sql, &[]).unwrap().get(0)
+}
+
 fn marker(client: &mut postgres::Client) -> (String, i64) {
     let row = client
         .query_one("SELECT application, version FROM webhookd_schema", &[])
@@ -186,12 +201,9 @@ fn schema_applies_on_an_empty_database_and_matches_sqlite() {
 
 #[test]
 fn reopening_a_current_database_changes_nothing() {
-    let Some(server) = PgServer::start() else {
+    let Some((_server, url, mut client)) = opened("reopen") else {
         return;
     };
-    let url = server.create_database("reopen");
-    drop(pgstore::open(&url, 1).unwrap());
-    let mut client = server.client(&url);
     client
         .execute(
             "INSERT INTO api_keys (key_id, secret, app_id, name, created_at)
@@ -200,32 +212,24 @@ fn reopening_a_current_database_changes_nothing() {
         )
         .unwrap();
     // The marker row's xmin names the transaction that last wrote it.
-    let written = |client: &mut postgres::Client| -> String {
-        client
-            .query_one("SELECT xmin::text FROM webhookd_schema", &[])
-            .unwrap()
-            .get(0)
-    };
-    let before = written(&mut client);
+    let xmin = "SELECT xmin::text FROM webhookd_schema";
+    let before: String = one(&mut client, xmin);
     let pool = pgstore::open(&url, 1).unwrap();
     drop(pool);
-    assert_eq!(written(&mut client), before, "reopening rewrote the marker");
+    assert_eq!(
+        one::<String>(&mut client, xmin),
+        before,
+        "reopening rewrote the marker"
+    );
     assert_eq!(marker(&mut client).1, pgstore::SCHEMA_VERSION);
-    let keys: i64 = client
-        .query_one("SELECT count(*) FROM api_keys", &[])
-        .unwrap()
-        .get(0);
-    assert_eq!(keys, 1);
+    assert_eq!(one::<i64>(&mut client, "SELECT count(*) FROM api_keys"), 1);
 }
 
 #[test]
 fn a_newer_database_is_refused_untouched() {
-    let Some(server) = PgServer::start() else {
+    let Some((server, url, mut client)) = opened("newer") else {
         return;
     };
-    let url = server.create_database("newer");
-    drop(pgstore::open(&url, 1).unwrap());
-    let mut client = server.client(&url);
     let newer = pgstore::SCHEMA_VERSION + 1;
     client
         .execute("UPDATE webhookd_schema SET version = $1", &[&newer])
@@ -318,11 +322,10 @@ fn opens_racing_on_one_database_upgrade_it_once() {
         racer.join().unwrap().unwrap();
     }
     assert_eq!(marker(&mut client).1, pgstore::SCHEMA_VERSION + 1);
-    let probes: i64 = client
-        .query_one("SELECT count(*) FROM upgrade_probe", &[])
-        .unwrap()
-        .get(0);
-    assert_eq!(probes, 1);
+    assert_eq!(
+        one::<i64>(&mut client, "SELECT count(*) FROM upgrade_probe"),
+        1
+    );
     // And this binary, which knows one step less, now refuses the database.
     let err = format!("{:#}", pgstore::open(&url, 1).unwrap_err());
     assert!(err.contains("newer webhookd"), "{err}");
