@@ -14,6 +14,7 @@ mod durability;
 mod events;
 mod health;
 mod logs;
+mod openapi;
 mod pg;
 mod pg_store;
 mod schedules;
