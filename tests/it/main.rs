@@ -15,6 +15,8 @@ mod events;
 mod health;
 mod logs;
 mod openapi;
+mod pg;
+mod pg_store;
 mod schedules;
 mod support;
 mod tasks;
