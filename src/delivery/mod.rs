@@ -2,17 +2,18 @@
 //!
 //! One dispatcher thread owns the database side. Each round it commits, in one transaction, the
 //! results the workers reported since the last round (attempt rows and task state changes) and
-//! claims the next due tasks with one `UPDATE … RETURNING`, loading each claimed endpoint once
-//! per batch. A fixed set of worker threads (`--workers`) sends the claimed tasks with one shared
+//! claims the next due tasks fairly, endpoint by endpoint within each endpoint's limits (see
+//! [`fair`]), loading each claimed endpoint once per batch. A fixed set of worker threads (`--workers`) sends the claimed tasks with one shared
 //! keep-alive HTTP agent and hands the results back. The dispatcher sleeps on
-//! [`App::delivery_wake`] until the earliest pending task is due (at most `max_idle`); the API,
-//! the scheduler and the workers wake it.
+//! [`App::delivery_wake`] until the earliest skipped endpoint may start again (at most
+//! `max_idle`); the API, the scheduler and the workers wake it.
 //!
 //! Durability: a claimed task is `running` in the database until its result is committed. A
 //! crash leaves it `running`; the next start hands it back to `pending` before claiming, so its
 //! attempt is made again (at least once, never lost). Shutdown stops claiming, hands unsent
 //! claims back, and gives in-flight sends `shutdown_grace_secs` to finish.
 
+pub mod fair;
 mod retention;
 pub mod send;
 pub mod target;
@@ -196,6 +197,7 @@ fn dispatch(shared: &Shared) {
     };
     recover(&mut conn, app.clock.now_ms());
     let capacity = app.config.workers.saturating_mul(4).max(2);
+    let mut gate = fair::Gate::new(app.clock.clone(), app.config.default_endpoint_cap());
     let mut last_round: Option<Instant> = None;
     while !shared.stopping.load(Ordering::SeqCst) {
         if let Some(since) = last_round.map(|t| t.elapsed())
@@ -211,28 +213,41 @@ fn dispatch(shared: &Shared) {
             .saturating_sub(done.len());
         let free = capacity.saturating_sub(unsettled).min(MAX_BATCH);
         let now = app.clock.now_ms();
-        let claimed = match store::write_tx(&mut conn, |tx| {
+        // The gate's accounting is changed inside the transaction; a failed round rebuilds it
+        // from the results put back, so release before and re-count after a failure.
+        for d in &done {
+            gate.release(d.endpoint_id);
+        }
+        let round = store::write_tx(&mut conn, |tx| {
             record(tx, &done)?;
-            claim(tx, now, free)
-        }) {
-            Ok(claimed) => claimed,
+            let walk = gate.walk(tx, now, free)?;
+            let jobs = targets(tx, walk.claimed)?;
+            Ok::<_, rusqlite::Error>((jobs, walk.out_of_room, walk.wake_at))
+        });
+        let (claimed, out_of_room, wake_at) = match round {
+            Ok(round) => round,
             Err(e) => {
                 tracing::error!(error = %e, "delivery pool: database round failed; retrying");
+                // Nothing was claimed or recorded: the results wait for the next round, and
+                // the gate starts over from what is really in flight.
+                gate = fair::Gate::new(app.clock.clone(), app.config.default_endpoint_cap());
                 lock(&shared.results).extend(done);
                 app.delivery_wake.wait(ERROR_PAUSE);
                 continue;
             }
         };
-        let full = free > 0 && claimed.len() == free;
         shared.in_flight.fetch_sub(done.len(), Ordering::SeqCst);
         hand_out(shared, claimed);
-        if full {
-            continue; // more may be due
+        if out_of_room && free > 0 {
+            continue; // more may be claimable now
         }
-        let wait = if free == 0 {
-            app.config.max_idle // a worker's result wakes us
-        } else {
-            until_next_due(&conn, app)
+        let wait = match wake_at {
+            _ if free == 0 => app.config.max_idle, // a worker's result wakes us
+            Some(at) => {
+                let ms = at.saturating_sub(app.clock.now_ms()).max(0);
+                Duration::from_millis(u64::try_from(ms).unwrap_or(0)).min(app.config.max_idle)
+            }
+            None => app.config.max_idle,
         };
         app.delivery_wake.wait(wait);
     }
@@ -296,12 +311,8 @@ fn record(tx: &rusqlite::Connection, done: &[Done]) -> rusqlite::Result<()> {
     Ok(())
 }
 
-/// Claims up to `free` due tasks and loads their endpoints and retry policies, once each.
-fn claim(tx: &rusqlite::Connection, now_ms: i64, free: usize) -> rusqlite::Result<Vec<Job>> {
-    if free == 0 {
-        return Ok(Vec::new());
-    }
-    let claimed = store::tasks::claim_due(tx, now_ms, free)?;
+/// Loads the endpoints and retry policies of claimed tasks, once each.
+fn targets(tx: &rusqlite::Connection, claimed: Vec<Claimed>) -> rusqlite::Result<Vec<Job>> {
     let mut targets: HashMap<i64, Option<Arc<Target>>> = HashMap::new();
     let mut jobs = Vec::with_capacity(claimed.len());
     for task in claimed {
@@ -336,23 +347,6 @@ fn hand_out(shared: &Shared, jobs: Vec<Job>) {
     shared.in_flight.fetch_add(jobs.len(), Ordering::SeqCst);
     lock(&shared.queue).jobs.extend(jobs);
     shared.queue_ready.notify_all();
-}
-
-/// How long the dispatcher may sleep: until the earliest pending task is due, at most
-/// `max_idle`.
-fn until_next_due(conn: &rusqlite::Connection, app: &App) -> Duration {
-    let max_idle = app.config.max_idle;
-    match store::tasks::next_due(conn) {
-        Ok(Some(due)) => {
-            let ms = due.saturating_sub(app.clock.now_ms()).max(0);
-            Duration::from_millis(u64::try_from(ms).unwrap_or(0)).min(max_idle)
-        }
-        Ok(None) => max_idle,
-        Err(e) => {
-            tracing::error!(error = %e, "delivery pool: cannot read the next due time");
-            ERROR_PAUSE
-        }
-    }
 }
 
 /// Shutdown: claimed tasks not yet sent go back to `pending` at once; sends in flight get the

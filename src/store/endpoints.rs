@@ -139,6 +139,29 @@ pub fn get_any(conn: &Connection, id: i64) -> rusqlite::Result<Option<Endpoint>>
         .optional()
 }
 
+/// What the delivery pool's claim needs to know of an endpoint before taking its tasks.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Limits {
+    pub enabled: bool,
+    pub rate_limit_per_sec: Option<f64>,
+    pub max_in_flight: Option<i64>,
+}
+
+/// The limits of any endpoint by id, whatever its app; `None` when it is gone.
+pub fn limits_any(conn: &Connection, id: i64) -> rusqlite::Result<Option<Limits>> {
+    conn.prepare_cached(
+        "SELECT status = 'enabled', rate_limit_per_sec, max_in_flight FROM endpoints WHERE id = ?1",
+    )?
+    .query_row(params![id], |r| {
+        Ok(Limits {
+            enabled: r.get(0)?,
+            rate_limit_per_sec: r.get(1)?,
+            max_in_flight: r.get(2)?,
+        })
+    })
+    .optional()
+}
+
 /// Sets any endpoint's status, whatever its app (the delivery pool disables an endpoint that
 /// answered `410 Gone`).
 pub fn set_status_any(
