@@ -73,7 +73,10 @@ impl Config {
             return Err("--workers must be between 1 and 1024".into());
         }
         if self.endpoint_max_in_flight > 1000 {
-            return Err("--endpoint-max-in-flight must be between 0 (a quarter of the workers) and 1000".into());
+            return Err(
+                "--endpoint-max-in-flight must be between 0 (a quarter of the workers) and 1000"
+                    .into(),
+            );
         }
         if self.max_body_bytes < 1024 {
             return Err("--max-body-bytes must be at least 1024".into());

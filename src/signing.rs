@@ -141,7 +141,9 @@ mod tests {
         assert!(check_whsec("whsec_").is_err(), "no key bytes");
         let fresh = new_whsec();
         assert!(check_whsec(&fresh).is_ok());
-        let key = BASE64.decode(fresh.strip_prefix(WHSEC_PREFIX).unwrap()).unwrap();
+        let key = BASE64
+            .decode(fresh.strip_prefix(WHSEC_PREFIX).unwrap())
+            .unwrap();
         assert_eq!(key.len(), 32);
         assert_ne!(new_whsec(), fresh);
     }

@@ -77,7 +77,8 @@ fn check_secret(secret: &str) -> ApiResult<()> {
             "secret: must be at most 512 characters",
         ));
     }
-    crate::signing::check_whsec(secret).map_err(|why| ApiError::validation(format!("secret: {why}")))
+    crate::signing::check_whsec(secret)
+        .map_err(|why| ApiError::validation(format!("secret: {why}")))
 }
 
 /// `rate_limit_per_sec`: 0.01..=10000 starts a second.

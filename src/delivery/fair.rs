@@ -18,8 +18,8 @@
 use crate::clock::Clock;
 use crate::store::{self, endpoints::Limits, tasks::Claimed};
 use governor::clock::Reference as _;
-use governor::nanos::Nanos;
 use governor::middleware::NoOpMiddleware;
+use governor::nanos::Nanos;
 use governor::{Quota, RateLimiter, state::InMemoryState, state::NotKeyed};
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -34,7 +34,11 @@ impl governor::clock::Clock for GovernorClock {
     type Instant = Nanos;
 
     fn now(&self) -> Nanos {
-        Nanos::from(u64::try_from(self.0.now_ms()).unwrap_or(0).saturating_mul(1_000_000))
+        Nanos::from(
+            u64::try_from(self.0.now_ms())
+                .unwrap_or(0)
+                .saturating_mul(1_000_000),
+        )
     }
 }
 
@@ -191,7 +195,10 @@ impl Gate {
                     Ok(()) => granted += 1,
                     Err(not_until) => {
                         let at = not_until.earliest_possible();
-                        let ms = at.duration_since(Nanos::from(0)).as_u64().div_ceil(1_000_000);
+                        let ms = at
+                            .duration_since(Nanos::from(0))
+                            .as_u64()
+                            .div_ceil(1_000_000);
                         wake(&mut walk.wake_at, i64::try_from(ms).unwrap_or(i64::MAX));
                         break;
                     }
@@ -205,7 +212,9 @@ impl Gate {
             return Ok(0);
         }
         let claimed = match head {
-            Some(id) => store::tasks::claim_one(tx, id, now_ms)?.into_iter().collect(),
+            Some(id) => store::tasks::claim_one(tx, id, now_ms)?
+                .into_iter()
+                .collect(),
             None => store::tasks::claim_endpoint(tx, endpoint_id, now_ms, allowed)?,
         };
         let n = claimed.len();
@@ -230,7 +239,10 @@ fn limiter_for(state: &mut EndpointState, rate: f64, clock: Arc<dyn Clock>) -> &
         let period = Duration::from_secs_f64(1.0 / rate.clamp(0.01, 10_000.0));
         // `with_period` is burst 1: one start, then one more per period.
         let quota = Quota::with_period(period).expect("a positive period");
-        state.limiter = Some((rate, RateLimiter::direct_with_clock(quota, GovernorClock(clock))));
+        state.limiter = Some((
+            rate,
+            RateLimiter::direct_with_clock(quota, GovernorClock(clock)),
+        ));
     }
     &state.limiter.as_ref().expect("set above").1
 }
@@ -247,13 +259,18 @@ mod tests {
 
     #[test]
     fn the_limiter_spaces_starts_by_the_period_with_a_burst_of_one() {
-        let clock = Arc::new(ManualClock::new(chrono::Utc.timestamp_opt(1_700_000_000, 0).unwrap()));
+        let clock = Arc::new(ManualClock::new(
+            chrono::Utc.timestamp_opt(1_700_000_000, 0).unwrap(),
+        ));
         let mut state = EndpointState::default();
         let limiter = limiter_for(&mut state, 2.0, clock.clone());
         assert!(limiter.check().is_ok());
         let not_until = limiter.check().expect_err("burst of one");
         let at = not_until.earliest_possible().as_u64() / 1_000_000;
-        assert_eq!(at, 1_700_000_000_500, "the next slot is half a second later");
+        assert_eq!(
+            at, 1_700_000_000_500,
+            "the next slot is half a second later"
+        );
         clock.advance(chrono::Duration::milliseconds(499));
         assert!(limiter_for(&mut state, 2.0, clock.clone()).check().is_err());
         clock.advance(chrono::Duration::milliseconds(1));

@@ -7,6 +7,7 @@ mod api_policies;
 mod cli;
 mod conformance;
 mod delivery;
+mod delivery_controls;
 mod durability;
 mod events;
 mod schedules;
