@@ -10,10 +10,13 @@
 //! ```
 //!
 //! Scenarios: `baseline` (the limits on this machine), `publish`, `api`, `schedules`,
-//! `footprint` (the real binary as a subprocess), `scale` (1M finished tasks), `all`.
+//! `footprint` (the real binary as a subprocess), `scale` (1M finished tasks), `fairness` (a
+//! healthy endpoint next to one that never answers), `ratelimit` (an unlimited endpoint next
+//! to one limited to 1/s), `all`.
 
 mod api;
 mod baseline;
+mod fairness;
 mod footprint;
 mod load;
 mod publish;
@@ -36,7 +39,12 @@ enum Scenario {
     Schedules,
     Footprint,
     Scale,
-    /// baseline, publish (fan-out 1 and 10), api, schedules, footprint, scale.
+    /// A healthy endpoint's latency next to one that never answers (5,000 tasks).
+    Fairness,
+    /// An unlimited endpoint's delivered/s alone and next to one limited to 1/s.
+    Ratelimit,
+    /// baseline, publish (fan-out 1 and 10), api, schedules, footprint, scale, fairness,
+    /// ratelimit.
     All,
 }
 
@@ -240,6 +248,8 @@ fn run(args: Args) -> anyhow::Result<Vec<Report>> {
                 Scenario::Schedules,
                 Scenario::Footprint,
                 Scenario::Scale,
+                Scenario::Fairness,
+                Scenario::Ratelimit,
             ],
             one => vec![one],
         };
@@ -255,6 +265,8 @@ fn run(args: Args) -> anyhow::Result<Vec<Report>> {
                 Scenario::Schedules => schedules::scenario(&mut bench)?,
                 Scenario::Footprint => footprint::scenario(&mut bench)?,
                 Scenario::Scale => scale::scenario(&mut bench)?,
+                Scenario::Fairness => fairness::fairness(&mut bench)?,
+                Scenario::Ratelimit => fairness::ratelimit(&mut bench)?,
                 Scenario::All => unreachable!("expanded above"),
             }
         }
@@ -335,5 +347,23 @@ mod tests {
         }
         let scale = of("scale").next().expect("a scale report");
         assert!(n(scale, "get_endpoint_per_s_vs_empty") > 0.0, "{scale}");
+        let fair = of("fairness").next().expect("a fairness report");
+        assert_eq!(
+            n(fair, "healthy_received"),
+            n(fair, "healthy_expected"),
+            "{fair}"
+        );
+        assert!(n(fair, "hanging_connections_held") >= 1.0, "{fair}");
+        let limited = of("ratelimit").next().expect("a ratelimit report");
+        assert_eq!(
+            n(limited, "alone_received"),
+            n(limited, "events"),
+            "{limited}"
+        );
+        assert_eq!(
+            n(limited, "beside_received"),
+            n(limited, "events"),
+            "{limited}"
+        );
     }
 }
