@@ -15,7 +15,7 @@
 //! saw; a full endpoint is woken by a worker's result). A slow endpoint therefore waits in the
 //! queue, never in a worker, and never delays others.
 
-use crate::clock::Clock;
+use crate::clock::{Clock, GovernorClock};
 use crate::store::{self, endpoints::Limits, tasks::Claimed};
 use governor::clock::Reference as _;
 use governor::middleware::NoOpMiddleware;
@@ -24,23 +24,6 @@ use governor::{Quota, RateLimiter, state::InMemoryState, state::NotKeyed};
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
-
-/// The server clock as governor sees it: nanoseconds since the epoch, so tests that move a
-/// manual clock move the rate limits too.
-#[derive(Clone)]
-struct GovernorClock(Arc<dyn Clock>);
-
-impl governor::clock::Clock for GovernorClock {
-    type Instant = Nanos;
-
-    fn now(&self) -> Nanos {
-        Nanos::from(
-            u64::try_from(self.0.now_ms())
-                .unwrap_or(0)
-                .saturating_mul(1_000_000),
-        )
-    }
-}
 
 type Limiter = RateLimiter<NotKeyed, InMemoryState, GovernorClock, NoOpMiddleware<Nanos>>;
 
