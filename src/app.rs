@@ -26,7 +26,8 @@ pub struct App {
 
 impl App {
     pub fn new(config: Config, pool: Pool, clock: Arc<dyn Clock>) -> Self {
-        let rate_limit = crate::ratelimit::RateLimiter::new(config.rate_limit_per_sec, clock.clone());
+        let rate_limit =
+            crate::ratelimit::RateLimiter::new(config.rate_limit_per_sec, clock.clone());
         App {
             config,
             pool,
