@@ -5,7 +5,9 @@
 //! order from a cursor that rotates round after round, and takes from each only what its
 //! limits allow:
 //! - **in flight**: at most `max_in_flight` of its tasks claimed and not yet recorded (the
-//!   endpoint's own value, or the server's default cap, a quarter of the workers);
+//!   endpoint's own value); under the server's default cap (a quarter of the workers) at most
+//!   that many sends at once, which the workers enforce, and a short queue of claimed tasks
+//!   behind them so one busy endpoint is not held to one batch per round;
 //! - **rate**: `rate_limit_per_sec` through a `governor` GCRA limiter per endpoint, burst 1;
 //! - **order**: with `max_in_flight: 1` only the head (first due, ties by id) may go, and only
 //!   once it is due itself, so a head waiting to retry holds the rest back.
@@ -41,6 +43,8 @@ struct EndpointState {
 /// The result of one walk.
 pub struct Walk {
     pub claimed: Vec<Claimed>,
+    /// Most sends at once for each endpoint claimed from (the workers hold to it).
+    pub caps: HashMap<i64, usize>,
     /// True when the walk stopped because `free` was used up: more may be claimable now.
     pub out_of_room: bool,
     /// The earliest instant (epoch ms) an endpoint it skipped may start again, if any.
@@ -55,6 +59,10 @@ pub struct Gate {
     cursor: i64,
     endpoints: HashMap<i64, EndpointState>,
 }
+
+/// How many tasks an endpoint under the default cap may have claimed, per send it may have
+/// under way (the pool as a whole claims 4 per worker).
+const DEFAULT_QUEUE_FACTOR: usize = 4;
 
 /// Idle endpoint state (nothing in flight, no claim this long) is dropped; a rate limit's slot
 /// is never longer than 100 s (0.01/s), so nothing is lost by forgetting it.
@@ -87,6 +95,7 @@ impl Gate {
     ) -> rusqlite::Result<Walk> {
         let mut walk = Walk {
             claimed: Vec::new(),
+            caps: HashMap::new(),
             out_of_room: false,
             wake_at: None,
         };
@@ -151,9 +160,19 @@ impl Gate {
             .and_then(|n| usize::try_from(n).ok())
             .unwrap_or(self.default_cap)
             .max(1);
+        // An endpoint with limits of its own has at most `cap` claimed. One under the default
+        // cap may have a few more claimed, waiting in memory for a worker that the workers
+        // give it only while fewer than `cap` of its sends are under way: without that queue,
+        // one busy endpoint could take no more than `cap` tasks per dispatcher round.
+        let own_limits = limits.max_in_flight.is_some() || limits.rate_limit_per_sec.is_some();
+        let claim_cap = if own_limits {
+            cap
+        } else {
+            cap * DEFAULT_QUEUE_FACTOR
+        };
         let clock = self.clock.clone();
         let state = self.endpoints.entry(endpoint_id).or_default();
-        let mut allowed = cap.saturating_sub(state.in_flight).min(room);
+        let mut allowed = claim_cap.saturating_sub(state.in_flight).min(room);
         if allowed == 0 {
             return Ok(0); // a worker's result wakes the dispatcher
         }
@@ -201,6 +220,7 @@ impl Gate {
             None => store::tasks::claim_endpoint(tx, endpoint_id, now_ms, allowed)?,
         };
         let n = claimed.len();
+        walk.caps.insert(endpoint_id, cap);
         state.in_flight += n;
         state.last_claim_ms = now_ms;
         walk.claimed.extend(claimed);

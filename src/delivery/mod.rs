@@ -40,6 +40,9 @@ const ERROR_PAUSE: Duration = Duration::from_millis(500);
 struct Job {
     task: Claimed,
     target: Arc<Target>,
+    /// Most sends to this endpoint at once: a worker skips the job while that many are under
+    /// way, so a slow endpoint never holds more workers than its share.
+    cap: usize,
 }
 
 /// A finished attempt waiting to be committed.
@@ -55,6 +58,8 @@ struct Done {
 #[derive(Default)]
 struct JobQueue {
     jobs: VecDeque<Job>,
+    /// Sends under way, by endpoint.
+    sending: HashMap<i64, usize>,
     /// Set at shutdown: workers exit once the queue is empty.
     closed: bool,
 }
@@ -144,6 +149,7 @@ fn work(shared: &Shared) {
     while let Some(job) = next_job(shared) {
         let started_at = app.clock.now_ms();
         let sent = send::send(&shared.agent, &job.target, &job.task, started_at);
+        sent_one(shared, job.target.endpoint_id);
         let outcome = match sent.status {
             _ if sent.is_success() => DeliveryOutcome::Success,
             Some(_) => DeliveryOutcome::HttpError,
@@ -164,13 +170,22 @@ fn work(shared: &Shared) {
     }
 }
 
+/// The first queued job whose endpoint has fewer sends under way than its cap.
 fn next_job(shared: &Shared) -> Option<Job> {
     let mut queue = lock(&shared.queue);
     loop {
-        if let Some(job) = queue.jobs.pop_front() {
+        let queue_ref = &mut *queue;
+        let ready = queue_ref.jobs.iter().position(|job| {
+            queue_ref
+                .sending
+                .get(&job.target.endpoint_id)
+                .is_none_or(|n| *n < job.cap)
+        });
+        if let Some(job) = ready.and_then(|i| queue_ref.jobs.remove(i)) {
+            *queue_ref.sending.entry(job.target.endpoint_id).or_default() += 1;
             return Some(job);
         }
-        if queue.closed {
+        if queue.closed && queue.jobs.is_empty() {
             return None;
         }
         queue = shared
@@ -178,6 +193,19 @@ fn next_job(shared: &Shared) -> Option<Job> {
             .wait(queue)
             .unwrap_or_else(|e| e.into_inner());
     }
+}
+
+/// A send to `endpoint_id` ended: a job of that endpoint held back for its cap may go now.
+fn sent_one(shared: &Shared, endpoint_id: i64) {
+    let mut queue = lock(&shared.queue);
+    if let Some(n) = queue.sending.get_mut(&endpoint_id) {
+        *n = n.saturating_sub(1);
+        if *n == 0 {
+            queue.sending.remove(&endpoint_id);
+        }
+    }
+    drop(queue);
+    shared.queue_ready.notify_all();
 }
 
 /// The dispatcher thread: recovery at start, then rounds of commit-and-claim until shutdown.
@@ -221,7 +249,7 @@ fn dispatch(shared: &Shared) {
         let round = store::write_tx(&mut conn, |tx| {
             record(tx, &done)?;
             let walk = gate.walk(tx, now, free)?;
-            let jobs = targets(tx, walk.claimed)?;
+            let jobs = targets(tx, walk.claimed, &walk.caps)?;
             Ok::<_, rusqlite::Error>((jobs, walk.out_of_room, walk.wake_at))
         });
         let (claimed, out_of_room, wake_at) = match round {
@@ -312,7 +340,11 @@ fn record(tx: &rusqlite::Connection, done: &[Done]) -> rusqlite::Result<()> {
 }
 
 /// Loads the endpoints and retry policies of claimed tasks, once each.
-fn targets(tx: &rusqlite::Connection, claimed: Vec<Claimed>) -> rusqlite::Result<Vec<Job>> {
+fn targets(
+    tx: &rusqlite::Connection,
+    claimed: Vec<Claimed>,
+    caps: &HashMap<i64, usize>,
+) -> rusqlite::Result<Vec<Job>> {
     let mut targets: HashMap<i64, Option<Arc<Target>>> = HashMap::new();
     let mut jobs = Vec::with_capacity(claimed.len());
     for task in claimed {
@@ -331,7 +363,10 @@ fn targets(tx: &rusqlite::Connection, claimed: Vec<Claimed>) -> rusqlite::Result
             }
         };
         match target {
-            Some(target) => jobs.push(Job { task, target }),
+            Some(target) => {
+                let cap = caps.get(&task.endpoint_id).copied().unwrap_or(1);
+                jobs.push(Job { task, target, cap });
+            }
             // Cannot happen: the claim joins on the endpoint in this same transaction. Left
             // `running`, the task is handed back at the next start.
             None => tracing::error!(task_id = task.id, "claimed a task without an endpoint"),

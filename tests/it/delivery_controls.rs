@@ -134,7 +134,7 @@ fn in_order_delivery_holds_back_the_rest_while_the_head_retries() {
 
 #[test]
 fn a_hanging_endpoint_holds_only_its_share_of_the_workers() {
-    // 8 workers: the default cap is 2 a endpoint. The hanging receiver never answers within
+    // 8 workers: the default cap is 2 sends per endpoint. The hanging receiver never answers within
     // the endpoint's timeout; before fair claiming, its backlog took all 8 workers.
     let server = TestServer::start_with(|c| {
         c.workers = 8;
@@ -171,13 +171,16 @@ fn a_hanging_endpoint_holds_only_its_share_of_the_workers() {
         2,
         "the hanging endpoint holds 2 workers; its other tasks wait pending"
     );
+    // Behind its 2 sends, a few more may wait claimed in memory (4 per send it may have);
+    // every other task waits pending in the database.
     let pending = ok(
         &c,
         "GET",
         &format!("/tasks?endpoint_id={stuck}&status=pending"),
         None,
     );
-    assert_eq!(pending["total"], 148);
+    let pending = pending["total"].as_i64().unwrap();
+    assert!((142..=148).contains(&pending), "{pending} pending");
 }
 
 #[test]
