@@ -246,6 +246,7 @@ fn rotate_secret_validates_its_body() {
             (json!({ "overlap_secs": 604_801 }), "overlap_secs"),
             (json!({ "overlap_secs": -1 }), "overlap_secs"),
             (json!({ "overlap_secs": "1" }), "overlap_secs"),
+            (json!({ "overlap": 60 }), "unknown field \"overlap\""),
         ],
     );
     err(
