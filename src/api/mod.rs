@@ -140,6 +140,7 @@ static ROUTES: &[Route] = &[
     route("GET", "events/{id}", events::get),
     route("POST", "tasks", tasks::create),
     route("GET", "tasks", tasks::list),
+    route("POST", "tasks/retry", tasks::retry_bulk),
     route("GET", "tasks/{id}", tasks::get),
     route("GET", "tasks/{id}/attempts", tasks::attempts),
     route("POST", "tasks/{id}/cancel", tasks::cancel),
@@ -162,6 +163,16 @@ pub fn resolve(method: &str, path: &str) -> ApiResult<(Handler, Vec<i64>)> {
                 .zip(&segments)
                 .all(|(p, s)| *p == "{id}" || p == s)
         {
+            continue;
+        }
+        let literal = !r.pattern.contains("{id}");
+        let bad_id = pattern
+            .iter()
+            .zip(&segments)
+            .any(|(p, s)| *p == "{id}" && s.parse::<i64>().is_err());
+        if !literal && path_matched && bad_id {
+            // `GET /tasks/retry`: the literal route `tasks/retry` named this path, and a
+            // non-integer `{id}` is not a path of `tasks/{id}`: 405, not a bad id.
             continue;
         }
         path_matched = true;
@@ -209,5 +220,8 @@ mod tests {
         assert_eq!(resolve("PUT", "/v1/endpoints").unwrap_err().code, 40501);
         assert_eq!(resolve("GET", "/v1/endpoints/x").unwrap_err().code, 40001);
         assert_eq!(resolve("GET", "/v2/endpoints").unwrap_err().code, 40401);
+        assert_eq!(resolve("GET", "/v1/tasks/retry").unwrap_err().code, 40501);
+        assert!(resolve("POST", "/v1/tasks/retry").is_ok());
+        assert_eq!(resolve("POST", "/v1/tasks/7/retry").unwrap().1, vec![7]);
     }
 }

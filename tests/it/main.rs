@@ -4,6 +4,8 @@
 mod api_auth;
 mod api_endpoints;
 mod api_policies;
+mod bulk_retry;
+mod catchup;
 mod cli;
 mod conformance;
 mod dashboard;
