@@ -176,7 +176,9 @@ impl Gate {
         if allowed == 0 {
             return Ok(0); // a worker's result wakes the dispatcher
         }
-        let in_order = cap == 1;
+        // In order only when the endpoint asks for one at a time, not under a default cap of 1
+        // (fewer than 8 workers): that cap limits sends, never their order.
+        let in_order = limits.max_in_flight == Some(1);
         let head = if in_order {
             match store::tasks::in_order_head(tx, endpoint_id)? {
                 Some((_, due)) if due > now_ms => {

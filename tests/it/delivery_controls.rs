@@ -427,3 +427,24 @@ fn rotation_signs_with_both_secrets_during_the_overlap_then_only_the_new() {
     assert_eq!(unsigned.header("webhook-signature"), None);
     assert_eq!(unsigned.header("x-service-signature"), None);
 }
+
+#[test]
+fn a_default_cap_of_one_limits_sends_but_not_order() {
+    // 4 workers: the default cap is 1 send per endpoint; a task waiting an hour to retry must
+    // not hold back the next one (only `max_in_flight: 1` means in order).
+    let server = TestServer::start_with(|c| c.workers = 4);
+    let c = server.client();
+    let receiver = Receiver::start();
+    receiver.script([Answer::status(500)]);
+    let p = policy(&c, 3, "fixed", 3600, 3600);
+    let ep = endpoint(&c, &receiver.url, json!({ "retry_policy_id": p }));
+    let first = task_id(&c, ep);
+    assert_eq!(receiver.wait_for(1, WAIT).len(), 1);
+    let second = task_id(&c, ep);
+    wait_status(&c, second, "success");
+    let t = ok(&c, "GET", &format!("/tasks/{first}"), None);
+    assert_eq!(
+        (t["status"].as_str(), t["attempts"].as_i64()),
+        (Some("pending"), Some(1))
+    );
+}
