@@ -6,7 +6,7 @@
 
 use super::input::{Body, check_name, check_range, page_object};
 use super::{Ctx, Request, missing, to_data};
-use crate::clock::{from_ms, parse_instant, rfc3339};
+use crate::clock::{from_ms, is_expressible, parse_instant, rfc3339};
 use crate::cron::CronSchedule;
 use crate::error::{ApiError, ApiResult};
 use crate::store::{
@@ -279,7 +279,9 @@ pub fn preview(ctx: &mut Ctx<'_>, req: &Request) -> ApiResult<Value> {
     let from = match body.get("from") {
         None | Some(Value::Null) => from_ms(ctx.now_ms),
         Some(value) => parse_instant(value).ok_or_else(|| {
-            ApiError::validation("from: must be an RFC 3339 instant or epoch seconds")
+            ApiError::validation(
+                "from: must be an RFC 3339 instant or epoch seconds, in the years 0000 to 9999",
+            )
         })?,
     };
     let cron = parse_cron(&cron_expr, &timezone)?;
@@ -287,6 +289,8 @@ pub fn preview(ctx: &mut Ctx<'_>, req: &Request) -> ApiResult<Value> {
     let next_runs: Vec<String> = cron
         .upcoming(from, usize::try_from(count).unwrap_or(5))
         .iter()
+        // An instant past 9999-12-31 cannot be written as RFC 3339; the list ends before it.
+        .take_while(|t| is_expressible(t))
         .map(|t| rfc3339(t.timestamp_millis()))
         .collect();
     Ok(json!({ "next_runs": next_runs }))

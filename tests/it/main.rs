@@ -15,6 +15,7 @@ mod durability;
 mod events;
 mod health;
 mod logs;
+mod openapi;
 mod schedules;
 mod support;
 mod tasks;
