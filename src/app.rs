@@ -28,7 +28,8 @@ pub struct App {
 
 impl App {
     pub fn new(config: Config, pool: Pool, clock: Arc<dyn Clock>) -> Self {
-        let rate_limit = crate::ratelimit::RateLimiter::new(config.rate_limit_per_sec);
+        let rate_limit =
+            crate::ratelimit::RateLimiter::new(config.rate_limit_per_sec, clock.clone());
         App {
             pool,
             clock,

@@ -61,6 +61,10 @@ pub struct ServeArgs {
     /// Delivery worker threads.
     #[arg(long, env = "WEBHOOKD_WORKERS", default_value_t = 16)]
     pub workers: usize,
+    /// Most deliveries to one endpoint at once unless the endpoint sets `max_in_flight`;
+    /// 0 = a quarter of --workers (at least 1).
+    #[arg(long, env = "WEBHOOKD_ENDPOINT_MAX_IN_FLIGHT", default_value_t = 0)]
+    pub endpoint_max_in_flight: usize,
     /// Missed schedule runs older than this (after downtime) are skipped, not fired.
     #[arg(long, env = "WEBHOOKD_MISFIRE_GRACE_SECS", default_value_t = 3600)]
     pub misfire_grace_secs: u64,

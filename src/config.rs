@@ -15,6 +15,10 @@ pub struct Config {
     pub max_body_bytes: usize,
     /// Delivery worker threads.
     pub workers: usize,
+    /// Most deliveries to one endpoint at once, for endpoints without their own
+    /// `max_in_flight`; 0 means a quarter of the workers (at least 1). Keeps one slow receiver
+    /// from holding every worker.
+    pub endpoint_max_in_flight: usize,
     /// A missed schedule run older than this is skipped at start-up instead of fired.
     pub misfire_grace_secs: u64,
     /// How long in-flight deliveries may take to finish on SIGINT/SIGTERM.
@@ -46,6 +50,7 @@ impl Config {
             max_skew_secs: 300,
             max_body_bytes: 1024 * 1024,
             workers: 16,
+            endpoint_max_in_flight: 0,
             misfire_grace_secs: 3600,
             shutdown_grace_secs: 10,
             allow_targets: Vec::new(),
@@ -58,10 +63,24 @@ impl Config {
         }
     }
 
+    /// The in-flight cap of an endpoint that sets no `max_in_flight` of its own.
+    pub fn default_endpoint_cap(&self) -> usize {
+        match self.endpoint_max_in_flight {
+            0 => (self.workers / 4).max(1),
+            n => n,
+        }
+    }
+
     /// Checks ranges; the error names the flag to change.
     pub fn validate(&self) -> Result<(), String> {
         if self.workers == 0 || self.workers > 1024 {
             return Err("--workers must be between 1 and 1024".into());
+        }
+        if self.endpoint_max_in_flight > 1000 {
+            return Err(
+                "--endpoint-max-in-flight must be between 0 (a quarter of the workers) and 1000"
+                    .into(),
+            );
         }
         if self.max_body_bytes < 1024 {
             return Err("--max-body-bytes must be at least 1024".into());

@@ -315,7 +315,7 @@ fn handle_blocking(
         .and_then(|v| v.to_str().ok())
         .unwrap_or_default();
     app.rate_limit
-        .check(key_id, now_ms)
+        .check(key_id)
         .map_err(ApiError::rate_limited)?;
     let (handler, ids) = api::resolve(parts.method.as_str(), parts.uri.path())?;
     let request = Request {

@@ -77,8 +77,29 @@ fn check_secret(secret: &str) -> ApiResult<()> {
             "secret: must be at most 512 characters",
         ));
     }
-    Ok(())
+    crate::signing::check_whsec(secret)
+        .map_err(|why| ApiError::validation(format!("secret: {why}")))
 }
+
+/// `rate_limit_per_sec`: 0.01..=10000 starts a second.
+fn check_rate(rate: f64) -> ApiResult<()> {
+    if (0.01..=10_000.0).contains(&rate) {
+        Ok(())
+    } else {
+        Err(ApiError::validation(
+            "rate_limit_per_sec: must be between 0.01 and 10000 (or null for no limit)",
+        ))
+    }
+}
+
+/// `max_in_flight`: 1..=1000 deliveries at once.
+fn check_max_in_flight(n: i64) -> ApiResult<()> {
+    check_range("max_in_flight", n, 1..=1000)
+}
+
+/// Longest overlap of a rotated secret: a week.
+const MAX_OVERLAP_SECS: i64 = 604_800;
+const DEFAULT_OVERLAP_SECS: i64 = 86_400;
 
 fn check_policy(ctx: &Ctx<'_>, policy_id: i64) -> ApiResult<()> {
     match store::policies::get(ctx.conn, ctx.app_id, policy_id)? {
@@ -120,6 +141,14 @@ pub fn create(ctx: &mut Ctx<'_>, req: &Request) -> ApiResult<Value> {
     if let Some(filter) = &filter_events {
         check_filter(filter)?;
     }
+    let rate_limit_per_sec = body.f64("rate_limit_per_sec")?;
+    if let Some(rate) = rate_limit_per_sec {
+        check_rate(rate)?;
+    }
+    let max_in_flight = body.int("max_in_flight")?;
+    if let Some(n) = max_in_flight {
+        check_max_in_flight(n)?;
+    }
     let endpoint = Endpoint {
         id: 0,
         app_id: ctx.app_id.to_string(),
@@ -132,6 +161,10 @@ pub fn create(ctx: &mut Ctx<'_>, req: &Request) -> ApiResult<Value> {
         retry_policy_id,
         filter_events,
         status: "enabled".into(),
+        rate_limit_per_sec,
+        max_in_flight,
+        previous_secret: None,
+        previous_secret_expires_at: None,
         created_at: ctx.now_ms,
         updated_at: ctx.now_ms,
     };
@@ -185,14 +218,42 @@ fn apply_patch(ctx: &Ctx<'_>, ep: &mut Endpoint, body: &Body) -> ApiResult<()> {
     if let Patch::Value(secret) = &secret {
         check_secret(secret)?;
     }
+    let rate = body.patch_f64("rate_limit_per_sec")?;
+    if let Patch::Value(rate) = rate {
+        check_rate(rate)?;
+    }
+    rate.apply_nullable(&mut ep.rate_limit_per_sec);
+    let max_in_flight = body.patch_int("max_in_flight")?;
+    if let Patch::Value(n) = max_in_flight {
+        check_max_in_flight(n)?;
+    }
+    max_in_flight.apply_nullable(&mut ep.max_in_flight);
     let clear_secret = body.update_bool("clear_secret")? == Some(true);
     if clear_secret {
         ep.secret = None;
+        end_overlap(ep);
     } else {
         secret.apply_nullable(&mut ep.secret);
         if ep.secret.as_deref() == Some("") {
             ep.secret = None;
         }
+    }
+    Ok(())
+}
+
+/// Forgets the secret of before the last rotation: only the current one signs from now on.
+fn end_overlap(ep: &mut Endpoint) {
+    ep.previous_secret = None;
+    ep.previous_secret_expires_at = None;
+}
+
+/// Saves a changed endpoint and wakes the delivery pool: a raised limit or a re-enabled endpoint
+/// may make tasks claimable now.
+fn save(ctx: &mut Ctx<'_>, endpoint: &mut Endpoint, before: &Endpoint) -> ApiResult<()> {
+    if endpoint != before {
+        endpoint.updated_at = ctx.now_ms;
+        store::endpoints::update(ctx.conn, endpoint)?;
+        ctx.app.delivery_wake.notify();
     }
     Ok(())
 }
@@ -203,10 +264,36 @@ pub fn update(ctx: &mut Ctx<'_>, req: &Request) -> ApiResult<Value> {
     let before = endpoint.clone();
     apply_patch(ctx, &mut endpoint, &body)?;
     body.finish_for(&before)?;
-    if endpoint != before {
-        endpoint.updated_at = ctx.now_ms;
-        store::endpoints::update(ctx.conn, &endpoint)?;
+    save(ctx, &mut endpoint, &before)?;
+    to_data(&endpoint)
+}
+
+/// `POST /endpoints/{id}/rotate-secret`: a new secret (given, or a random `whsec_` one) signs
+/// from now on; the old one signs too for `overlap_secs` (default a day), so receivers can
+/// switch over without rejecting a delivery.
+pub fn rotate_secret(ctx: &mut Ctx<'_>, req: &Request) -> ApiResult<Value> {
+    let body = req.json()?;
+    let mut endpoint = load(ctx, req.id())?;
+    let secret = match body.str("secret")? {
+        Some(secret) if !secret.is_empty() => {
+            check_secret(&secret)?;
+            secret
+        }
+        _ => crate::signing::new_whsec(),
+    };
+    let overlap_secs = body.int("overlap_secs")?.unwrap_or(DEFAULT_OVERLAP_SECS);
+    check_range("overlap_secs", overlap_secs, 0..=MAX_OVERLAP_SECS)?;
+    body.finish()?;
+    let before = endpoint.clone();
+    match endpoint.secret.take() {
+        Some(old) if overlap_secs > 0 && old != secret => {
+            endpoint.previous_secret = Some(old);
+            endpoint.previous_secret_expires_at = Some(ctx.now_ms + overlap_secs * 1000);
+        }
+        _ => end_overlap(&mut endpoint),
     }
+    endpoint.secret = Some(secret);
+    save(ctx, &mut endpoint, &before)?;
     to_data(&endpoint)
 }
 

@@ -120,6 +120,11 @@ impl Body {
         self.patch_with(field, as_integer, "an integer")
     }
 
+    /// A JSON number, integer or not.
+    pub fn patch_f64(&self, field: &str) -> ApiResult<Patch<f64>> {
+        self.patch_with(field, Value::as_f64, "a number")
+    }
+
     pub fn patch_bool(&self, field: &str) -> ApiResult<Patch<bool>> {
         self.patch_with(field, Value::as_bool, "true or false")
     }
@@ -162,6 +167,10 @@ impl Body {
 
     pub fn int(&self, field: &str) -> ApiResult<Option<i64>> {
         Ok(self.patch_int(field)?.into_option())
+    }
+
+    pub fn f64(&self, field: &str) -> ApiResult<Option<f64>> {
+        Ok(self.patch_f64(field)?.into_option())
     }
 
     pub fn object(&self, field: &str) -> ApiResult<Option<Map<String, Value>>> {

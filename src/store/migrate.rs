@@ -14,6 +14,7 @@ const UPGRADES: &[&str] = &[
     include_str!("../../schema.sql"),
     include_str!("../../migrations/health.sql"),
     include_str!("../../migrations/schedule_catchup_overlap.sql"),
+    include_str!("../../migrations/delivery_controls.sql"),
 ];
 
 /// The schema version this binary writes.

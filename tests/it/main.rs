@@ -10,6 +10,7 @@ mod cli;
 mod conformance;
 mod dashboard;
 mod delivery;
+mod delivery_controls;
 mod durability;
 mod events;
 mod health;
