@@ -10,6 +10,7 @@ mod delivery;
 mod durability;
 mod events;
 mod operations;
+mod packaging;
 mod schedules;
 mod support;
 mod tasks;
