@@ -5,7 +5,9 @@ use crate::support::{program_runs, require_component};
 use std::path::Path;
 
 fn packaging(name: &str) -> String {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("packaging").join(name);
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("packaging")
+        .join(name);
     std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
 }
 
@@ -27,7 +29,10 @@ fn systemd_unit_is_hardened_and_verifies_clean() {
     assert!(has("DynamicUser", "yes") || settings.iter().any(|(k, _)| k == "User"));
     assert!(has("StateDirectory", "webhookd"));
     assert!(has("ExecStart", "/usr/local/bin/webhookd serve"));
-    assert!(has("Environment", "WEBHOOKD_DB=/var/lib/webhookd/webhookd.sqlite"));
+    assert!(has(
+        "Environment",
+        "WEBHOOKD_DB=/var/lib/webhookd/webhookd.sqlite"
+    ));
     for (key, value) in [
         ("NoNewPrivileges", "yes"),
         ("ProtectSystem", "strict"),
@@ -89,7 +94,10 @@ fn containerfile_is_scratch_non_root_with_volume_and_healthcheck() {
         .split("\n\n")
         .next()
         .unwrap();
-    assert!(health.contains(r#"CMD ["/webhookd", "healthcheck""#), "{health}");
+    assert!(
+        health.contains(r#"CMD ["/webhookd", "healthcheck""#),
+        "{health}"
+    );
     assert_eq!(first("ENTRYPOINT"), Some(r#"ENTRYPOINT ["/webhookd"]"#));
     // Everything COPY names exists in the repo (or is made by scripts/release.sh).
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
@@ -101,4 +109,57 @@ fn containerfile_is_scratch_non_root_with_volume_and_healthcheck() {
     }
     let release = std::fs::read_to_string(root.join("scripts/release.sh")).unwrap();
     assert!(release.contains("$DIST/webhookd-$t"));
+}
+
+/// Every repository path the README and the API guide cite in backquotes exists.
+#[test]
+fn readme_and_api_guide_cite_only_files_in_the_repo() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    for doc in ["README.md", "docs/API.md"] {
+        let text = std::fs::read_to_string(root.join(doc)).unwrap();
+        let cited: Vec<&str> = text
+            .split('`')
+            .skip(1)
+            .step_by(2)
+            .filter(|s| !s.contains(' ') && !s.contains("://"))
+            .filter(|s| {
+                [
+                    ".md",
+                    ".rs",
+                    ".sh",
+                    ".sql",
+                    ".service",
+                    "Containerfile",
+                    "/",
+                ]
+                .iter()
+                .any(|end| s.ends_with(end))
+            })
+            .filter(|s| s.contains('/') || s.ends_with(".md") || s.ends_with(".sql"))
+            .filter(|s| !s.starts_with('/') && !s.starts_with("dist/") && !s.starts_with("target/"))
+            .collect();
+        assert!(!cited.is_empty(), "{doc} cites nothing?");
+        for path in cited {
+            assert!(
+                root.join(path).exists(),
+                "{doc} cites {path}, which is not in the repo"
+            );
+        }
+    }
+}
+
+/// The worked signature example of docs/API.md is right (checked with webhookd's own HMAC).
+#[test]
+fn api_guide_signature_example_verifies() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let guide = std::fs::read_to_string(root.join("docs/API.md")).unwrap();
+    let secret = "whs_3xampleSecretDoNotUse";
+    let body = r#"{"name":"orders","url":"https://example.com/hooks/orders"}"#;
+    let sign =
+        |payload: &[u8]| webhookd::signing::hmac_hex(secret.as_bytes(), "1764000000", payload);
+    let signed = sign(body.as_bytes());
+    let bodyless = sign(b"GET /v1/endpoints?page=2");
+    for needle in [secret, body, signed.as_str(), bodyless.as_str()] {
+        assert!(guide.contains(needle), "docs/API.md does not show {needle}");
+    }
 }
