@@ -174,7 +174,8 @@ smoke() {
     trap "kill \$(jobs -p) 2>/dev/null; rm -rf '$tmp'" RETURN
     version=$($run "$f" --version)
     say "smoke $(basename "$f"): $version"
-    [[ "$version" =~ ^webhookd\ [0-9]+\.[0-9]+\.[0-9]+.*\ \([0-9a-f]{7,}|unknown ]] || die "bad --version: $version"
+    local want="^webhookd [0-9]+\\.[0-9]+\\.[0-9]+[^ ]* \\(([0-9a-f]{7,}|unknown), ${t_of[$f]}\\)\$"
+    [[ "$version" =~ $want ]] || die "bad --version: '$version' (want $want)"
 
     # A loopback receiver that answers 204 and writes each body it gets to a file.
     rport=$(free_port)
@@ -222,7 +223,7 @@ PY
 }
 
 # ---------------------------------------------------------------- main
-declare -A BUILD_SECS
+declare -A BUILD_SECS t_of
 [ "${SKIP_INSTALL:-}" = 1 ] || install_tools
 made=()
 for t in "${targets[@]}"; do
@@ -231,6 +232,7 @@ for t in "${targets[@]}"; do
     build "$t"
     is_static "$OUT" || [ "$ARMV7_MODE" = glibc ] || die "$OUT is not statically linked"
     made+=("$OUT")
+    t_of[$OUT]=${OUT##*/webhookd-}
 done
 (cd "$DIST" && sha256sum webhookd-* >SHA256SUMS)
 if [ "${SKIP_SMOKE:-}" != 1 ]; then
