@@ -7,12 +7,15 @@
 #
 # Each run starts the binary on a fresh database (key made with `webhookd keys create` before
 # the first start) and points `bench --url` at it. Prints, per figure, the median of each binary
-# and B/A. Needs the harness built: cargo build --release --example bench.
+# and B/A. Needs the harness built: cargo build --release --example bench (or BENCH=path).
+# The key and the readiness check use BIN_B's CLI (TOOL=path to change), so that BIN_A may be
+# an older build without `healthcheck`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 rounds=$1 a=$2 b=$3
 shift 3
-bench=target/release/examples/bench
+bench=${BENCH:-target/release/examples/bench}
+tool=${TOOL:-$b}
 [ -x "$bench" ] || { echo "bench-ab.sh: build the harness first: cargo build --release --example bench" >&2; exit 2; }
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
@@ -20,11 +23,11 @@ trap 'rm -rf "$out"' EXIT
 run() { # run LABEL BINARY: one bench run against BINARY, JSON lines appended to $out/LABEL
     local label=$1 bin=$2 tmp port key pid
     tmp=$(mktemp -d)
-    key=$("$bin" keys create --db "$tmp/db.sqlite" --app bench --name ab --json)
+    key=$("$tool" keys create --db "$tmp/db.sqlite" --app bench --name ab --json)
     port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
     WEBHOOKD_LOG=warn "$bin" serve --db "$tmp/db.sqlite" --listen "127.0.0.1:$port" 2>"$tmp/log" &
     pid=$!
-    for _ in $(seq 1 100); do "$bin" healthcheck --url "http://127.0.0.1:$port" 2>/dev/null && break; sleep 0.1; done
+    for _ in $(seq 1 100); do "$tool" healthcheck --url "http://127.0.0.1:$port" 2>/dev/null && break; sleep 0.1; done
     "$bench" "$@" --json --url "http://127.0.0.1:$port" \
         --key-id "$(echo "$key" | python3 -c 'import json,sys; print(json.load(sys.stdin)["key_id"])')" \
         --secret "$(echo "$key" | python3 -c 'import json,sys; print(json.load(sys.stdin)["secret"])')" \
