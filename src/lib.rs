@@ -8,7 +8,8 @@
 //! - `cron`: cron parsing and next-fire computation in a time zone (pure).
 //! - `scheduler`: fires due schedules into tasks; `delivery`: the blocking worker pool that
 //!   sends tasks; `retry`, `signing`, `filter`: pure helpers of the delivery path.
-//! - `metrics`: the counters behind `GET /metrics`.
+//! - `metrics`: the counters behind `GET /metrics`; `health`: whether the database can still be
+//!   written (`GET /healthz`, 503s to writes, the start-up check).
 //! - `clock`: the time source, movable in tests; `app`: the state a running server shares;
 //!   `background`: starts and stops the scheduler and the delivery pool together.
 //! - `build_info`: version, commit and target of this binary (from `build.rs`).
@@ -27,6 +28,7 @@ pub mod cron;
 pub mod delivery;
 pub mod error;
 pub mod filter;
+pub mod health;
 pub mod metrics;
 pub mod ratelimit;
 pub mod retry;
