@@ -263,33 +263,19 @@ fn a_start_that_cannot_listen_creates_and_prints_no_key() {
 #[test]
 fn keys_create_before_the_first_start_creates_the_database_and_serve_prints_no_key() {
     let dir = tempfile::tempdir().unwrap();
-    let db = dir.path().join("sub").join("later.sqlite");
+    let create = |db: &std::path::Path| {
+        let db = db.to_str().unwrap();
+        webhookd(&[
+            "keys", "create", "--db", db, "--app", "shop", "--name", "ops", "--json",
+        ])
+    };
     // A missing folder is an error naming the flag, not a crash.
-    let out = webhookd(&[
-        "keys",
-        "create",
-        "--db",
-        db.to_str().unwrap(),
-        "--app",
-        "shop",
-        "--name",
-        "ops",
-    ]);
+    let out = create(&dir.path().join("sub").join("later.sqlite"));
     assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
     assert!(text(&out.stderr).contains("--db"));
 
     let db = dir.path().join("later.sqlite");
-    let out = webhookd(&[
-        "keys",
-        "create",
-        "--db",
-        db.to_str().unwrap(),
-        "--app",
-        "shop",
-        "--name",
-        "ops",
-        "--json",
-    ]);
+    let out = create(&db);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
     let key: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     let mode = std::fs::metadata(&db).unwrap().permissions().mode();
