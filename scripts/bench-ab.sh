@@ -22,8 +22,9 @@ trap 'rm -rf "$out"' EXIT
 
 run() { # run LABEL BINARY: one bench run against BINARY, JSON lines appended to $out/LABEL
     local label=$1 bin=$2 tmp port key pid
+    shift 2
     tmp=$(mktemp -d)
-    key=$("$tool" keys create --db "$tmp/db.sqlite" --app bench --name ab --json)
+    key=$(WEBHOOKD_LOG=warn "$tool" keys create --db "$tmp/db.sqlite" --app bench --name ab --json)
     port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
     WEBHOOKD_LOG=warn "$bin" serve --db "$tmp/db.sqlite" --listen "127.0.0.1:$port" 2>"$tmp/log" &
     pid=$!

@@ -10,12 +10,6 @@ use webhookd::clock::{Clock, SystemClock};
 use webhookd::config::{Cidr, Config};
 use webhookd::store;
 
-/// With the `mimalloc` feature (the static release builds): mimalloc instead of the C
-/// library's allocator, whose musl version serialises allocating threads (BENCHMARKS.md).
-#[cfg(feature = "mimalloc")]
-#[global_allocator]
-static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
-
 /// A mistake in how webhookd was started: exit code 2.
 #[derive(Debug)]
 struct UsageError(String);
