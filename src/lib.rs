@@ -10,6 +10,7 @@
 //!   sends tasks; `retry`, `signing`, `filter`: pure helpers of the delivery path.
 //! - `metrics`: the counters behind `GET /metrics`; `health`: whether the database can still be
 //!   written (`GET /healthz`, 503s to writes, the start-up check).
+//! - `ui`: the dashboard's files under `/ui/`.
 //! - `clock`: the time source, movable in tests; `app`: the state a running server shares;
 //!   `background`: starts and stops the scheduler and the delivery pool together.
 //! - `build_info`: version, commit and target of this binary (from `build.rs`).
@@ -36,3 +37,4 @@ pub mod scheduler;
 pub mod server;
 pub mod signing;
 pub mod store;
+pub mod ui;

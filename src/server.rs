@@ -48,9 +48,13 @@ pub async fn serve_http(
                 };
                 let _ = stream.set_nodelay(true);
                 let app = app.clone();
-                let service = service_fn(move |req| {
+                let service = service_fn(move |req: hyper::Request<Incoming>| {
                     let app = app.clone();
-                    async move { Ok::<_, std::convert::Infallible>(handle(app, req).await) }
+                    let path = req.uri().path().to_string();
+                    async move {
+                        let reply = with_allow(handle(app, req).await, &path);
+                        Ok::<_, std::convert::Infallible>(reply)
+                    }
                 });
                 let conn = http.serve_connection(TokioIo::new(stream), service);
                 let conn = graceful.watch(conn);
@@ -102,6 +106,23 @@ fn json_reply(status: StatusCode, request_id: &str, body: Vec<u8>) -> Reply {
     reply
 }
 
+/// A 405 names the methods the path takes in `Allow`, as RFC 9110 requires (unless the part
+/// that answered, such as the dashboard's files, has set it already).
+fn with_allow(mut reply: Reply, path: &str) -> Reply {
+    if reply.status() != StatusCode::METHOD_NOT_ALLOWED
+        || reply.headers().contains_key(hyper::header::ALLOW)
+    {
+        return reply;
+    }
+    let methods = api::allowed_methods(path);
+    if !methods.is_empty()
+        && let Ok(allow) = HeaderValue::from_str(&methods.join(", "))
+    {
+        reply.headers_mut().insert(hyper::header::ALLOW, allow);
+    }
+    reply
+}
+
 /// Wraps a handler's result in the envelope.
 fn envelope(request_id: &str, result: ApiResult<Value>) -> Reply {
     let (status, code, message, data) = match &result {
@@ -126,7 +147,8 @@ async fn handle(app: Arc<App>, req: hyper::Request<Incoming>) -> Reply {
         (&Method::GET, "/metrics") if app.config.metrics => {
             return metrics(app, &request_id).await;
         }
-        (_, "/healthz") => {
+        (&Method::GET, api::OPENAPI_PATH) => return openapi(&request_id),
+        (_, "/healthz" | api::OPENAPI_PATH) => {
             return envelope(
                 &request_id,
                 Err(ApiError::method_not_allowed(req.method().as_str(), &path)),
@@ -139,6 +161,9 @@ async fn handle(app: Arc<App>, req: hyper::Request<Incoming>) -> Reply {
             );
         }
         _ => {}
+    }
+    if crate::ui::owns(&path) {
+        return crate::ui::serve(req.method(), &path, req.headers());
     }
     let result = handle_api(app, req).await;
     if let Err(e) = &result
@@ -169,6 +194,16 @@ async fn health(app: Arc<App>, request_id: &str) -> Reply {
         ),
     };
     json_reply(status, request_id, body.to_string().into_bytes())
+}
+
+/// `GET /v1/openapi.json`: the API's OpenAPI document (contract §14); no signature needed, so
+/// that viewers and client generators can load it.
+fn openapi(request_id: &str) -> Reply {
+    json_reply(
+        StatusCode::OK,
+        request_id,
+        api::OPENAPI_DOCUMENT.as_bytes().to_vec(),
+    )
 }
 
 /// `GET /metrics`: Prometheus text (contract §9); no signature needed.

@@ -185,6 +185,29 @@ impl Filters {
         }
     }
 
+    /// Adds `column <op> value`, e.g. `finished_at >= ?`. `op` is the caller's constant.
+    pub fn cmp<V: Into<rusqlite::types::Value>>(
+        mut self,
+        column: &str,
+        op: &str,
+        value: V,
+    ) -> Self {
+        self.values.push(value.into());
+        self.clauses
+            .push(format!("{column} {op} ?{}", self.values.len()));
+        self
+    }
+
+    /// The conditions joined with `AND`, their parameters numbered from `?1`.
+    pub fn condition(&self) -> String {
+        self.clauses.join(" AND ")
+    }
+
+    /// The parameters of [`Filters::condition`], in order.
+    pub fn values(&self) -> &[rusqlite::types::Value] {
+        &self.values
+    }
+
     /// Adds a fixed condition with no parameter, e.g. `status != 'deleted'`.
     pub fn always(mut self, condition: &str) -> Self {
         self.clauses.push(condition.to_string());
@@ -201,7 +224,7 @@ pub fn list_page<T>(
     page: Page,
     from_row: impl FnMut(&rusqlite::Row<'_>) -> rusqlite::Result<T>,
 ) -> rusqlite::Result<(i64, Vec<T>)> {
-    let condition = filters.clauses.join(" AND ");
+    let condition = filters.condition();
     let total = conn
         .prepare_cached(&format!("SELECT count(*) FROM {table} WHERE {condition}"))?
         .query_row(rusqlite::params_from_iter(&filters.values), |r| r.get(0))?;

@@ -4,13 +4,17 @@
 mod api_auth;
 mod api_endpoints;
 mod api_policies;
+mod bulk_retry;
+mod catchup;
 mod cli;
 mod conformance;
+mod dashboard;
 mod delivery;
 mod durability;
 mod events;
 mod health;
 mod logs;
+mod openapi;
 mod operations;
 mod packaging;
 mod schedules;
