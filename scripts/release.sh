@@ -64,7 +64,7 @@ apt_install() { # apt_install PKG...: installs the Debian packages not yet insta
 zig_ok() { command -v zig >/dev/null || python3 -c 'import ziglang' 2>/dev/null; }
 
 install_tools() {
-    local pkgs=(musl-tools file)
+    local pkgs=(musl-tools binutils)
     for t in "${targets[@]}"; do
         [ "$t" != x86_64-unknown-linux-musl ] && pkgs+=(qemu-user)
         # Only the glibc fallback of armv7 needs Debian's armhf libc, for qemu-arm -L.
