@@ -1,5 +1,6 @@
 //! Storage: one SQLite file in WAL mode behind an r2d2 pool. Every SQL statement of webhookd
 //! lives under this module, one file per table, as plain functions over a `&Connection`.
+//! `postgres` holds the PostgreSQL pool and schema (contract §16, `docs/dev/storage.md`).
 
 pub mod attempts;
 pub mod endpoints;
@@ -9,6 +10,7 @@ mod migrate;
 
 pub use migrate::check_is_ours;
 pub mod policies;
+pub mod postgres;
 pub mod retention;
 pub mod schedules;
 pub mod tasks;

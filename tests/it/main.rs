@@ -17,6 +17,8 @@ mod logs;
 mod openapi;
 mod operations;
 mod packaging;
+mod pg;
+mod pg_store;
 mod schedules;
 mod support;
 mod tasks;
