@@ -74,7 +74,7 @@ impl Config {
     /// Checks ranges; the error names the flag to change.
     pub fn validate(&self) -> Result<(), String> {
         if self.workers == 0 || self.workers > 1024 {
-            return Err("--workers must be between 1 and 1024".into());
+            return Err("--workers (env WEBHOOKD_WORKERS) must be between 1 and 1024".into());
         }
         if self.endpoint_max_in_flight > 1000 {
             return Err(
@@ -83,10 +83,12 @@ impl Config {
             );
         }
         if self.max_body_bytes < 1024 {
-            return Err("--max-body-bytes must be at least 1024".into());
+            return Err(
+                "--max-body-bytes (env WEBHOOKD_MAX_BODY_BYTES) must be at least 1024".into(),
+            );
         }
         if self.retention_days == 0 {
-            return Err("--retention-days must be at least 1".into());
+            return Err("--retention-days (env WEBHOOKD_RETENTION_DAYS) must be at least 1".into());
         }
         Ok(())
     }

@@ -14,12 +14,14 @@
 //! - `ui`: the dashboard's files under `/ui/`.
 //! - `clock`: the time source, movable in tests; `app`: the state a running server shares;
 //!   `background`: starts and stops the scheduler and the delivery pool together.
+//! - `build_info`: version, commit and target of this binary (from `build.rs`).
 //! - `client`: the signing API client behind `webhookd api`, the tests and the benchmark.
 
 pub mod api;
 pub mod app;
 pub mod auth;
 pub mod background;
+pub mod build_info;
 pub mod cli;
 pub mod client;
 pub mod clock;

@@ -358,7 +358,7 @@ impl Running {
     }
 }
 
-/// Opens the database, binds `config.listen`, and runs the API, the scheduler and the delivery
+/// Binds `config.listen`, opens the database, and runs the API, the scheduler and the delivery
 /// pool until `shutdown` completes or [`Running::shutdown`] is called.
 pub async fn start(
     config: crate::config::Config,
@@ -366,6 +366,20 @@ pub async fn start(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<Running> {
     use anyhow::Context;
+    let listener = TcpListener::bind(config.listen)
+        .await
+        .with_context(|| format!("cannot listen on {} (change --listen)", config.listen))?;
+    start_on(config, listener, clock, shutdown).await
+}
+
+/// [`start`] on a listener bound by the caller (the binary binds before it makes the
+/// first-start key, so that a start that cannot listen creates no key).
+pub async fn start_on(
+    config: crate::config::Config,
+    listener: TcpListener,
+    clock: Arc<dyn crate::clock::Clock>,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> anyhow::Result<Running> {
     let db = config.db.clone();
     let pool_size = u32::try_from(config.workers + 8).unwrap_or(32);
     let now_ms = clock.now_ms();
@@ -375,9 +389,6 @@ pub async fn start(
         Ok::<_, anyhow::Error>(pool)
     })
     .await??;
-    let listener = TcpListener::bind(config.listen)
-        .await
-        .with_context(|| format!("cannot listen on {} (change --listen)", config.listen))?;
     let addr = listener.local_addr()?;
     let app = Arc::new(App::new(config, pool, clock));
     let background = crate::background::Background::start(app.clone());

@@ -7,6 +7,8 @@ pub mod endpoints;
 pub mod events;
 pub mod keys;
 mod migrate;
+
+pub use migrate::check_is_ours;
 pub mod policies;
 pub mod postgres;
 pub mod retention;

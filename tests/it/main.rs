@@ -16,6 +16,8 @@ mod events;
 mod health;
 mod logs;
 mod openapi;
+mod operations;
+mod packaging;
 mod pg;
 mod pg_store;
 mod schedules;
