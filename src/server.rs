@@ -260,8 +260,7 @@ fn handle_blocking(
         .map(|pq| pq.as_str())
         .unwrap_or("/");
     let app_id = auth::authenticate(
-        &conn,
-        &app.replay,
+        &mut conn,
         now_ms,
         app.config.max_skew_secs,
         &SignedParts {

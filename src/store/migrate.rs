@@ -10,7 +10,10 @@ use std::path::Path;
 const APPLICATION_ID: i64 = 0x5748_4B44;
 
 /// Upgrade steps: entry `i` takes the schema from version `i` to `i + 1`.
-const UPGRADES: &[&str] = &[include_str!("../../schema.sql")];
+const UPGRADES: &[&str] = &[
+    include_str!("../../schema.sql"),
+    include_str!("../../migrations/replay_guard.sql"),
+];
 
 /// The schema version this binary writes.
 pub const SCHEMA_VERSION: i64 = UPGRADES.len() as i64;

@@ -9,6 +9,7 @@ mod conformance;
 mod delivery;
 mod durability;
 mod events;
+mod reliability;
 mod schedules;
 mod support;
 mod tasks;

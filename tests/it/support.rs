@@ -73,6 +73,19 @@ impl TestServer {
         )
     }
 
+    /// Stops this server gracefully and starts a new one on the same database file, real
+    /// clock, same key.
+    pub fn restart(mut self, adjust: impl FnOnce(&mut Config)) -> TestServer {
+        if let Some(running) = self.running.take() {
+            self.runtime
+                .block_on(running.shutdown())
+                .expect("clean shutdown");
+        }
+        let dir = std::mem::replace(&mut self.dir, tempfile::tempdir().expect("temp dir"));
+        let key = (self.key_id.clone(), self.secret.clone());
+        Self::launch_in(dir, Some(key), adjust, None)
+    }
+
     fn launch_in(
         dir: tempfile::TempDir,
         key: Option<(String, String)>,
