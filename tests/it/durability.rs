@@ -42,6 +42,12 @@ impl Served {
     }
 
     fn client(&self, db: &Path) -> Client {
+        let (key_id, secret) = Self::key(db);
+        Client::new(&self.url, &key_id, &secret)
+    }
+
+    /// A new key of `app1`, made by `webhookd keys create`: (key id, secret).
+    fn key(db: &Path) -> (String, String) {
         let out = Command::new(BIN)
             .args(["keys", "create", "--db"])
             .arg(db)
@@ -54,10 +60,9 @@ impl Served {
             String::from_utf8_lossy(&out.stderr)
         );
         let key: Value = serde_json::from_slice(&out.stdout).unwrap();
-        Client::new(
-            &self.url,
-            key["key_id"].as_str().unwrap(),
-            key["secret"].as_str().unwrap(),
+        (
+            key["key_id"].as_str().unwrap().to_string(),
+            key["secret"].as_str().unwrap().to_string(),
         )
     }
 }
@@ -165,5 +170,31 @@ fn sigterm_finishes_in_flight_deliveries_and_exits_zero() {
     assert_eq!(
         task.status, "success",
         "the in-flight delivery finished within the grace"
+    );
+}
+
+#[test]
+fn a_replayed_publish_is_refused_after_sigkill() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = db_in(&dir);
+    let mut server = Served::start(&db, &[]);
+    let (key_id, secret) = Served::key(&db);
+    let (headers, body) = crate::reliability::captured_publish(&key_id, &secret);
+    let (status, first) = crate::support::raw(&server.url, "POST", "/v1/events", &headers, &body);
+    assert_eq!((status, first["code"].as_i64()), (200, Some(0)), "{first}");
+    server.child.kill().unwrap(); // SIGKILL right after the acknowledgement
+    server.child.wait().unwrap();
+
+    let restarted = Served::start(&db, &[]);
+    let (status, replayed) =
+        crate::support::raw(&restarted.url, "POST", "/v1/events", &headers, &body);
+    assert_eq!(
+        (status, replayed["code"].as_i64()),
+        (401, Some(40105)),
+        "{replayed}"
+    );
+    assert_eq!(
+        crate::reliability::event_count(&restarted.url, &key_id, &secret),
+        1
     );
 }
