@@ -66,7 +66,18 @@ pub fn rfc3339(ms: i64) -> String {
 }
 
 /// Parses a time given in a request: an RFC 3339 string or epoch seconds (number or digits).
+/// Only years 0001–9999 are accepted: RFC 3339 cannot write any other, so a reply could not
+/// show the instant back.
 pub fn parse_instant(value: &serde_json::Value) -> Option<DateTime<Utc>> {
+    parse_any_instant(value).filter(|t| in_rfc3339_years(t))
+}
+
+/// Whether RFC 3339 can write this instant (years 0001–9999).
+pub fn in_rfc3339_years(t: &DateTime<Utc>) -> bool {
+    (1..=9999).contains(&chrono::Datelike::year(t))
+}
+
+fn parse_any_instant(value: &serde_json::Value) -> Option<DateTime<Utc>> {
     match value {
         serde_json::Value::Number(n) => n
             .as_i64()

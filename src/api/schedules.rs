@@ -6,7 +6,7 @@
 
 use super::input::{Body, check_name, check_range, page_object};
 use super::{Ctx, Request, missing, to_data};
-use crate::clock::{from_ms, parse_instant, rfc3339};
+use crate::clock::{from_ms, in_rfc3339_years, parse_instant, rfc3339};
 use crate::cron::CronSchedule;
 use crate::error::{ApiError, ApiResult};
 use crate::store::{self, schedules::Schedule};
@@ -248,13 +248,16 @@ pub fn preview(ctx: &mut Ctx<'_>, req: &Request) -> ApiResult<Value> {
     let from = match body.get("from") {
         None | Some(Value::Null) => from_ms(ctx.now_ms),
         Some(value) => parse_instant(value).ok_or_else(|| {
-            ApiError::validation("from: must be an RFC 3339 instant or epoch seconds")
+            ApiError::validation(
+                "from: must be an RFC 3339 instant or epoch seconds, in years 0001 to 9999",
+            )
         })?,
     };
     let cron = parse_cron(&cron_expr, &timezone)?;
     let next_runs: Vec<String> = cron
         .upcoming(from, usize::try_from(count).unwrap_or(5))
         .iter()
+        .take_while(|t| in_rfc3339_years(t))
         .map(|t| rfc3339(t.timestamp_millis()))
         .collect();
     Ok(json!({ "next_runs": next_runs }))

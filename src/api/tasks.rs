@@ -47,7 +47,7 @@ pub fn create(ctx: &mut Ctx<'_>, req: &Request) -> ApiResult<Value> {
         Some(value) => parse_instant(value)
             .ok_or_else(|| {
                 ApiError::validation(
-                    "run_at: must be an RFC 3339 time (2026-11-21T21:00:00Z) or epoch seconds",
+                    "run_at: must be an RFC 3339 time (2026-11-21T21:00:00Z) or epoch seconds, in years 0001 to 9999",
                 )
             })?
             .timestamp_millis(),

@@ -127,3 +127,138 @@ fn the_wal_stays_bounded_under_sustained_publishing() {
         "the WAL reached {largest} bytes with a limit of {LIMIT} ({sent} requests)"
     );
 }
+
+#[test]
+fn invalid_urls_are_refused_on_create_and_patch() {
+    let server = TestServer::start();
+    let client = server.client();
+    let body = |url: &str| json!({"name": "x", "url": url, "secret": "whsec_c2VjcmV0"});
+    let bad = [
+        "http://127.0.0.1:99999/",
+        "http://127.0.0.1:65537/",
+        "http://127.0.0.1:-1/",
+        "http://127.0.0.1:0/",
+        "http://256.256.256.256/",
+        "http://1.2.3/",
+        "http://[fe80::1%25eth0]/",
+        "http://[fe80::1%eth0]:8080/",
+        "http://exa mple.com/",
+        "http://-bad-.example/",
+    ];
+    for url in bad {
+        let reply = client.send("POST", "/endpoints", Some(&body(url))).unwrap();
+        assert_eq!(
+            (reply.status, reply.code()),
+            (400, 40001),
+            "{url}: {}",
+            reply.body
+        );
+        assert!(reply.body["message"].as_str().unwrap().starts_with("url"));
+    }
+    let good = [
+        "http://127.0.0.1:65535/hook",
+        "https://[::1]:8443/x",
+        "http://example.com./",
+        "http://svc_a.internal/x?y=1",
+    ];
+    let mut id = 0;
+    for url in good {
+        id = ok(&client, "POST", "/endpoints", Some(body(url)))["id"]
+            .as_i64()
+            .unwrap();
+    }
+    for url in bad {
+        let reply = client
+            .send(
+                "PATCH",
+                &format!("/endpoints/{id}"),
+                Some(&json!({ "url": url })),
+            )
+            .unwrap();
+        assert_eq!(
+            (reply.status, reply.code()),
+            (400, 40001),
+            "{url}: {}",
+            reply.body
+        );
+    }
+    let ep = ok(&client, "GET", &format!("/endpoints/{id}"), None);
+    assert_eq!(ep["url"], "http://svc_a.internal/x?y=1");
+}
+
+#[test]
+fn instants_outside_years_1_to_9999_are_refused() {
+    let server = TestServer::start();
+    let client = server.client();
+    let ep = ok(
+        &client,
+        "POST",
+        "/endpoints",
+        Some(json!({"name": "x", "url": "http://127.0.0.1:9/", "secret": "whsec_c2VjcmV0"})),
+    )["id"]
+        .as_i64()
+        .unwrap();
+    for run_at in [
+        json!(253_402_300_800i64),
+        json!("253402300800"),
+        json!(-62_135_596_801i64),
+        json!("0000-12-31T23:59:59Z"),
+    ] {
+        expect_field_errors(
+            &client,
+            "POST",
+            "/tasks",
+            [(json!({"endpoint_id": ep, "run_at": run_at}), "run_at")],
+        );
+    }
+    // The last second of year 9999 is still a time.
+    let task = ok(
+        &client,
+        "POST",
+        "/tasks",
+        Some(json!({"endpoint_id": ep, "run_at": 253_402_300_799i64})),
+    );
+    assert_eq!(task["run_at"], "9999-12-31T23:59:59Z");
+    for from in [json!("0000-01-01T00:00:00Z"), json!(253_402_300_800i64)] {
+        expect_field_errors(
+            &client,
+            "POST",
+            "/cron/preview",
+            [(json!({"cron_expr": "0 * * * *", "from": from}), "from")],
+        );
+    }
+    let runs = ok(
+        &client,
+        "POST",
+        "/cron/preview",
+        Some(json!({"cron_expr": "0 0 * * *", "from": "9999-12-30T00:00:00Z", "count": 5})),
+    );
+    assert_eq!(runs["next_runs"], json!(["9999-12-31T00:00:00Z"]));
+}
+
+#[test]
+fn pages_beyond_a_million_are_refused() {
+    let server = TestServer::start();
+    let client = server.client();
+    for list in [
+        "/endpoints",
+        "/tasks",
+        "/events",
+        "/schedules",
+        "/retries/policies",
+    ] {
+        for page in ["99999999999", "1000001", "0"] {
+            let reply = err(
+                &client,
+                "GET",
+                &format!("{list}?page={page}"),
+                None,
+                400,
+                40001,
+            );
+            assert!(reply.body["message"].as_str().unwrap().starts_with("page"));
+        }
+        let empty = ok(&client, "GET", &format!("{list}?page=1000000"), None);
+        assert_eq!(empty["items"], json!([]));
+    }
+}
