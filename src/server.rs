@@ -47,9 +47,11 @@ pub async fn serve_http(
                     }
                 };
                 let _ = stream.set_nodelay(true);
+                let (stream, head_request) = crate::wire::Enveloped::new(stream);
                 let app = app.clone();
-                let service = service_fn(move |req| {
+                let service = service_fn(move |req: hyper::Request<Incoming>| {
                     let app = app.clone();
+                    head_request.store(req.method() == Method::HEAD, Ordering::SeqCst);
                     async move { Ok::<_, std::convert::Infallible>(handle(app, req).await) }
                 });
                 let conn = http.serve_connection(TokioIo::new(stream), service);
@@ -77,7 +79,7 @@ pub async fn serve_http(
 static REQUEST_COUNTER: AtomicU64 = AtomicU64::new(0);
 static REQUEST_PREFIX: std::sync::OnceLock<String> = std::sync::OnceLock::new();
 
-fn next_request_id() -> String {
+pub(crate) fn next_request_id() -> String {
     let prefix = REQUEST_PREFIX.get_or_init(|| format!("{:08x}", rand::random::<u32>()));
     let n = REQUEST_COUNTER.fetch_add(1, Ordering::Relaxed);
     format!("req_{prefix}{n:010x}")
@@ -121,35 +123,94 @@ fn envelope(request_id: &str, result: ApiResult<Value>) -> Reply {
 async fn handle(app: Arc<App>, req: hyper::Request<Incoming>) -> Reply {
     let request_id = next_request_id();
     let path = req.uri().path().to_string();
-    match (req.method(), path.as_str()) {
-        (&Method::GET, "/healthz") => return health(app, &request_id).await,
+    let early = match (req.method(), path.as_str()) {
+        (&Method::GET, "/healthz") => Some(health(app.clone(), &request_id).await),
         (&Method::GET, "/metrics") if app.config.metrics => {
-            return metrics(app, &request_id).await;
+            Some(metrics(app.clone(), &request_id).await)
         }
-        (_, "/healthz") => {
-            return envelope(
-                &request_id,
-                Err(ApiError::method_not_allowed(req.method().as_str(), &path)),
-            );
-        }
+        (_, "/healthz") => Some(ApiError::method_not_allowed(req.method().as_str(), &path).into()),
         (_, "/metrics") if app.config.metrics => {
-            return envelope(
-                &request_id,
-                Err(ApiError::method_not_allowed(req.method().as_str(), &path)),
-            );
+            Some(ApiError::method_not_allowed(req.method().as_str(), &path).into())
         }
-        _ => {}
+        _ if !path.starts_with("/v1/") => {
+            Some(ApiError::not_found(format!("no route {path}; API paths begin with /v1")).into())
+        }
+        _ => None,
     }
-    let result = handle_api(app, req).await;
+    .map(|e| match e {
+        Early::Reply(reply) => reply,
+        Early::Error(e) => envelope(&request_id, Err(e)),
+    });
+    if let Some(reply) = early {
+        // Answered without looking at the body: read what the client sends anyway, so the
+        // connection can carry its next request, or say that it closes.
+        let limit = app.config.max_body_bytes;
+        return finish_unread(reply, req.into_body(), limit).await;
+    }
+    let (result, body_unread) = handle_api(app, req).await;
     if let Err(e) = &result
         && e.status.is_server_error()
     {
         tracing::warn!(request_id, code = e.code, "request failed");
     }
-    envelope(&request_id, result)
+    let mut reply = envelope(&request_id, result);
+    if body_unread {
+        close_after(&mut reply);
+    }
+    reply
 }
 
-async fn health(app: Arc<App>, request_id: &str) -> Reply {
+/// A reply given before the body was read: a finished reply, or an error to wrap.
+enum Early {
+    Reply(Reply),
+    Error(ApiError),
+}
+
+impl From<Reply> for Early {
+    fn from(reply: Reply) -> Self {
+        Early::Reply(reply)
+    }
+}
+
+impl From<ApiError> for Early {
+    fn from(e: ApiError) -> Self {
+        Early::Error(e)
+    }
+}
+
+/// Reads and discards a body the reply did not need, up to `limit` bytes; a longer (or broken)
+/// one gets `Connection: close` instead, since hyper would otherwise close the connection
+/// without saying so.
+async fn finish_unread(mut reply: Reply, mut body: Incoming, limit: usize) -> Reply {
+    use hyper::body::Body;
+    let mut seen = 0usize;
+    while !body.is_end_stream() {
+        match body.frame().await {
+            Some(Ok(frame)) => {
+                seen += frame.data_ref().map_or(0, |d| d.len());
+                if seen > limit {
+                    close_after(&mut reply);
+                    break;
+                }
+            }
+            Some(Err(_)) => {
+                close_after(&mut reply);
+                break;
+            }
+            None => break,
+        }
+    }
+    reply
+}
+
+/// Tells the client that the server closes the connection after this reply.
+fn close_after(reply: &mut Reply) {
+    reply
+        .headers_mut()
+        .insert(hyper::header::CONNECTION, HeaderValue::from_static("close"));
+}
+
+async fn health(app: Arc<App>, request_id: &str) -> Early {
     let ok = tokio::task::spawn_blocking(move || {
         app.pool
             .get()
@@ -167,11 +228,11 @@ async fn health(app: Arc<App>, request_id: &str) -> Reply {
             r#"{"status":"unavailable","error":"database does not answer"}"#,
         )
     };
-    json_reply(status, request_id, text.as_bytes().to_vec())
+    json_reply(status, request_id, text.as_bytes().to_vec()).into()
 }
 
 /// `GET /metrics`: Prometheus text (contract §9); no signature needed.
-async fn metrics(app: Arc<App>, request_id: &str) -> Reply {
+async fn metrics(app: Arc<App>, request_id: &str) -> Early {
     let rendered = tokio::task::spawn_blocking(move || {
         let conn = app.pool.get().map_err(|e| e.to_string())?;
         let counts = crate::store::tasks::count_by_status(&conn).map_err(|e| e.to_string())?;
@@ -186,9 +247,9 @@ async fn metrics(app: Arc<App>, request_id: &str) -> Reply {
                 CONTENT_TYPE,
                 HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8"),
             );
-            reply
+            reply.into()
         }
-        Err(e) => envelope(request_id, Err(ApiError::internal(format!("metrics: {e}")))),
+        Err(e) => ApiError::internal(format!("metrics: {e}")).into(),
     }
 }
 
@@ -227,23 +288,23 @@ async fn read_body(app: &App, mut body: Incoming, declared_len: Option<u64>) -> 
     Ok(Bytes::from(collected))
 }
 
-async fn handle_api(app: Arc<App>, req: hyper::Request<Incoming>) -> ApiResult<Value> {
+/// Reads the body, then authenticates, routes and runs the request on a blocking thread. The
+/// flag is true when the body was not read to its end (the connection must close).
+async fn handle_api(app: Arc<App>, req: hyper::Request<Incoming>) -> (ApiResult<Value>, bool) {
     let (parts, body) = req.into_parts();
-    if !parts.uri.path().starts_with("/v1/") {
-        return Err(ApiError::not_found(format!(
-            "no route {}; API paths begin with /v1",
-            parts.uri.path()
-        )));
-    }
     let declared_len = parts
         .headers
         .get(CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.parse::<u64>().ok());
-    let body = read_body(&app, body, declared_len).await?;
-    tokio::task::spawn_blocking(move || handle_blocking(&app, &parts, body))
+    let body = match read_body(&app, body, declared_len).await {
+        Ok(body) => body,
+        Err(e) => return (Err(e), true),
+    };
+    let result = tokio::task::spawn_blocking(move || handle_blocking(&app, &parts, body))
         .await
-        .unwrap_or_else(|e| Err(ApiError::internal(format!("handler panicked: {e}"))))
+        .unwrap_or_else(|e| Err(ApiError::internal(format!("handler panicked: {e}"))));
+    (result, false)
 }
 
 /// Authenticates, routes and runs one request on a blocking thread.

@@ -262,3 +262,115 @@ fn pages_beyond_a_million_are_refused() {
         assert_eq!(empty["items"], json!([]));
     }
 }
+
+/// Writes `request` on a new connection and reads until the server closes it or is silent for
+/// a second: everything it answered.
+fn exchange(url: &str, request: &[u8]) -> String {
+    use std::io::{Read, Write};
+    let addr = url.trim_start_matches("http://");
+    let mut stream = std::net::TcpStream::connect(addr).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(1)))
+        .unwrap();
+    // The server may answer and close before it has read everything (that is the point of
+    // some of these requests), so a failed write is not the test's failure.
+    let _ = stream.write_all(request);
+    let mut answer = Vec::new();
+    let mut chunk = [0u8; 65536];
+    loop {
+        match stream.read(&mut chunk) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => answer.extend_from_slice(&chunk[..n]),
+        }
+    }
+    String::from_utf8_lossy(&answer).into_owned()
+}
+
+/// Status, lower-cased head and JSON body of the first response in `answer`.
+fn first_response(answer: &str) -> (u16, String, serde_json::Value) {
+    let (head, rest) = answer.split_once("\r\n\r\n").expect("a response head");
+    let head = head.to_ascii_lowercase();
+    let status = head[9..12].parse().unwrap();
+    let len: usize = head
+        .split("\r\n")
+        .find_map(|l| l.strip_prefix("content-length:"))
+        .map_or(0, |v| v.trim().parse().unwrap());
+    let body = serde_json::from_str(&rest[..len]).unwrap_or(serde_json::Value::Null);
+    (status, head, body)
+}
+
+#[test]
+fn protocol_errors_answer_with_the_envelope_and_a_request_id() {
+    let server = TestServer::start();
+    let long_uri = format!("GET /v1/{} HTTP/1.1\r\nHost: x\r\n\r\n", "a".repeat(70_000));
+    let many_headers = format!(
+        "GET /healthz HTTP/1.1\r\nHost: x\r\n{}\r\n",
+        (0..150)
+            .map(|i| format!("X-H{i}: v\r\n"))
+            .collect::<String>()
+    );
+    let cases: [(&[u8], u16, i64); 4] = [
+        (
+            b"GET /healthz HTTP/1.1\r\nHost: x\r\nNo colon here\r\n\r\n",
+            400,
+            40003,
+        ),
+        (b"GET /he lthz HTTP/1.1\r\nHost: x\r\n\r\n", 400, 40003),
+        (long_uri.as_bytes(), 414, 41401),
+        (many_headers.as_bytes(), 431, 43101),
+    ];
+    for (request, status, code) in cases {
+        let answer = exchange(&server.url, request);
+        let (got, head, body) = first_response(&answer);
+        assert_eq!(
+            (got, body["code"].as_i64()),
+            (status, Some(code)),
+            "{answer}"
+        );
+        let id = head
+            .split("\r\n")
+            .find_map(|l| l.strip_prefix("x-request-id:"))
+            .map(str::trim)
+            .expect("an X-Request-Id");
+        assert_eq!(body["request_id"], id);
+        assert!(body["data"].is_null() && body["message"].as_str().is_some());
+        assert!(head.contains("content-type: application/json"), "{head}");
+    }
+    // The server still answers normally afterwards.
+    assert_eq!(get_text(&format!("{}/healthz", server.url)).0, 200);
+}
+
+#[test]
+fn an_unread_body_is_drained_or_the_connection_says_close() {
+    let server = TestServer::start();
+    // A small body on a route answered without reading it: the connection carries on.
+    for first in [
+        "POST /nope HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n\r\nhello",
+        "PUT /healthz HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n\r\nhello",
+        "POST /v1/events HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n\r\nhello",
+        "POST /v1/nope HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n",
+    ] {
+        let request = format!("{first}GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n");
+        let answer = exchange(&server.url, request.as_bytes());
+        let (status, head, _) = first_response(&answer);
+        assert!(matches!(status, 401 | 404 | 405), "{answer}");
+        assert!(!head.contains("connection: close"), "{head}");
+        assert_eq!(
+            answer.matches("HTTP/1.1 ").count(),
+            2,
+            "both requests answered on one connection: {answer}"
+        );
+        assert!(answer.contains("HTTP/1.1 200 OK"), "{answer}");
+    }
+    // A body over the limit is not read: the reply says the connection closes.
+    for path in ["/nope", "/v1/events"] {
+        let len = 2 * 1024 * 1024;
+        let request = format!("POST {path} HTTP/1.1\r\nHost: x\r\nContent-Length: {len}\r\n\r\n");
+        let mut bytes = request.into_bytes();
+        bytes.extend(std::iter::repeat_n(b'x', len));
+        let answer = exchange(&server.url, &bytes);
+        let (status, head, _) = first_response(&answer);
+        assert!(matches!(status, 404 | 413), "{answer}");
+        assert!(head.contains("connection: close"), "{head}");
+    }
+}
