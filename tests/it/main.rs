@@ -9,6 +9,7 @@ mod conformance;
 mod delivery;
 mod durability;
 mod events;
+mod fuzz;
 mod reliability;
 mod schedules;
 mod support;

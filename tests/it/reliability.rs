@@ -374,3 +374,36 @@ fn an_unread_body_is_drained_or_the_connection_says_close() {
         assert!(head.contains("connection: close"), "{head}");
     }
 }
+
+#[test]
+fn payload_numbers_keep_every_digit() {
+    // Found by the JSON round-trip property (fuzz.rs): without serde_json's exact float parsing
+    // a payload's number came back one unit in the last place off.
+    let server = TestServer::start();
+    let body =
+        br#"{"event_name":"n","payload":{"x":-3.2949719314518018e-158,"y":0.30000000000000004}}"#;
+    let timestamp = chrono::Utc::now().timestamp_millis().to_string();
+    let mut headers = signed_headers(
+        &server.key_id,
+        &server.secret,
+        &timestamp,
+        "POST",
+        "/v1/events",
+        body,
+    );
+    headers.push(("Content-Type", "application/json".to_string()));
+    let agent: ureq::Agent = ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .build()
+        .into();
+    let mut request = ureq::http::Request::builder()
+        .method("POST")
+        .uri(format!("{}/v1/events", server.url));
+    for (k, v) in &headers {
+        request = request.header(*k, v.as_str());
+    }
+    let mut reply = agent.run(request.body(body.to_vec()).unwrap()).unwrap();
+    let text = reply.body_mut().read_to_string().unwrap();
+    assert!(text.contains(r#""x":-3.2949719314518018e-158"#), "{text}");
+    assert!(text.contains(r#""y":0.30000000000000004"#), "{text}");
+}
