@@ -124,9 +124,9 @@ async fn handle(app: Arc<App>, req: hyper::Request<Incoming>) -> Reply {
     let request_id = next_request_id();
     let path = req.uri().path().to_string();
     let early = match (req.method(), path.as_str()) {
-        (&Method::GET, "/healthz") => Some(health(app.clone(), &request_id).await),
+        (&Method::GET, "/healthz") => Some(health(app.clone(), &request_id).await.into()),
         (&Method::GET, "/metrics") if app.config.metrics => {
-            Some(metrics(app.clone(), &request_id).await)
+            Some(metrics(app.clone(), &request_id).await.into())
         }
         (_, "/healthz") => Some(ApiError::method_not_allowed(req.method().as_str(), &path).into()),
         (_, "/metrics") if app.config.metrics => {
@@ -183,6 +183,10 @@ impl From<ApiError> for Early {
 /// without saying so.
 async fn finish_unread(mut reply: Reply, mut body: Incoming, limit: usize) -> Reply {
     use hyper::body::Body;
+    if body.size_hint().lower() > limit as u64 {
+        close_after(&mut reply);
+        return reply;
+    }
     let mut seen = 0usize;
     while !body.is_end_stream() {
         match body.frame().await {
@@ -210,7 +214,7 @@ fn close_after(reply: &mut Reply) {
         .insert(hyper::header::CONNECTION, HeaderValue::from_static("close"));
 }
 
-async fn health(app: Arc<App>, request_id: &str) -> Early {
+async fn health(app: Arc<App>, request_id: &str) -> Reply {
     let ok = tokio::task::spawn_blocking(move || {
         app.pool
             .get()
@@ -228,11 +232,11 @@ async fn health(app: Arc<App>, request_id: &str) -> Early {
             r#"{"status":"unavailable","error":"database does not answer"}"#,
         )
     };
-    json_reply(status, request_id, text.as_bytes().to_vec()).into()
+    json_reply(status, request_id, text.as_bytes().to_vec())
 }
 
 /// `GET /metrics`: Prometheus text (contract §9); no signature needed.
-async fn metrics(app: Arc<App>, request_id: &str) -> Early {
+async fn metrics(app: Arc<App>, request_id: &str) -> Reply {
     let rendered = tokio::task::spawn_blocking(move || {
         let conn = app.pool.get().map_err(|e| e.to_string())?;
         let counts = crate::store::tasks::count_by_status(&conn).map_err(|e| e.to_string())?;
@@ -247,9 +251,9 @@ async fn metrics(app: Arc<App>, request_id: &str) -> Early {
                 CONTENT_TYPE,
                 HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8"),
             );
-            reply.into()
+            reply
         }
-        Err(e) => ApiError::internal(format!("metrics: {e}")).into(),
+        Err(e) => envelope(request_id, Err(ApiError::internal(format!("metrics: {e}")))),
     }
 }
 
