@@ -69,7 +69,7 @@ pub fn rfc3339(ms: i64) -> String {
 /// Only years 0001–9999 are accepted: RFC 3339 cannot write any other, so a reply could not
 /// show the instant back.
 pub fn parse_instant(value: &serde_json::Value) -> Option<DateTime<Utc>> {
-    parse_any_instant(value).filter(|t| in_rfc3339_years(t))
+    parse_any_instant(value).filter(in_rfc3339_years)
 }
 
 /// Whether RFC 3339 can write this instant (years 0001–9999).

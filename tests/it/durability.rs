@@ -87,6 +87,14 @@ fn statuses(db: &Path) -> Vec<(String, i64)> {
     webhookd::store::tasks::count_by_status(&read_only(db)).unwrap()
 }
 
+/// The task ids (`X-Service-Task-Id`) the receiver has seen.
+fn delivered_task_ids(rx: &Receiver) -> BTreeSet<String> {
+    rx.received()
+        .iter()
+        .filter_map(|r| r.header("x-service-task-id").map(str::to_string))
+        .collect()
+}
+
 #[test]
 fn sigkill_while_delivering_loses_no_task() {
     let dir = tempfile::tempdir().unwrap();
@@ -134,11 +142,7 @@ fn sigkill_while_delivering_loses_no_task() {
         "not all tasks succeeded: {:?}",
         statuses(&db)
     );
-    let delivered: BTreeSet<String> = rx
-        .received()
-        .iter()
-        .filter_map(|r| r.header("x-service-task-id").map(str::to_string))
-        .collect();
+    let delivered = delivered_task_ids(&rx);
     assert_eq!(
         delivered, ids,
         "every task reached the receiver at least once"
@@ -325,18 +329,9 @@ fn random_sigkills_under_load_lose_nothing_and_fire_nothing_twice() {
     }
     drop(conn);
     let delivered = wait_for(Duration::from_secs(30), || {
-        let got: BTreeSet<String> = rx
-            .received()
-            .iter()
-            .filter_map(|r| r.header("x-service-task-id").map(str::to_string))
-            .collect();
-        expected.is_subset(&got).then_some(())
+        expected.is_subset(&delivered_task_ids(&rx)).then_some(())
     });
-    let got: BTreeSet<String> = rx
-        .received()
-        .iter()
-        .filter_map(|r| r.header("x-service-task-id").map(str::to_string))
-        .collect();
+    let got = delivered_task_ids(&rx);
     assert!(
         delivered.is_some(),
         "{} of {} acknowledged publishes not delivered after {kills} kills",

@@ -96,6 +96,9 @@ fn field_name() -> impl Strategy<Value = String> {
     ]
 }
 
+/// Reads one field of a body the way a handler does; the error code, if it refuses.
+type FieldReader<'a> = dyn Fn(&Body) -> Option<u32> + 'a;
+
 proptest! {
     #![proptest_config(ProptestConfig { cases: 512, ..ProptestConfig::default() })]
 
@@ -196,7 +199,7 @@ proptest! {
                 for (name, v) in map {
                     prop_assert_eq!(body.get(name), Some(v));
                 }
-                let readers: [&dyn Fn(&Body) -> Option<u32>; 8] = [
+                let readers: [&FieldReader<'_>; 8] = [
                     &|b| b.str(&field).err().map(|e| e.code),
                     &|b| b.int(&field).err().map(|e| e.code),
                     &|b| b.object(&field).err().map(|e| e.code),
