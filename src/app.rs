@@ -20,19 +20,22 @@ pub struct App {
     pub delivery_wake: Signal,
     /// Counters served by `GET /metrics`.
     pub metrics: Metrics,
+    /// Whether the database file is still the one opened and still writable.
+    pub db_health: crate::health::DbHealth,
 }
 
 impl App {
     pub fn new(config: Config, pool: Pool, clock: Arc<dyn Clock>) -> Self {
         let rate_limit = crate::ratelimit::RateLimiter::new(config.rate_limit_per_sec);
         App {
-            config,
             pool,
             clock,
             rate_limit,
             scheduler_wake: Signal::default(),
             delivery_wake: Signal::default(),
+            db_health: crate::health::DbHealth::new(&config.db),
             metrics: Metrics::default(),
+            config,
         }
     }
 

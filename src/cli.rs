@@ -14,6 +14,23 @@ use std::path::PathBuf;
 pub struct Cli {
     #[command(subcommand)]
     pub command: Command,
+    /// Log line format on stderr: `text` (colours only when stderr is a terminal) or `json`
+    /// (one JSON object a line, for log collectors).
+    #[arg(
+        long,
+        global = true,
+        env = "WEBHOOKD_LOG_FORMAT",
+        value_enum,
+        default_value = "text"
+    )]
+    pub log_format: LogFormat,
+}
+
+/// `--log-format`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum LogFormat {
+    Text,
+    Json,
 }
 
 #[derive(Debug, Subcommand)]

@@ -15,7 +15,7 @@ pub struct ApiError {
 }
 
 impl ApiError {
-    fn new(status: StatusCode, code: u32, message: impl Into<String>) -> Self {
+    pub(crate) fn new(status: StatusCode, code: u32, message: impl Into<String>) -> Self {
         ApiError {
             status,
             code,
@@ -127,6 +127,21 @@ impl ApiError {
         )
     }
 
+    /// 50301: the disk holding the database is full. Writes work again once space is freed.
+    pub fn disk_full() -> Self {
+        Self::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            50301,
+            "the disk holding the database is full; free space on it (writes resume without a restart)",
+        )
+    }
+
+    /// 50302: the database cannot be written for another reason (a read-only file or mount,
+    /// the file deleted or replaced while running, I/O errors); the message says which.
+    pub fn unwritable(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::SERVICE_UNAVAILABLE, 50302, message)
+    }
+
     /// 50001: logs the detail, answers nothing secret.
     pub fn internal(detail: impl fmt::Display) -> Self {
         tracing::error!(error = %detail, "internal error");
@@ -146,17 +161,64 @@ impl fmt::Display for ApiError {
 
 impl std::error::Error for ApiError {}
 
+/// SQLite's "cannot write" errors become 503s that say what to fix (contract §10); anything
+/// else is an internal error.
 impl From<rusqlite::Error> for ApiError {
     fn from(err: rusqlite::Error) -> Self {
-        ApiError::internal(format!("database: {err}"))
+        use rusqlite::ErrorCode;
+        match err.sqlite_error_code() {
+            Some(ErrorCode::DiskFull) => {
+                tracing::warn!(error = %err, "database write failed: disk full");
+                ApiError::disk_full()
+            }
+            Some(ErrorCode::ReadOnly) => {
+                tracing::warn!(error = %err, "database write failed: read-only");
+                ApiError::unwritable(
+                    "the database is read-only: webhookd needs write permission on the database file and its folder, on a file system mounted read-write",
+                )
+            }
+            Some(ErrorCode::SystemIoFailure | ErrorCode::CannotOpen) => {
+                tracing::warn!(error = %err, "database I/O failed");
+                ApiError::unwritable(
+                    "the database cannot be read or written (I/O error); check the disk holding it and the server log",
+                )
+            }
+            _ => ApiError::internal(format!("database: {err}")),
+        }
     }
 }
 
 impl From<r2d2::Error> for ApiError {
     fn from(err: r2d2::Error) -> Self {
-        ApiError::internal(format!("database pool: {err}"))
+        tracing::warn!(error = %err, "no database connection");
+        ApiError::unwritable(
+            "no connection to the database could be opened; check the database file, its disk and the server log",
+        )
     }
 }
 
 /// Result of an API handler.
 pub type ApiResult<T> = Result<T, ApiError>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sqlite(code: i32) -> rusqlite::Error {
+        rusqlite::Error::SqliteFailure(rusqlite::ffi::Error::new(code), None)
+    }
+
+    #[test]
+    fn unwritable_database_errors_are_503_with_their_own_codes() {
+        let full = ApiError::from(sqlite(rusqlite::ffi::SQLITE_FULL));
+        assert_eq!((full.status.as_u16(), full.code), (503, 50301));
+        assert!(full.message.contains("disk holding the database is full"));
+        let ro = ApiError::from(sqlite(rusqlite::ffi::SQLITE_READONLY));
+        assert_eq!((ro.status.as_u16(), ro.code), (503, 50302));
+        assert!(ro.message.contains("read-only"));
+        let io = ApiError::from(sqlite(rusqlite::ffi::SQLITE_IOERR));
+        assert_eq!(io.code, 50302);
+        let other = ApiError::from(sqlite(rusqlite::ffi::SQLITE_CONSTRAINT));
+        assert_eq!(other.code, 50001);
+    }
+}

@@ -9,7 +9,9 @@
 //! - `cron`: cron parsing and next-fire computation in a time zone (pure).
 //! - `scheduler`: fires due schedules into tasks; `delivery`: the blocking worker pool that
 //!   sends tasks; `retry`, `signing`, `filter`: pure helpers of the delivery path.
-//! - `metrics`: the counters behind `GET /metrics`.
+//! - `metrics`: the counters behind `GET /metrics`; `health`: whether the database can still be
+//!   written (`GET /healthz`, 503s to writes, the start-up check).
+//! - `ui`: the dashboard's files under `/ui/`.
 //! - `clock`: the time source, movable in tests; `app`: the state a running server shares;
 //!   `background`: starts and stops the scheduler and the delivery pool together.
 //! - `client`: the signing API client behind `webhookd api`, the tests and the benchmark.
@@ -26,6 +28,7 @@ pub mod cron;
 pub mod delivery;
 pub mod error;
 pub mod filter;
+pub mod health;
 pub mod metrics;
 pub mod ratelimit;
 pub mod retry;
@@ -33,4 +36,5 @@ pub mod scheduler;
 pub mod server;
 pub mod signing;
 pub mod store;
+pub mod ui;
 pub mod wire;

@@ -23,23 +23,44 @@ impl std::error::Error for UsageError {}
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("WEBHOOKD_LOG")
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
-        )
-        .with_writer(std::io::stderr)
-        .init();
+    init_logs(cli.log_format);
+    let json_logs = cli.log_format == webhookd::cli::LogFormat::Json;
     match try_main(cli) {
         Ok(code) => code,
         Err(err) => {
-            eprintln!("webhookd: {err:#}");
+            if json_logs {
+                tracing::error!(error = %format!("{err:#}"), "webhookd stopped");
+            } else {
+                eprintln!("webhookd: {err:#}");
+            }
             if err.downcast_ref::<UsageError>().is_some() {
                 ExitCode::from(2)
             } else {
                 ExitCode::from(1)
             }
         }
+    }
+}
+
+/// Log lines go to stderr, filtered by `WEBHOOKD_LOG` (default `info`). Text lines carry colour
+/// codes only when stderr is a terminal (and `NO_COLOR` is unset); JSON lines are one object
+/// each, with the event's fields flattened next to `timestamp`, `level` and `message`.
+fn init_logs(format: webhookd::cli::LogFormat) {
+    use std::io::IsTerminal;
+    let filter = tracing_subscriber::EnvFilter::try_from_env("WEBHOOKD_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    match format {
+        webhookd::cli::LogFormat::Text => builder
+            .with_ansi(std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none())
+            .init(),
+        webhookd::cli::LogFormat::Json => builder
+            .json()
+            .flatten_event(true)
+            .with_current_span(false)
+            .init(),
     }
 }
 

@@ -1,13 +1,30 @@
-//! In-memory counters behind `GET /metrics` and their Prometheus text rendering (contract §9).
-//! Counting is lock-free (atomics), so the delivery hot path pays a few relaxed increments.
+//! The metrics behind `GET /metrics` (contract §9, §10), kept with the `prometheus-client` crate
+//! and served in its OpenMetrics text. Counting is lock-free (atomics) on the delivery hot path;
+//! the per-endpoint counters take a read lock on their label map.
 
-use std::fmt::Write as _;
+use prometheus_client::encoding::text::encode;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::Histogram;
+use prometheus_client::registry::Registry;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 
 /// Upper bounds (ms) of the delivery latency histogram buckets; `+Inf` follows.
 const LATENCY_BUCKETS_MS: [u64; 12] = [
     5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10_000, 30_000,
 ];
+
+/// The build's git commit and target triple, set at compile time by the release build
+/// (`WEBHOOKD_GIT_COMMIT`, `WEBHOOKD_TARGET`); "unknown" in a plain `cargo build`.
+pub const GIT_COMMIT: &str = match option_env!("WEBHOOKD_GIT_COMMIT") {
+    Some(commit) => commit,
+    None => "unknown",
+};
+pub const TARGET: &str = match option_env!("WEBHOOKD_TARGET") {
+    Some(target) => target,
+    None => "unknown",
+};
 
 /// How one delivery attempt ended, as a metrics label.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -36,97 +53,140 @@ impl DeliveryOutcome {
     }
 }
 
-/// The server's counters; one instance lives in [`crate::app::App`].
+type Labels = Vec<(&'static str, String)>;
+
+/// The server's metrics; one instance lives in [`crate::app::App`]. The metric handles are
+/// cheap clones of shared atomics, so each scrape registers them in a fresh [`Registry`].
 #[derive(Debug)]
 pub struct Metrics {
-    deliveries: [AtomicU64; 3],
-    /// Cumulative counts per bucket of [`LATENCY_BUCKETS_MS`], then `+Inf`.
-    latency_buckets: [AtomicU64; LATENCY_BUCKETS_MS.len() + 1],
-    latency_sum_ms: AtomicU64,
+    deliveries: Family<Labels, Counter>,
+    endpoint_deliveries: Family<Labels, Counter>,
+    latency: Histogram,
     /// How late (ms) the scheduler fired its last due schedule; set by the scheduler, -1 until
-    /// it has fired anything.
+    /// it has fired anything (the gauge is left out until then).
     pub scheduler_lag_ms: AtomicI64,
 }
 
 impl Default for Metrics {
     fn default() -> Self {
+        let deliveries = Family::<Labels, Counter>::default();
+        // Every outcome is shown from the start, at 0.
+        for outcome in DeliveryOutcome::ALL {
+            let _ = deliveries.get_or_create_owned(&vec![("outcome", outcome.label().to_string())]);
+        }
         Metrics {
-            deliveries: Default::default(),
-            latency_buckets: Default::default(),
-            latency_sum_ms: AtomicU64::new(0),
+            deliveries,
+            endpoint_deliveries: Family::default(),
+            latency: Histogram::new(LATENCY_BUCKETS_MS.iter().map(|ms| *ms as f64 / 1000.0)),
             scheduler_lag_ms: AtomicI64::new(-1),
         }
     }
 }
 
+/// Resident memory (bytes) and open file descriptors of this process, from `/proc/self`.
+fn process_stats() -> (Option<i64>, Option<i64>) {
+    let rss = std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|status| {
+            let line = status.lines().find(|l| l.starts_with("VmRSS:"))?;
+            let kib: i64 = line.split_whitespace().nth(1)?.parse().ok()?;
+            Some(kib * 1024)
+        });
+    let fds = std::fs::read_dir("/proc/self/fd")
+        .ok()
+        .map(|dir| i64::try_from(dir.count()).unwrap_or(i64::MAX));
+    (rss, fds)
+}
+
 impl Metrics {
-    /// Counts one delivery attempt and its duration.
-    pub fn record_delivery(&self, outcome: DeliveryOutcome, duration_ms: u64) {
-        let index = DeliveryOutcome::ALL
-            .iter()
-            .position(|o| *o == outcome)
-            .unwrap_or(0);
-        self.deliveries[index].fetch_add(1, Ordering::Relaxed);
-        let bucket = LATENCY_BUCKETS_MS
-            .iter()
-            .position(|le| duration_ms <= *le)
-            .unwrap_or(LATENCY_BUCKETS_MS.len());
-        self.latency_buckets[bucket].fetch_add(1, Ordering::Relaxed);
-        self.latency_sum_ms
-            .fetch_add(duration_ms, Ordering::Relaxed);
+    /// Counts one delivery attempt to `endpoint_id` and its duration.
+    pub fn record_delivery(&self, endpoint_id: i64, outcome: DeliveryOutcome, duration_ms: u64) {
+        let label = outcome.label().to_string();
+        self.deliveries
+            .get_or_create(&vec![("outcome", label.clone())])
+            .inc();
+        self.endpoint_deliveries
+            .get_or_create(&vec![
+                ("endpoint_id", endpoint_id.to_string()),
+                ("outcome", label),
+            ])
+            .inc();
+        self.latency.observe(duration_ms as f64 / 1000.0);
     }
 
-    /// The Prometheus text exposition, with the task counts by status read by the caller.
+    /// The OpenMetrics text, with the task counts by status read by the caller.
     pub fn render(&self, tasks_by_status: &[(String, i64)]) -> String {
-        let mut out = String::with_capacity(2048);
-        out.push_str("# HELP webhookd_tasks Tasks by status.\n# TYPE webhookd_tasks gauge\n");
+        let mut registry = Registry::default();
+        let tasks = Family::<Labels, Gauge>::default();
         for status in ["pending", "running", "success", "failed", "canceled"] {
             let count = tasks_by_status
                 .iter()
                 .find(|(s, _)| s == status)
                 .map_or(0, |(_, n)| *n);
-            let _ = writeln!(out, "webhookd_tasks{{status=\"{status}\"}} {count}");
+            tasks
+                .get_or_create(&vec![("status", status.to_string())])
+                .set(count);
         }
-        out.push_str(
-            "# HELP webhookd_deliveries_total Delivery attempts by outcome.\n# TYPE webhookd_deliveries_total counter\n",
+        registry.register("webhookd_tasks", "Tasks by status", tasks);
+        registry.register(
+            "webhookd_deliveries",
+            "Delivery attempts by outcome",
+            self.deliveries.clone(),
         );
-        for (outcome, count) in DeliveryOutcome::ALL.iter().zip(&self.deliveries) {
-            let _ = writeln!(
-                out,
-                "webhookd_deliveries_total{{outcome=\"{}\"}} {}",
-                outcome.label(),
-                count.load(Ordering::Relaxed)
-            );
-        }
-        out.push_str(
-            "# HELP webhookd_delivery_duration_seconds Time from sending a delivery to its outcome.\n# TYPE webhookd_delivery_duration_seconds histogram\n",
+        registry.register(
+            "webhookd_endpoint_deliveries",
+            "Delivery attempts by endpoint and outcome",
+            self.endpoint_deliveries.clone(),
         );
-        let mut cumulative = 0;
-        for (i, bucket) in self.latency_buckets.iter().enumerate() {
-            cumulative += bucket.load(Ordering::Relaxed);
-            let le = LATENCY_BUCKETS_MS.get(i).map_or_else(
-                || "+Inf".to_string(),
-                |ms| format!("{}", *ms as f64 / 1000.0),
-            );
-            let _ = writeln!(
-                out,
-                "webhookd_delivery_duration_seconds_bucket{{le=\"{le}\"}} {cumulative}"
-            );
-        }
-        let sum = self.latency_sum_ms.load(Ordering::Relaxed) as f64 / 1000.0;
-        let _ = writeln!(out, "webhookd_delivery_duration_seconds_sum {sum}");
-        let _ = writeln!(out, "webhookd_delivery_duration_seconds_count {cumulative}");
+        registry.register_with_unit(
+            "webhookd_delivery_duration",
+            "Time from sending a delivery to its outcome",
+            prometheus_client::registry::Unit::Seconds,
+            self.latency.clone(),
+        );
         let lag = self.scheduler_lag_ms.load(Ordering::Relaxed);
         if lag >= 0 {
-            out.push_str(
-                "# HELP webhookd_scheduler_lag_seconds How late the last schedule firing was.\n# TYPE webhookd_scheduler_lag_seconds gauge\n",
-            );
-            let _ = writeln!(
-                out,
-                "webhookd_scheduler_lag_seconds {}",
-                lag as f64 / 1000.0
+            let gauge = Gauge::<f64, AtomicU64>::default();
+            gauge.set(lag as f64 / 1000.0);
+            registry.register_with_unit(
+                "webhookd_scheduler_lag",
+                "How late the last schedule firing was",
+                prometheus_client::registry::Unit::Seconds,
+                gauge,
             );
         }
+        let build = Family::<Labels, Gauge>::default();
+        build
+            .get_or_create(&vec![
+                ("version", env!("CARGO_PKG_VERSION").to_string()),
+                ("commit", GIT_COMMIT.to_string()),
+                ("target", TARGET.to_string()),
+            ])
+            .set(1);
+        registry.register(
+            "webhookd_build_info",
+            "The running build: version, git commit and target triple",
+            build,
+        );
+        let (rss, fds) = process_stats();
+        if let Some(rss) = rss {
+            let gauge = Gauge::<i64>::default();
+            gauge.set(rss);
+            registry.register_with_unit(
+                "process_resident_memory",
+                "Resident memory of the process",
+                prometheus_client::registry::Unit::Bytes,
+                gauge,
+            );
+        }
+        if let Some(fds) = fds {
+            let gauge = Gauge::<i64>::default();
+            gauge.set(fds);
+            registry.register("process_open_fds", "Open file descriptors", gauge);
+        }
+        let mut out = String::with_capacity(4096);
+        // Writing into a String cannot fail.
+        let _ = encode(&mut out, &registry);
         out
     }
 }
@@ -136,25 +196,46 @@ mod tests {
     use super::*;
 
     #[test]
-    fn renders_counts_and_a_cumulative_histogram() {
+    fn renders_counts_per_endpoint_a_cumulative_histogram_and_build_info() {
         let m = Metrics::default();
-        m.record_delivery(DeliveryOutcome::Success, 3);
-        m.record_delivery(DeliveryOutcome::Success, 40);
-        m.record_delivery(DeliveryOutcome::NetworkError, 60_000);
+        m.record_delivery(7, DeliveryOutcome::Success, 3);
+        m.record_delivery(7, DeliveryOutcome::Success, 40);
+        m.record_delivery(8, DeliveryOutcome::NetworkError, 60_000);
         let text = m.render(&[("pending".into(), 7)]);
-        assert!(text.contains("webhookd_tasks{status=\"pending\"} 7\n"));
-        assert!(text.contains("webhookd_tasks{status=\"failed\"} 0\n"));
-        assert!(text.contains("webhookd_deliveries_total{outcome=\"success\"} 2\n"));
-        assert!(text.contains("webhookd_deliveries_total{outcome=\"network_error\"} 1\n"));
-        assert!(text.contains("webhookd_delivery_duration_seconds_bucket{le=\"0.005\"} 1\n"));
-        assert!(text.contains("webhookd_delivery_duration_seconds_bucket{le=\"0.05\"} 2\n"));
-        assert!(text.contains("webhookd_delivery_duration_seconds_bucket{le=\"+Inf\"} 3\n"));
-        assert!(text.contains("webhookd_delivery_duration_seconds_count 3\n"));
+        for line in [
+            "webhookd_tasks{status=\"pending\"} 7\n",
+            "webhookd_tasks{status=\"failed\"} 0\n",
+            "webhookd_deliveries_total{outcome=\"success\"} 2\n",
+            "webhookd_deliveries_total{outcome=\"http_error\"} 0\n",
+            "webhookd_deliveries_total{outcome=\"network_error\"} 1\n",
+            "webhookd_endpoint_deliveries_total{endpoint_id=\"7\",outcome=\"success\"} 2\n",
+            "webhookd_endpoint_deliveries_total{endpoint_id=\"8\",outcome=\"network_error\"} 1\n",
+            "webhookd_delivery_duration_seconds_bucket{le=\"0.005\"} 1\n",
+            "webhookd_delivery_duration_seconds_bucket{le=\"0.05\"} 2\n",
+            "webhookd_delivery_duration_seconds_bucket{le=\"+Inf\"} 3\n",
+            "webhookd_delivery_duration_seconds_count 3\n",
+            "# TYPE process_open_fds gauge\n",
+        ] {
+            assert!(text.contains(line), "{line} missing from:\n{text}");
+        }
+        assert!(text.contains(&format!(
+            "webhookd_build_info{{version=\"{}\",commit=\"{GIT_COMMIT}\",target=\"{TARGET}\"}} 1\n",
+            env!("CARGO_PKG_VERSION")
+        )));
+        assert!(text.contains("process_resident_memory_bytes "));
+        assert!(text.ends_with("# EOF\n"));
         assert!(!text.contains("scheduler_lag"));
         m.scheduler_lag_ms.store(1500, Ordering::Relaxed);
         assert!(
             m.render(&[])
                 .contains("webhookd_scheduler_lag_seconds 1.5\n")
         );
+    }
+
+    #[test]
+    fn process_stats_are_read_from_proc() {
+        let (rss, fds) = process_stats();
+        assert!(rss.is_some_and(|b| b > 1024 * 1024), "{rss:?}");
+        assert!(fds.is_some_and(|n| n >= 3), "{fds:?}");
     }
 }

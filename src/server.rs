@@ -124,13 +124,18 @@ async fn handle(app: Arc<App>, req: hyper::Request<Incoming>) -> Reply {
     let request_id = next_request_id();
     let path = req.uri().path().to_string();
     let early = match (req.method(), path.as_str()) {
-        (&Method::GET, "/healthz") => Some(health(app.clone(), &request_id).await.into()),
+        (&Method::GET | &Method::HEAD, "/healthz") => {
+            Some(health(app.clone(), &request_id).await.into())
+        }
         (&Method::GET, "/metrics") if app.config.metrics => {
             Some(metrics(app.clone(), &request_id).await.into())
         }
         (_, "/healthz") => Some(ApiError::method_not_allowed(req.method().as_str(), &path).into()),
         (_, "/metrics") if app.config.metrics => {
             Some(ApiError::method_not_allowed(req.method().as_str(), &path).into())
+        }
+        _ if crate::ui::owns(&path) => {
+            Some(crate::ui::serve(req.method(), &path, req.headers()).into())
         }
         _ if !path.starts_with("/v1/") => {
             Some(ApiError::not_found(format!("no route {path}; API paths begin with /v1")).into())
@@ -214,25 +219,26 @@ fn close_after(reply: &mut Reply) {
         .insert(hyper::header::CONNECTION, HeaderValue::from_static("close"));
 }
 
+/// `GET`/`HEAD /healthz` (contract §10): 200 with the version when the database can be read
+/// and written, else 503 with the reason (what to fix). No signature needed.
 async fn health(app: Arc<App>, request_id: &str) -> Reply {
-    let ok = tokio::task::spawn_blocking(move || {
-        app.pool
-            .get()
-            .ok()
-            .and_then(|c| c.query_row("SELECT 1", [], |r| r.get::<_, i64>(0)).ok())
-            .is_some()
+    let result = tokio::task::spawn_blocking(move || {
+        let mut conn = app.pool.get()?;
+        app.db_health.check(&mut conn, app.clock.now_ms())
     })
     .await
-    .unwrap_or(false);
-    let (status, text) = if ok {
-        (StatusCode::OK, r#"{"status":"ok"}"#)
-    } else {
-        (
+    .unwrap_or_else(|e| Err(ApiError::internal(format!("health check panicked: {e}"))));
+    let (status, body) = match result {
+        Ok(()) => (
+            StatusCode::OK,
+            serde_json::json!({"status": "ok", "version": env!("CARGO_PKG_VERSION")}),
+        ),
+        Err(e) => (
             StatusCode::SERVICE_UNAVAILABLE,
-            r#"{"status":"unavailable","error":"database does not answer"}"#,
-        )
+            serde_json::json!({"status": "unavailable", "reason": e.message}),
+        ),
     };
-    json_reply(status, request_id, text.as_bytes().to_vec())
+    json_reply(status, request_id, body.to_string().into_bytes())
 }
 
 /// `GET /metrics`: Prometheus text (contract §9); no signature needed.
@@ -249,7 +255,9 @@ async fn metrics(app: Arc<App>, request_id: &str) -> Reply {
             let mut reply = json_reply(StatusCode::OK, request_id, text.into_bytes());
             reply.headers_mut().insert(
                 CONTENT_TYPE,
-                HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8"),
+                HeaderValue::from_static(
+                    "application/openmetrics-text; version=1.0.0; charset=utf-8",
+                ),
             );
             reply
         }
@@ -350,6 +358,7 @@ fn handle_blocking(
         query: Query::parse(parts.uri.query()),
         body,
         ids,
+        checked: Default::default(),
     };
     let mut ctx = Ctx {
         app,
@@ -357,7 +366,7 @@ fn handle_blocking(
         conn: &mut conn,
         now_ms,
     };
-    handler(&mut ctx, &request)
+    api::dispatch(handler, &mut ctx, &request)
 }
 
 /// A started server: its address, its shared state, and the handle to stop it.
@@ -393,7 +402,13 @@ pub async fn start(
     use anyhow::Context;
     let db = config.db.clone();
     let pool_size = u32::try_from(config.workers + 8).unwrap_or(32);
-    let pool = tokio::task::spawn_blocking(move || crate::store::open(&db, pool_size)).await??;
+    let now_ms = clock.now_ms();
+    let pool = tokio::task::spawn_blocking(move || {
+        let pool = crate::store::open(&db, pool_size)?;
+        crate::health::require_writable(&mut *pool.get()?, &db, now_ms)?;
+        Ok::<_, anyhow::Error>(pool)
+    })
+    .await??;
     let listener = TcpListener::bind(config.listen)
         .await
         .with_context(|| format!("cannot listen on {} (change --listen)", config.listen))?;

@@ -177,25 +177,23 @@ pub fn create(ctx: &mut Ctx<'_>, req: &Request) -> ApiResult<Value> {
     if let Some(filter) = &filter_events {
         check_filter(filter)?;
     }
-    let endpoint = store::endpoints::insert(
-        ctx.conn,
-        &Endpoint {
-            id: 0,
-            app_id: ctx.app_id.to_string(),
-            name,
-            url,
-            method,
-            headers,
-            secret,
-            timeout_ms,
-            retry_policy_id,
-            filter_events,
-            status: "enabled".into(),
-            created_at: ctx.now_ms,
-            updated_at: ctx.now_ms,
-        },
-    )?;
-    to_data(&endpoint)
+    let endpoint = Endpoint {
+        id: 0,
+        app_id: ctx.app_id.to_string(),
+        name,
+        url,
+        method,
+        headers,
+        secret,
+        timeout_ms,
+        retry_policy_id,
+        filter_events,
+        status: "enabled".into(),
+        created_at: ctx.now_ms,
+        updated_at: ctx.now_ms,
+    };
+    body.finish_for(&endpoint)?;
+    to_data(&store::endpoints::insert(ctx.conn, &endpoint)?)
 }
 
 pub fn list(ctx: &mut Ctx<'_>, req: &Request) -> ApiResult<Value> {
@@ -261,6 +259,7 @@ pub fn update(ctx: &mut Ctx<'_>, req: &Request) -> ApiResult<Value> {
     let mut endpoint = load(ctx, req.id())?;
     let before = endpoint.clone();
     apply_patch(ctx, &mut endpoint, &body)?;
+    body.finish_for(&before)?;
     if endpoint != before {
         endpoint.updated_at = ctx.now_ms;
         store::endpoints::update(ctx.conn, &endpoint)?;
@@ -281,15 +280,18 @@ fn set_status(ctx: &mut Ctx<'_>, id: i64, status: &str) -> ApiResult<Value> {
 }
 
 pub fn enable(ctx: &mut Ctx<'_>, req: &Request) -> ApiResult<Value> {
+    req.no_body()?;
     set_status(ctx, req.id(), "enabled")
 }
 
 pub fn disable(ctx: &mut Ctx<'_>, req: &Request) -> ApiResult<Value> {
+    req.no_body()?;
     set_status(ctx, req.id(), "disabled")
 }
 
 /// Deletes the endpoint, cancels its pending tasks and drops it from schedules' targets.
 pub fn delete(ctx: &mut Ctx<'_>, req: &Request) -> ApiResult<Value> {
+    req.no_body()?;
     let id = req.id();
     let (app_id, now_ms) = (ctx.app_id, ctx.now_ms);
     let deleted = store::write_tx(ctx.conn, |tx| {

@@ -23,6 +23,9 @@ fn check_event_name(name: &str) -> ApiResult<()> {
     Ok(())
 }
 
+/// Fields of an event record that the server sets: ignored in a publish body (contract §3).
+const READ_ONLY: &[&str] = &["id", "app_id", "status", "task_count", "created_at"];
+
 pub fn publish(ctx: &mut Ctx<'_>, req: &Request) -> ApiResult<Value> {
     let body = req.json()?;
     let event_name = body.required_str("event_name")?;
@@ -36,6 +39,7 @@ pub fn publish(ctx: &mut Ctx<'_>, req: &Request) -> ApiResult<Value> {
         ));
     }
     let payload = Value::Object(body.object("payload")?.unwrap_or_default()).to_string();
+    body.finish_ignoring(READ_ONLY)?;
     let (app_id, now_ms) = (ctx.app_id, ctx.now_ms);
 
     // Check-then-insert inside one IMMEDIATE transaction: concurrent publishes with the same

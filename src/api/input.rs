@@ -4,6 +4,10 @@
 use crate::error::{ApiError, ApiResult};
 use crate::store::Page;
 use serde_json::{Map, Value};
+use std::cell::RefCell;
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 /// A PATCH field: left out, sent as `null`, or sent with a value.
 #[derive(Debug, Clone, PartialEq)]
@@ -13,9 +17,17 @@ pub enum Patch<T> {
     Value(T),
 }
 
-/// A JSON object request body.
+/// A JSON object request body. It remembers which fields the handler read: those are the
+/// fields the route takes, and [`Body::finish`] refuses every other one (contract §3), so a
+/// field added to a handler is known without being listed anywhere else.
 #[derive(Debug, Default)]
-pub struct Body(Map<String, Value>);
+pub struct Body {
+    fields: Map<String, Value>,
+    read: RefCell<BTreeSet<String>>,
+    /// Set by [`Body::finish`]; shared with the request so the router can tell a handler that
+    /// never checked its body (see `api::Request::checked`).
+    checked: Arc<AtomicBool>,
+}
 
 fn type_error(field: &str, expected: &str) -> ApiError {
     ApiError::validation(format!("{field}: must be {expected}"))
@@ -28,14 +40,61 @@ impl Body {
             return Ok(Body::default());
         }
         match serde_json::from_slice::<Value>(bytes) {
-            Ok(Value::Object(map)) => Ok(Body(map)),
+            Ok(Value::Object(map)) => Ok(Body {
+                fields: map,
+                ..Body::default()
+            }),
             Ok(_) => Err(ApiError::bad_json("body: must be a JSON object")),
             Err(e) => Err(ApiError::bad_json(format!("body: not valid JSON ({e})"))),
         }
     }
 
+    /// Ties this body to the request's "checked" flag.
+    pub(crate) fn with_flag(mut self, checked: Arc<AtomicBool>) -> Body {
+        self.checked = checked;
+        self
+    }
+
+    /// The value of `field`, which from now on counts as a field the route takes.
     pub fn get(&self, field: &str) -> Option<&Value> {
-        self.0.get(field)
+        self.read.borrow_mut().insert(field.to_string());
+        self.fields.get(field)
+    }
+
+    /// Call after the last read and before any write: refuses (40001) every field the handler
+    /// did not read, suggesting the nearest one it did. Taking `self` makes a read after the
+    /// check a compile error.
+    pub fn finish(self) -> ApiResult<()> {
+        self.finish_ignoring(&[])
+    }
+
+    /// Like [`Body::finish`], but the fields of `record` (the route's own record as a GET
+    /// returns it) that the handler did not read are read-only and ignored, so a client may
+    /// send back a record it read. New record fields are covered without being listed.
+    pub fn finish_for<T: serde::Serialize>(self, record: &T) -> ApiResult<()> {
+        let keys: Vec<String> = match serde_json::to_value(record) {
+            Ok(Value::Object(map)) => map.keys().cloned().collect(),
+            _ => Vec::new(),
+        };
+        let keys: Vec<&str> = keys.iter().map(String::as_str).collect();
+        self.finish_ignoring(&keys)
+    }
+
+    /// [`Body::finish`] with an explicit list of read-only names to ignore.
+    pub fn finish_ignoring(self, read_only: &[&str]) -> ApiResult<()> {
+        self.checked.store(true, Ordering::Relaxed);
+        let read = self.read.borrow();
+        let unknown: Vec<String> = self
+            .fields
+            .keys()
+            .filter(|k| !read.contains(*k) && !read_only.contains(&k.as_str()))
+            .map(|k| unknown_message("field", k, read.iter().map(String::as_str)))
+            .collect();
+        if unknown.is_empty() {
+            Ok(())
+        } else {
+            Err(ApiError::validation(unknown.join("; ")))
+        }
     }
 
     fn patch_with<T>(
@@ -44,7 +103,7 @@ impl Body {
         convert: impl FnOnce(&Value) -> Option<T>,
         expected: &str,
     ) -> ApiResult<Patch<T>> {
-        match self.0.get(field) {
+        match self.get(field) {
             None => Ok(Patch::Absent),
             Some(Value::Null) => Ok(Patch::Null),
             Some(v) => convert(v)
@@ -199,9 +258,13 @@ pub fn check_range(field: &str, value: i64, range: std::ops::RangeInclusive<i64>
 /// any real list, and well inside SQLite's 64-bit OFFSET.
 pub const MAX_PAGE: i64 = 1_000_000;
 
-/// A decoded query string.
+/// A decoded query string. Like [`Body`], it remembers which parameters the handler read, and
+/// [`Query::finish`] refuses the others (contract §3).
 #[derive(Debug, Default, Clone)]
-pub struct Query(Vec<(String, String)>);
+pub struct Query {
+    pairs: Vec<(String, String)>,
+    read: RefCell<BTreeSet<String>>,
+}
 
 impl Query {
     pub fn parse(raw: Option<&str>) -> Query {
@@ -214,12 +277,39 @@ impl Query {
                 (percent_decode(k), percent_decode(v))
             })
             .collect();
-        Query(pairs)
+        Query {
+            pairs,
+            read: RefCell::default(),
+        }
+    }
+
+    /// True when no parameter was given at all.
+    pub fn is_empty(&self) -> bool {
+        self.pairs.is_empty()
+    }
+
+    /// Refuses (40001) every parameter the handler did not read, suggesting the nearest one it
+    /// did.
+    pub fn finish(&self) -> ApiResult<()> {
+        let read = self.read.borrow();
+        let mut unknown: Vec<String> = Vec::new();
+        for (name, _) in &self.pairs {
+            let message = unknown_message("query parameter", name, read.iter().map(String::as_str));
+            if !read.contains(name) && !unknown.contains(&message) {
+                unknown.push(message);
+            }
+        }
+        if unknown.is_empty() {
+            Ok(())
+        } else {
+            Err(ApiError::validation(unknown.join("; ")))
+        }
     }
 
     /// The last value given for `name`, if not empty.
     pub fn get(&self, name: &str) -> Option<&str> {
-        self.0
+        self.read.borrow_mut().insert(name.to_string());
+        self.pairs
             .iter()
             .rev()
             .find(|(k, _)| k == name)
@@ -263,6 +353,41 @@ impl Query {
             page_size: u32::try_from(page_size).unwrap_or(20),
         })
     }
+}
+
+/// `unknown field "filter_event"; did you mean "filter_events"?`: the suggestion is the known
+/// name nearest by edit distance, when it is close: at most a third of the name's length (and
+/// at least 1) edits away, or one name holding the other (`max_delay` → `max_delay_sec`).
+fn unknown_message<'a>(what: &str, name: &str, known: impl Iterator<Item = &'a str>) -> String {
+    let limit = (name.chars().count() / 3).max(1);
+    let holds = |k: &str| name.len().min(k.len()) >= 4 && (k.contains(name) || name.contains(k));
+    let nearest = known
+        .map(|k| (edit_distance(name, k), k))
+        .filter(|(d, k)| *d <= limit || holds(k))
+        .min();
+    let shown: String = name.chars().take(100).collect();
+    match nearest {
+        Some((_, k)) => format!("unknown {what} {shown:?}; did you mean {k:?}?"),
+        None => format!("unknown {what} {shown:?}"),
+    }
+}
+
+/// Levenshtein distance over characters (case-sensitive; a case slip counts as one edit).
+fn edit_distance(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut row: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.chars().enumerate() {
+        let mut diagonal = row[0];
+        row[0] = i + 1;
+        for (j, cb) in b.iter().enumerate() {
+            let above = row[j + 1];
+            row[j + 1] = (above + 1)
+                .min(row[j] + 1)
+                .min(diagonal + usize::from(ca != *cb));
+            diagonal = above;
+        }
+    }
+    row[b.len()]
 }
 
 fn percent_decode(text: &str) -> String {
@@ -348,5 +473,62 @@ mod tests {
         assert_eq!(Body::parse(b"[1]").unwrap_err().code, 40002);
         assert_eq!(Body::parse(b"{oops").unwrap_err().code, 40002);
         assert!(Body::parse(b"").is_ok());
+    }
+
+    #[test]
+    fn unknown_fields_are_refused_with_the_nearest_name() {
+        let body = Body::parse(br#"{"name": "a", "filter_event": "x"}"#).unwrap();
+        body.str("name").unwrap();
+        body.str("filter_events").unwrap();
+        let err = body.finish().unwrap_err();
+        assert_eq!(err.code, 40001);
+        assert_eq!(
+            err.message,
+            r#"unknown field "filter_event"; did you mean "filter_events"?"#
+        );
+
+        let body = Body::parse(br#"{"name": "a", "zzz": 1}"#).unwrap();
+        body.str("name").unwrap();
+        assert_eq!(body.finish().unwrap_err().message, r#"unknown field "zzz""#);
+        let body = Body::parse(br#"{"max_delay": 1}"#).unwrap();
+        body.int("max_delay_sec").unwrap();
+        body.int("max_attempts").unwrap();
+        assert_eq!(
+            body.finish().unwrap_err().message,
+            r#"unknown field "max_delay"; did you mean "max_delay_sec"?"#
+        );
+
+        // Read-only fields of the record are ignored; the others still count.
+        let body = Body::parse(br#"{"name": "a", "id": 7, "created_at": "x"}"#).unwrap();
+        body.str("name").unwrap();
+        assert!(body.finish_ignoring(&["id", "created_at"]).is_ok());
+        let body = Body::parse(br#"{"id": 7}"#).unwrap();
+        assert!(body.finish_for(&serde_json::json!({"id": 1})).is_ok());
+        let body = Body::parse(br#"{"id": 7}"#).unwrap();
+        assert_eq!(body.finish().unwrap_err().code, 40001);
+        assert!(Body::parse(b"").unwrap().finish().is_ok());
+    }
+
+    #[test]
+    fn unknown_query_parameters_are_refused() {
+        let q = Query::parse(Some("page=2&statu=failed&statu=x"));
+        q.page().unwrap();
+        q.get("status");
+        let err = q.finish().unwrap_err();
+        assert_eq!(
+            err.message,
+            r#"unknown query parameter "statu"; did you mean "status"?"#
+        );
+        let q = Query::parse(Some("page=2"));
+        q.page().unwrap();
+        assert!(q.finish().is_ok());
+    }
+
+    #[test]
+    fn edit_distances() {
+        assert_eq!(edit_distance("filter_event", "filter_events"), 1);
+        assert_eq!(edit_distance("", "abc"), 3);
+        assert_eq!(edit_distance("kitten", "sitting"), 3);
+        assert_eq!(edit_distance("same", "same"), 0);
     }
 }

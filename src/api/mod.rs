@@ -14,6 +14,8 @@ use crate::store::Conn;
 use bytes::Bytes;
 use input::{Body, Query};
 use serde_json::Value;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 /// One API request as a handler sees it.
 pub struct Request {
@@ -24,6 +26,9 @@ pub struct Request {
     pub body: Bytes,
     /// The `{id}` segments of the matched route, in order.
     pub ids: Vec<i64>,
+    /// Set once the handler has checked the body for unknown fields ([`Body::finish`] or
+    /// [`Request::no_body`]); see [`dispatch`].
+    pub checked: Arc<AtomicBool>,
 }
 
 impl Request {
@@ -32,9 +37,50 @@ impl Request {
         self.ids.first().copied().unwrap_or_default()
     }
 
+    /// The JSON object body. The handler reads its fields, then calls one of the `finish`
+    /// methods before it writes anything.
     pub fn json(&self) -> ApiResult<Body> {
-        Body::parse(&self.body)
+        Ok(Body::parse(&self.body)?.with_flag(self.checked.clone()))
     }
+
+    /// For routes that take no body: any field sent is unknown (40001). Call it first.
+    pub fn no_body(&self) -> ApiResult<()> {
+        self.json()?.finish()
+    }
+
+    fn body_is_blank(&self) -> bool {
+        self.body.iter().all(u8::is_ascii_whitespace)
+    }
+}
+
+/// Runs a handler with the unknown-field rule of contract §3 around it. Only `GET` routes read
+/// query parameters and they write nothing, so their parameters (and any body fields, which
+/// none takes) are checked after the handler has read what it takes; other methods take no
+/// query parameter, so one is refused before the handler runs. A body sent to a route whose
+/// handler returns without checking it is a bug in that handler: logged, and fatal in debug
+/// builds so that a test sending a body finds it.
+pub fn dispatch(handler: Handler, ctx: &mut Ctx<'_>, req: &Request) -> ApiResult<Value> {
+    if req.method == "GET" {
+        let data = handler(ctx, req)?;
+        req.query.finish()?;
+        if !req.body_is_blank() {
+            req.no_body()?;
+        }
+        return Ok(data);
+    }
+    req.query.finish()?;
+    // Writing into a file the path no longer names would be lost: 503 instead (contract §10).
+    ctx.app.db_health.file_problem()?;
+    let data = handler(ctx, req)?;
+    if !req.body_is_blank() && !req.checked.load(Ordering::Relaxed) {
+        tracing::error!(
+            method = %req.method,
+            path = %req.path,
+            "handler did not check its body for unknown fields (call Body::finish or Request::no_body)"
+        );
+        debug_assert!(false, "{} {} did not check its body", req.method, req.path);
+    }
+    Ok(data)
 }
 
 /// What a handler works with: the server, the caller's app, a database connection, and "now".
@@ -45,7 +91,7 @@ pub struct Ctx<'a> {
     pub now_ms: i64,
 }
 
-type Handler = fn(&mut Ctx<'_>, &Request) -> ApiResult<Value>;
+pub type Handler = fn(&mut Ctx<'_>, &Request) -> ApiResult<Value>;
 
 /// One route: a method and a path pattern under `/v1`, where `{id}` stands for an integer.
 struct Route {

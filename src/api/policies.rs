@@ -61,6 +61,7 @@ pub fn create(ctx: &mut Ctx<'_>, req: &Request) -> ApiResult<Value> {
         updated_at: ctx.now_ms,
     };
     check(&policy)?;
+    body.finish_for(&policy)?;
     to_data(&store::policies::insert(ctx.conn, &policy)?)
 }
 
@@ -98,6 +99,7 @@ pub fn update(ctx: &mut Ctx<'_>, req: &Request) -> ApiResult<Value> {
     let mut policy = load(ctx, req.id())?;
     let before = policy.clone();
     apply_patch(&mut policy, &body)?;
+    body.finish_for(&before)?;
     if policy != before {
         policy.updated_at = ctx.now_ms;
         store::policies::update(ctx.conn, &policy)?;
@@ -107,6 +109,7 @@ pub fn update(ctx: &mut Ctx<'_>, req: &Request) -> ApiResult<Value> {
 
 /// Deletes a policy no endpoint uses (409 otherwise).
 pub fn delete(ctx: &mut Ctx<'_>, req: &Request) -> ApiResult<Value> {
+    req.no_body()?;
     let id = req.id();
     let app_id = ctx.app_id;
     store::write_tx(ctx.conn, |tx| {

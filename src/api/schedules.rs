@@ -95,25 +95,24 @@ pub fn create(ctx: &mut Ctx<'_>, req: &Request) -> ApiResult<Value> {
             .into_option()
             .unwrap_or_default(),
     )?;
-    let schedule = store::schedules::insert(
-        ctx.conn,
-        &Schedule {
-            id: 0,
-            app_id: ctx.app_id.to_string(),
-            name,
-            cron_expr,
-            timezone,
-            payload,
-            status: "active".into(),
-            next_run_at: next_run(&cron, ctx.now_ms),
-            last_run_at: None,
-            created_at: ctx.now_ms,
-            updated_at: ctx.now_ms,
-            endpoint_ids,
-            paused_reason: None,
-            endpoint_names: Default::default(),
-        },
-    )?;
+    let schedule = Schedule {
+        id: 0,
+        app_id: ctx.app_id.to_string(),
+        name,
+        cron_expr,
+        timezone,
+        payload,
+        status: "active".into(),
+        next_run_at: next_run(&cron, ctx.now_ms),
+        last_run_at: None,
+        created_at: ctx.now_ms,
+        updated_at: ctx.now_ms,
+        endpoint_ids,
+        paused_reason: None,
+        endpoint_names: Default::default(),
+    };
+    body.finish_for(&schedule)?;
+    let schedule = store::schedules::insert(ctx.conn, &schedule)?;
     ctx.app.scheduler_wake.notify();
     record(ctx, schedule)
 }
@@ -165,6 +164,7 @@ pub fn update(ctx: &mut Ctx<'_>, req: &Request) -> ApiResult<Value> {
     let mut schedule = load_live(ctx, req.id(), "changed")?;
     let before = schedule.clone();
     apply_patch(ctx, &mut schedule, &body)?;
+    body.finish_for(&before)?;
     if schedule != before {
         save(ctx, &mut schedule)?;
     }
@@ -173,6 +173,7 @@ pub fn update(ctx: &mut Ctx<'_>, req: &Request) -> ApiResult<Value> {
 
 /// Pause is idempotent: pausing a paused schedule changes nothing.
 pub fn pause(ctx: &mut Ctx<'_>, req: &Request) -> ApiResult<Value> {
+    req.no_body()?;
     let mut schedule = load_live(ctx, req.id(), "paused")?;
     if schedule.status != "paused" {
         schedule.status = "paused".into();
@@ -186,6 +187,7 @@ pub fn pause(ctx: &mut Ctx<'_>, req: &Request) -> ApiResult<Value> {
 /// Resume plans the next run from now: runs that fell while paused are not caught up.
 /// Resuming an active schedule changes nothing.
 pub fn resume(ctx: &mut Ctx<'_>, req: &Request) -> ApiResult<Value> {
+    req.no_body()?;
     let mut schedule = load_live(ctx, req.id(), "resumed")?;
     check_has_targets(&schedule, "resumed")?;
     if schedule.status != "active" {
@@ -212,6 +214,7 @@ fn check_has_targets(schedule: &Schedule, operation: &str) -> ApiResult<()> {
 
 /// Soft delete: the record stays readable with status `deleted` and never fires again.
 pub fn delete(ctx: &mut Ctx<'_>, req: &Request) -> ApiResult<Value> {
+    req.no_body()?;
     let id = req.id();
     let mut schedule = load(ctx, id)?;
     if schedule.status != "deleted" {
@@ -225,6 +228,7 @@ pub fn delete(ctx: &mut Ctx<'_>, req: &Request) -> ApiResult<Value> {
 /// Fires now, whatever the schedule's next run (a paused schedule too): one `manual` task per
 /// target endpoint, `schedule_id` set.
 pub fn trigger(ctx: &mut Ctx<'_>, req: &Request) -> ApiResult<Value> {
+    req.no_body()?;
     let schedule = load_live(ctx, req.id(), "triggered")?;
     check_has_targets(&schedule, "triggered")?;
     let firing = schedule.firing();
@@ -254,6 +258,7 @@ pub fn preview(ctx: &mut Ctx<'_>, req: &Request) -> ApiResult<Value> {
         })?,
     };
     let cron = parse_cron(&cron_expr, &timezone)?;
+    body.finish()?;
     let next_runs: Vec<String> = cron
         .upcoming(from, usize::try_from(count).unwrap_or(5))
         .iter()

@@ -36,6 +36,26 @@ pub fn attempts(ctx: &mut Ctx<'_>, req: &Request) -> ApiResult<Value> {
     page_object(page, total, items)
 }
 
+/// Fields of a task record that the server sets: ignored in a create body (contract §3). A
+/// manual task has no schedule or event, so `schedule_id`, `event_id` and `task_type` are
+/// read-only here too.
+const READ_ONLY: &[&str] = &[
+    "id",
+    "app_id",
+    "schedule_id",
+    "event_id",
+    "task_type",
+    "status",
+    "attempts",
+    "max_attempts",
+    "next_attempt_at",
+    "last_status_code",
+    "last_error",
+    "finished_at",
+    "created_at",
+    "updated_at",
+];
+
 /// A manual task: to one endpoint of the caller's app (a disabled one is accepted; the task
 /// waits), with `payload` (default `{}`), due at `run_at` (default now).
 pub fn create(ctx: &mut Ctx<'_>, req: &Request) -> ApiResult<Value> {
@@ -58,6 +78,7 @@ pub fn create(ctx: &mut Ctx<'_>, req: &Request) -> ApiResult<Value> {
         ))
     })?;
     let policy = store::policies::effective(ctx.conn, endpoint.retry_policy_id)?;
+    body.finish_ignoring(READ_ONLY)?;
     let id = store::tasks::insert(
         ctx.conn,
         &NewTask {
@@ -77,6 +98,7 @@ pub fn create(ctx: &mut Ctx<'_>, req: &Request) -> ApiResult<Value> {
 }
 
 pub fn cancel(ctx: &mut Ctx<'_>, req: &Request) -> ApiResult<Value> {
+    req.no_body()?;
     let id = req.id();
     if !store::tasks::cancel(ctx.conn, ctx.app_id, id, ctx.now_ms)? {
         let task = load(ctx, id)?;
@@ -91,6 +113,7 @@ pub fn cancel(ctx: &mut Ctx<'_>, req: &Request) -> ApiResult<Value> {
 /// A failed or canceled task goes back to `pending`, due now, with a fresh count of attempts
 /// (`max_attempts` from the endpoint's current retry policy).
 pub fn retry(ctx: &mut Ctx<'_>, req: &Request) -> ApiResult<Value> {
+    req.no_body()?;
     let id = req.id();
     let task = load(ctx, id)?;
     if task.status != "failed" && task.status != "canceled" {

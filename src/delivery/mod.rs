@@ -148,8 +148,11 @@ fn work(shared: &Shared) {
             Some(_) => DeliveryOutcome::HttpError,
             None => DeliveryOutcome::NetworkError,
         };
-        app.metrics
-            .record_delivery(outcome, u64::try_from(sent.duration_ms).unwrap_or(0));
+        app.metrics.record_delivery(
+            job.target.endpoint_id,
+            outcome,
+            u64::try_from(sent.duration_ms).unwrap_or(0),
+        );
         let now = app.clock.now();
         let verdict = send::judge(&job.task, &job.target.policy, &sent, now);
         lock(&shared.results).push(Done {
@@ -276,6 +279,7 @@ fn record(tx: &rusqlite::Connection, done: &[Done]) -> rusqlite::Result<()> {
         if !recorded {
             continue;
         }
+        log_outcome(d);
         store::attempts::insert(
             tx,
             &store::attempts::Attempt {
@@ -294,6 +298,48 @@ fn record(tx: &rusqlite::Connection, done: &[Done]) -> rusqlite::Result<()> {
         }
     }
     Ok(())
+}
+
+/// One WARN line per failed attempt (contract §10), and one when a `410 Gone` disables the
+/// endpoint. Ids, the attempt number, the status code or error and what happens next: never the
+/// payload, a header, a secret or a signature.
+fn log_outcome(d: &Done) {
+    use crate::store::tasks::AfterAttempt;
+    if d.verdict.after == AfterAttempt::Success {
+        return;
+    }
+    let next = match d.verdict.after {
+        AfterAttempt::RetryAt(at) => crate::clock::rfc3339(at),
+        _ => "failed for good".to_string(),
+    };
+    let error = d.verdict.error.as_deref().unwrap_or("");
+    match d.sent.status {
+        Some(status_code) => tracing::warn!(
+            task_id = d.task.id,
+            endpoint_id = d.endpoint_id,
+            attempt = d.task.attempt,
+            status_code,
+            error,
+            next_attempt_at = %next,
+            "delivery attempt failed"
+        ),
+        None => tracing::warn!(
+            task_id = d.task.id,
+            endpoint_id = d.endpoint_id,
+            attempt = d.task.attempt,
+            error,
+            next_attempt_at = %next,
+            "delivery attempt failed"
+        ),
+    }
+    if d.verdict.disable_endpoint {
+        tracing::warn!(
+            endpoint_id = d.endpoint_id,
+            task_id = d.task.id,
+            reason = "gone: the endpoint answered HTTP 410 Gone",
+            "endpoint disabled by webhookd"
+        );
+    }
 }
 
 /// Claims up to `free` due tasks and loads their endpoints and retry policies, once each.

@@ -202,6 +202,24 @@ pub fn delete_cascade(
          WHERE endpoint_id = ?1 AND status = 'pending'",
         params![id, now_ms],
     )?;
+    // The schedules this deletion leaves with no target: webhookd pauses them (logged at WARN,
+    // contract §10).
+    let paused: Vec<i64> = conn
+        .prepare(
+            "SELECT id FROM schedules WHERE app_id = ?2 AND status = 'active'
+             AND EXISTS (SELECT 1 FROM json_each(schedules.endpoint_ids) WHERE value = ?1)
+             AND NOT EXISTS (SELECT 1 FROM json_each(schedules.endpoint_ids) WHERE value != ?1)",
+        )?
+        .query_map(params![id, app_id], |r| r.get(0))?
+        .collect::<rusqlite::Result<_>>()?;
+    for schedule_id in paused {
+        tracing::warn!(
+            schedule_id,
+            endpoint_id = id,
+            reason = "every target endpoint was deleted",
+            "schedule paused by webhookd"
+        );
+    }
     // SET expressions all read the row as it was, so `emptied` looks at the old list.
     conn.execute(
         "UPDATE schedules SET

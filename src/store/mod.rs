@@ -75,6 +75,15 @@ fn create_private_file(path: &Path) -> anyhow::Result<()> {
         if !path.is_file() {
             bail!("--db {} is not a regular file", path.display());
         }
+        // A read-only file or mount would otherwise surface as a puzzling SQLite error (or, in
+        // WAL mode, "unable to open database file"): say what is wrong and what to fix.
+        if let Err(e) = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(path)
+        {
+            bail!(crate::health::unwritable_message(path, &e));
+        }
         return Ok(());
     }
     let mut options = std::fs::OpenOptions::new();

@@ -515,7 +515,14 @@ def phase_health(api):
                 status, body = resp.status, json.loads(resp.read())
         except urllib.error.HTTPError as e:
             status, body = e.code, None
-        R.check("GET /healthz unsigned -> 200 {\"status\":\"ok\"}", status == 200 and body == {"status": "ok"}, f"{status} {body}")
+        R.check("GET /healthz unsigned -> 200 {\"status\":\"ok\",\"version\":\"<semver>\"} (§10)", status == 200 and isinstance(body, dict) and body.get("status") == "ok" and re.match(r"^\d+\.\d+\.\d+", str(body.get("version", ""))) is not None and set(body) == {"status", "version"}, f"{status} {body}")
+    try:
+        req = urllib.request.Request(api.url("/healthz"), method="HEAD")
+        with urllib.request.urlopen(req, timeout=10) as resp:
+            status, body = resp.status, resp.read()
+    except urllib.error.HTTPError as e:
+        status, body = e.code, b""
+    R.check("HEAD /healthz -> 200, no body", status == 200 and body == b"", f"{status} {body[:100]!r}")
     try:
         with urllib.request.urlopen(api.url("/metrics"), timeout=10) as resp:
             status, text = resp.status, resp.read().decode("utf-8", "replace")
@@ -617,12 +624,13 @@ def phase_generic_errors(api):
     expect_err("POST /v1/events body not JSON", api.call("POST", "/v1/events", b"{nope"), 400, 40002)
     expect_err("PATCH /v1/endpoints/1 body a JSON array", api.call("PATCH", "/v1/endpoints/1", b"[]"), 400, 40002)
     # 413 (1 MiB limit) and the boundary
-    base = b'{"cron_expr":"* * * * *","pad":"'
-    tail = b'"}'
-    exact = base + b"a" * (1048576 - len(base) - len(tail)) + tail
+    # padded with JSON whitespace: an unknown padding field would be refused (§3)
+    base = b'{"cron_expr":"* * * * *"'
+    tail = b'}'
+    exact = base + b" " * (1048576 - len(base) - len(tail)) + tail
     r = api.call("POST", "/v1/cron/preview", exact)
     R.check("body of exactly 1 MiB is not over the limit (200)", r.status == 200 and r.code == 0, r.brief())
-    over = base + b"a" * (1048577 - len(base) - len(tail)) + tail
+    over = base + b" " * (1048577 - len(base) - len(tail)) + tail
     expect_err("body of 1 MiB + 1 byte", api.call("POST", "/v1/cron/preview", over), 413, 41301)
     # malformed query parameters
     expect_err("GET /v1/endpoints?page=abc", api.call("GET", "/v1/endpoints?page=abc"), 400, 40001, "page")
@@ -704,7 +712,9 @@ def phase_policies(api, ctx):
     # max_delay_sec defaults to 3600 and must be ≥ initial: an initial above 3600 without a max
     # breaks the rule.
     expect_err("POST /v1/retries/policies initial_delay_sec 7200 without max_delay_sec (default 3600 < initial)", api.call("POST", "/v1/retries/policies", dict(base, initial_delay_sec=7200)), 400, 40001, "max_delay_sec")
-    ok("unknown JSON fields are ignored", api.call("POST", "/v1/retries/policies", dict(base, name="conf-extra", surprise={"x": 1})))
+    r = expect_err("unknown JSON field is refused (§3, changed 2026-11-23)", api.call("POST", "/v1/retries/policies", dict(base, name="conf-extra", surprise={"x": 1})), 400, 40001, "surprise")
+    r = expect_err("misspelt field is refused with the nearest name", api.call("POST", "/v1/retries/policies", dict(base, name="conf-extra", max_attempt=3)), 400, 40001, "max_attempt")
+    R.check("misspelt field: message suggests max_attempts", r is not None and '"max_attempts"' in (r.message or ""), r.brief() if r else "")
     ctx.p1, ctx.p2, ctx.p3 = p1, p2, p3
 
 
@@ -1437,6 +1447,49 @@ def phase_isolation(api, api2, ctx):
     R.check("app1's endpoint unchanged by app2's attempts", g.get("name") == "conf-signed" and g.get("status") == "enabled", short(g))
 
 
+def phase_unknown_fields(api, ctx):
+    """§3 (changed 2026-11-23): a body field or query parameter the route does not take is 40001
+    naming it, with the nearest taken name suggested; read-only fields of the route's own record
+    are ignored, so a record read back can be sent back."""
+    e = (ctx.e_basic or {}).get("id")
+    s = getattr(ctx, "s2", None)
+    p = ctx.p1
+    bodies = [
+        ("POST", "/v1/endpoints", {"name": "conf-typo", "url": ctx.rx.url + "/typo", "filter_event": "order.*"}, "filter_event", "filter_events"),
+        ("PATCH", f"/v1/endpoints/{e}", {"filter_event": "order.*"}, "filter_event", "filter_events"),
+        ("POST", "/v1/retries/policies", {"name": "conf-typo", "max_attempts": 3, "backoff_type": "fixed", "backof_type": "x"}, "backof_type", "backoff_type"),
+        ("PATCH", f"/v1/retries/policies/{p}", {"max_delay": 10}, "max_delay", "max_delay_sec"),
+        ("POST", "/v1/schedules", {"name": "conf-typo", "cron_expr": "0 0 1 1 *", "time_zone": "UTC"}, "time_zone", "timezone"),
+        ("PATCH", f"/v1/schedules/{s}", {"cron": "0 0 1 1 *"}, "cron", None),
+        ("POST", "/v1/cron/preview", {"cron_expr": "* * * * *", "cnt": 3}, "cnt", None),
+        ("POST", "/v1/events", {"event_name": "conf.typo", "event_kye": "k"}, "event_kye", "event_key"),
+        ("POST", "/v1/tasks", {"endpoint_id": e, "payloads": {}}, "payloads", "payload"),
+        ("POST", f"/v1/endpoints/{e}/disable", {"reason": "x"}, "reason", None),
+        ("POST", f"/v1/schedules/{s}/trigger", {"payload": {}}, "payload", None),
+    ]
+    for method, path, body, field, nearest in bodies:
+        r = expect_err(f"{method} {path} with unknown field {field}", api.call(method, path, body), 400, 40001, field)
+        if nearest:
+            R.check(f"{method} {path}: message suggests {nearest}", f'"{nearest}"' in (r.message or ""), r.brief())
+    after = ok("endpoint unchanged after the refused disable", api.call("GET", f"/v1/endpoints/{e}")) or {}
+    R.check("a refused request changes nothing (endpoint still enabled)", after.get("status") == "enabled", short(after))
+    for path, param in [
+        ("/v1/endpoints?statuss=enabled", "statuss"),
+        ("/v1/retries/policies?q=x", "q"),
+        ("/v1/schedules?page=1&sort=name", "sort"),
+        ("/v1/events?name=x", "name"),
+        ("/v1/tasks?endpoint=1", "endpoint"),
+        (f"/v1/tasks/{getattr(ctx, 'task_id', 1)}/attempts?status=failed", "status"),
+    ]:
+        expect_err(f"GET {path} (unknown query parameter)", api.call("GET", path), 400, 40001, param)
+    ok("GET /v1/tasks with every known filter", api.call("GET", "/v1/tasks?page=1&page_size=5&status=failed&schedule_id=1&event_id=1&endpoint_id=1&task_type=manual"))
+    # read-only fields: a record read back is accepted unchanged
+    for kind, path in [("endpoint", f"/v1/endpoints/{e}"), ("retry policy", f"/v1/retries/policies/{p}"), ("schedule", f"/v1/schedules/{s}")]:
+        rec = ok(f"GET {kind}", api.call("GET", path)) or {}
+        back = ok(f"PATCH {kind} with the record read back unchanged", api.call("PATCH", path, rec)) or {}
+        R.check(f"PATCH {kind} read back: record unchanged", {k: v for k, v in back.items() if k != "updated_at"} == {k: v for k, v in rec.items() if k != "updated_at"}, short(back))
+
+
 def phase_updated_at(api, ctx):
     """updated_at moves on every change (seconds precision: wait past the second)."""
     before = ctx.e_basic
@@ -1482,6 +1535,7 @@ def main(argv):
         ("backoff (start)", lambda: start_backoff(api, ctx)),
         ("tasks", lambda: phase_tasks(api, ctx)),
         ("isolation", lambda: phase_isolation(api, api2, ctx)),
+        ("unknown fields", lambda: phase_unknown_fields(api, ctx)),
         ("updated_at", lambda: phase_updated_at(api, ctx)),
         ("backoff (check)", lambda: check_backoff(api, ctx)),
     ]

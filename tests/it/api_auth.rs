@@ -172,7 +172,13 @@ fn a_revoked_key_stops_working_at_once() {
 fn health_needs_no_signature_and_replies_carry_request_ids() {
     let server = TestServer::start();
     let (status, body) = raw(&server.url, "GET", "/healthz", &[], b"");
-    assert_eq!((status, body), (200, json!({"status": "ok"})));
+    assert_eq!(
+        (status, body),
+        (
+            200,
+            json!({"status": "ok", "version": env!("CARGO_PKG_VERSION")})
+        )
+    );
     let reply = server.client().send("GET", "/nope", None).unwrap();
     assert_eq!((reply.status, reply.code()), (404, 40401));
     assert!(

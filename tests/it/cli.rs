@@ -92,10 +92,14 @@ fn foreign_and_newer_databases_are_refused_unchanged() {
     );
 
     let newer = dir.path().join("newer.sqlite");
-    webhookd::store::open(&newer, 1).unwrap();
     {
-        let conn = rusqlite::Connection::open(&newer).unwrap();
+        // Set the newer version through the pool's one connection and checkpoint it into the
+        // file, so nothing is left in the WAL for a later close to write back after `before`.
+        let pool = webhookd::store::open(&newer, 1).unwrap();
+        let conn = pool.get().unwrap();
         conn.pragma_update(None, "user_version", webhookd::store::SCHEMA_VERSION + 1)
+            .unwrap();
+        conn.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(()))
             .unwrap();
     }
     let before = std::fs::read(&newer).unwrap();

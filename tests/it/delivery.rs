@@ -443,6 +443,37 @@ fn metrics_count_tasks_and_deliveries() {
         text.contains("webhookd_delivery_duration_seconds_count 1\n"),
         "{text}"
     );
+    // Contract §10 additions: per-endpoint counters, build info, process memory and files.
+    assert!(
+        text.contains(&format!(
+            "webhookd_endpoint_deliveries_total{{endpoint_id=\"{ep}\",outcome=\"success\"}} 1\n"
+        )),
+        "{text}"
+    );
+    assert!(
+        text.contains(&format!(
+            "webhookd_build_info{{version=\"{}\",commit=\"{}\",target=\"{}\"}} 1\n",
+            env!("CARGO_PKG_VERSION"),
+            webhookd::metrics::GIT_COMMIT,
+            webhookd::metrics::TARGET
+        )),
+        "{text}"
+    );
+    let gauge = |name: &str| -> f64 {
+        text.lines()
+            .find_map(|l| l.strip_prefix(&format!("{name} ")))
+            .unwrap_or_else(|| panic!("{name} missing:\n{text}"))
+            .parse()
+            .unwrap()
+    };
+    assert!(gauge("process_resident_memory_bytes") > 1_000_000.0);
+    assert!(gauge("process_open_fds") >= 3.0);
+    // Every sample line is `name{labels} value` with a number.
+    for line in text.lines().filter(|l| !l.starts_with('#')) {
+        let value = line.rsplit(' ').next().unwrap();
+        assert!(value.parse::<f64>().is_ok(), "{line}");
+    }
+    assert!(text.ends_with("# EOF\n"));
 
     let off = TestServer::start_with(|config| config.metrics = false);
     assert_eq!(get_text(&format!("{}/metrics", off.url)).0, 404);

@@ -541,7 +541,7 @@ fn scheduler_fires_due_schedules_one_task_per_enabled_target() {
     // Fired exactly on the instant of the manual clock: no lag.
     let (_, metrics) = get_text(&format!("{}/metrics", server.url));
     assert!(
-        metrics.contains("webhookd_scheduler_lag_seconds 0\n"),
+        metrics.contains("webhookd_scheduler_lag_seconds 0.0\n"),
         "{metrics}"
     );
 

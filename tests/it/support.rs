@@ -88,12 +88,12 @@ impl TestServer {
         adjust: impl FnOnce(&mut Config),
         manual: Option<Arc<ManualClock>>,
     ) -> TestServer {
-        let db = dir.path().join("webhookd.sqlite");
-        let mut config = Config::new(&db);
+        let mut config = Config::new(dir.path().join("webhookd.sqlite"));
         config.listen = "127.0.0.1:0".parse().unwrap();
         config.workers = 4;
         config.shutdown_grace_secs = 2;
         adjust(&mut config);
+        let db = config.db.clone();
         let (key_id, secret) = key.unwrap_or_else(|| create_key(&db, "app1"));
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)

@@ -1,0 +1,403 @@
+"""The dashboard in a real headless Chromium (contract §15), driven by Python playwright.
+
+Started by tests/it/dashboard.rs with a running webhookd and a loopback receiver; reads:
+  WEBHOOKD_URL        http://127.0.0.1:PORT of the server
+  WEBHOOKD_KEY_ID / WEBHOOKD_SECRET   a key of app `app1`
+  RECEIVER_URL        a receiver that answers its first request 500 (body "boom from receiver"),
+                      then 200
+  SCREENSHOTS         folder for one screenshot per page
+  CHROMIUM            the browser binary (default /usr/bin/chromium)
+
+The page is loaded from http://webhookd.lan:PORT/ui/ (mapped to 127.0.0.1 by
+--host-resolver-rules): a non-secure origin, where browsers offer no crypto.subtle, like a
+Raspberry Pi reached over the LAN. Prints `RESULT {json}` with the measured figures.
+"""
+
+import hashlib
+import hmac
+import json
+import os
+import re
+import sys
+import tempfile
+import time
+import urllib.parse
+import urllib.request
+from datetime import datetime, timezone
+from zoneinfo import ZoneInfo
+
+from playwright.sync_api import expect, sync_playwright
+
+SERVER = os.environ["WEBHOOKD_URL"]
+PORT = urllib.parse.urlparse(SERVER).port
+ORIGIN = f"http://webhookd.lan:{PORT}"
+KEY_ID = os.environ["WEBHOOKD_KEY_ID"]
+SECRET = os.environ["WEBHOOKD_SECRET"]
+RECEIVER = os.environ["RECEIVER_URL"]
+SHOTS = os.environ.get("SCREENSHOTS", "target/ui-screenshots")
+CHROMIUM = os.environ.get("CHROMIUM", "/usr/bin/chromium")
+BROWSER_ZONE = "America/New_York"
+XSS_NAME = "<img src=x onerror=alert(document.domain)>"
+HERE = os.path.dirname(os.path.abspath(__file__))
+ARGS = [
+    "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+    "--disable-background-networking", "--disable-component-update", "--disable-sync",
+    "--disable-dev-shm-usage",
+    "--host-resolver-rules=MAP webhookd.lan 127.0.0.1",
+]
+expect.set_options(timeout=15_000)
+
+
+def check(cond, what):
+    if not cond:
+        raise AssertionError(what)
+
+
+def signed_get(path):
+    """A signed API call from Python (the same scheme as the page), to read expected values."""
+    ts = str(int(time.time() * 1000))
+    sig = hmac.new(SECRET.encode(), f"{ts}\nGET {path}".encode(), hashlib.sha256).hexdigest()
+    req = urllib.request.Request(SERVER + path, headers={
+        "X-Key-ID": KEY_ID, "X-Timestamp": ts, "X-Signature": sig})
+    with urllib.request.urlopen(req) as reply:
+        return json.load(reply)["data"]
+
+
+def wall(iso, zone):
+    at = datetime.fromisoformat(iso.replace("Z", "+00:00")).astimezone(ZoneInfo(zone))
+    return at.strftime("%Y-%m-%d %H:%M:%S")
+
+
+def launch(p, **context_args):
+    profile = tempfile.mkdtemp(prefix="webhookd-chromium-")
+    return p.chromium.launch_persistent_context(
+        profile, executable_path=CHROMIUM, headless=True, args=ARGS,
+        viewport={"width": 1280, "height": 900}, timezone_id=BROWSER_ZONE, **context_args)
+
+
+def shot(page, name):
+    page.screenshot(path=os.path.join(SHOTS, f"{name}.png"), full_page=True)
+
+
+def create_through_form(page, nav, opener, fields, notice):
+    """Goes to a page, opens its form, fills it, submits, and waits for the success notice."""
+    page.click(f"nav >> text={nav}")
+    page.click(f"text={opener}")
+    for selector, value in fields.items():
+        page.fill(selector, value)
+    page.click("form.grid button[type=submit]")
+    expect(page.locator(".notice.ok")).to_contain_text(notice)
+
+
+def result_or_missing_route(page, present, missing, on_present):
+    """For a route another helper adds in parallel (§11/§12): the page shows either its result
+    (`present`; `on_present` checks it) or its note that this server lacks the route."""
+    expect(page.locator(f"{present}, {missing}").first).to_be_visible()
+    if page.locator(present).count():
+        on_present()
+        return "present"
+    expect(page.locator(missing)).to_contain_text("does not offer that yet")
+    return "absent (message shown)"
+
+
+def measure_first_load(p):
+    """Transferred bytes and time to the sign-in form on an empty cache."""
+    ctx = launch(p)
+    page = ctx.pages[0] if ctx.pages else ctx.new_page()
+    cdp = ctx.new_cdp_session(page)
+    cdp.send("Network.enable")
+    received = {}
+    cdp.on("Network.loadingFinished", lambda e: received.__setitem__(e["requestId"], e["encodedDataLength"]))
+    started = time.monotonic()
+    page.goto(ORIGIN + "/ui/")
+    page.wait_for_selector("form.signin input[name=key_id]")
+    to_form_ms = (time.monotonic() - started) * 1000
+    in_page_ms = page.evaluate("performance.getEntriesByName('webhookd:sign-in-shown')[0].startTime")
+    timing = page.evaluate("""() => {
+        const n = performance.getEntriesByType('navigation')[0];
+        const fcp = performance.getEntriesByName('first-contentful-paint')[0];
+        return { html_ms: n.responseEnd, dom_content_loaded_ms: n.domContentLoadedEventEnd,
+                 first_contentful_paint_ms: fcp ? fcp.startTime : null };
+    }""")
+    page.wait_for_load_state("networkidle")
+    # Signed in, the overview with its numbers is the first useful page.
+    page.fill("input[name=key_id]", KEY_ID)
+    page.fill("input[name=secret]", SECRET)
+    started = time.monotonic()
+    page.click("form.signin button[type=submit]")
+    page.wait_for_selector("body[data-ready=overview]")
+    overview_ms = (time.monotonic() - started) * 1000
+    overview_in_page_ms = page.evaluate("""() =>
+        performance.getEntriesByName('webhookd:ready:overview')[0].startTime
+        - performance.getEntriesByName('webhookd:sign-in-submitted').at(-1).startTime""")
+    total = sum(received.values())
+    files = page.evaluate("performance.getEntriesByType('resource').filter(e => e.name.includes('/ui/')).length + 1")
+    ctx.close()
+    result = {"first_load_transferred_bytes": total, "first_load_files": files,
+              "sign_in_form_seen_by_driver_ms": round(to_form_ms, 1),
+              "sign_in_form_rendered_ms": round(in_page_ms, 1),
+              "sign_in_click_to_overview_seen_ms": round(overview_ms, 1),
+              "sign_in_submit_to_overview_rendered_ms": round(overview_in_page_ms, 1)}
+    result.update({k: round(v, 1) for k, v in timing.items() if v is not None})
+    return result
+
+
+def sign_in_with_a_wrong_device_clock(p):
+    """A phone whose clock is an hour fast still signs in and works: the page learns the
+    server's time from the Date header of the 40104 reply and signs with it."""
+    ctx = launch(p)
+    ctx.add_init_script("Date.now = ((now) => () => now() + 3600 * 1000)(Date.now.bind(Date));")
+    page = ctx.pages[0] if ctx.pages else ctx.new_page()
+    page.goto(ORIGIN + "/ui/")
+    page.fill("input[name=key_id]", KEY_ID)
+    page.fill("input[name=secret]", SECRET)
+    page.click("form.signin button[type=submit]")
+    page.wait_for_selector("body[data-ready=overview]")
+    page.click("nav >> text=Endpoints")
+    page.wait_for_selector("body[data-ready=endpoints]")
+    ctx.close()
+
+
+def main():
+    os.makedirs(SHOTS, exist_ok=True)
+    result = {}
+    with sync_playwright() as p:
+        result.update(measure_first_load(p))
+        sign_in_with_a_wrong_device_clock(p)
+        result["sign_in_with_device_clock_an_hour_fast"] = "ok"
+        ctx = launch(p)
+        page = ctx.pages[0] if ctx.pages else ctx.new_page()
+        try:
+            run(page, result)
+        except Exception:
+            page.screenshot(path=os.path.join(SHOTS, "failure.png"), full_page=True)
+            print("console errors: " + json.dumps(CONSOLE_ERRORS), file=sys.stderr)
+            raise
+        ctx.close()
+    print("RESULT " + json.dumps(result))
+
+
+CONSOLE_ERRORS = []
+
+
+def run(page, result):
+        ctx = page.context
+        requests, dialogs, console_errors = [], [], CONSOLE_ERRORS
+        ctx.on("request", lambda r: requests.append(r.url))
+        def on_dialog(dialog):
+            # The page's own confirm() before a bulk retry is expected; any other dialog (an
+            # alert from an injected handler) is recorded and fails the test.
+            if dialog.type == "confirm" and dialog.message.startswith("Retry every"):
+                dialog.accept()
+            else:
+                dialogs.append(dialog.message)
+                dialog.dismiss()
+        page.on("dialog", on_dialog)
+        # Chromium logs every non-2xx fetch (the wrong secret's 401) as "Failed to load resource";
+        # anything else logged as an error, and every uncaught exception, fails the test.
+        page.on("console", lambda m: m.type == "error" and "Failed to load resource" not in m.text
+                and console_errors.append(m.text))
+        page.on("pageerror", lambda e: console_errors.append(str(e)))
+
+        # Headers of the page itself.
+        reply = page.goto(ORIGIN + "/ui/")
+        headers = reply.headers
+        csp = headers.get("content-security-policy", "")
+        check("script-src 'self'" in csp and "unsafe-inline" not in csp, f"CSP: {csp}")
+        check("frame-ancestors 'none'" in csp and "connect-src 'self'" in csp, f"CSP: {csp}")
+        check(headers.get("x-frame-options") == "DENY", f"X-Frame-Options: {headers}")
+        check(headers.get("x-content-type-options") == "nosniff", "nosniff")
+
+        # A non-secure origin: no WebCrypto, and the vendored SHA-256/HMAC passes the vectors.
+        check(page.evaluate("window.isSecureContext") is False, "expected a non-secure origin")
+        check(page.evaluate("typeof crypto.subtle") == "undefined", "crypto.subtle should be absent")
+        with open(os.path.join(HERE, "vectors.json")) as f:
+            vectors = json.load(f)
+        failures = page.evaluate("""async (v) => {
+            const m = await import('/ui/sha256.js');
+            const bytes = (hex) => new Uint8Array((hex.match(/../g) || []).map((b) => parseInt(b, 16)));
+            const out = [];
+            for (const s of v.sha256) {
+                const got = m.hex(m.sha256(m.utf8(s.text.repeat(s.repeat))));
+                if (got !== s.want) out.push('sha256 ' + s.text.slice(0, 10) + ': ' + got);
+            }
+            for (const c of v.hmac) {
+                const got = m.hex(m.hmacSha256(bytes(c.key_hex), bytes(c.data_hex)));
+                if (got !== c.want) out.push(c.name + ': ' + got);
+            }
+            return out;
+        }""", vectors)
+        check(failures == [], f"hash vectors failed in the browser: {failures}")
+        result["hash_vectors_in_browser"] = len(vectors["sha256"]) + len(vectors["hmac"])
+
+        # Sign in: a wrong secret is refused, the right one works.
+        page.fill("input[name=key_id]", KEY_ID)
+        page.fill("input[name=secret]", SECRET + "x")
+        page.click("form.signin button[type=submit]")
+        expect(page.locator("form.signin .error")).to_have_text("Unknown key id or wrong secret.")
+        shot(page, "0-sign-in")
+        page.fill("input[name=secret]", SECRET)
+        page.click("form.signin button[type=submit]")
+        page.wait_for_selector("body[data-ready=overview]")
+        check(page.evaluate("document.cookie") == "", "no cookie")
+        check(page.evaluate("localStorage.length") == 0, "nothing in localStorage")
+        check(SECRET in page.evaluate("sessionStorage.getItem('webhookd.credentials')"), "secret in sessionStorage")
+
+        # A retry policy with one attempt, so the first failure is final.
+        create_through_form(page, "Retry policies", "New policy",
+                            {"input[name=name]": "once", "input[name=max_attempts]": "1"}, "saved")
+        expect(page.locator("main table")).to_contain_text("once")
+        shot(page, "6-policies")
+
+        # Endpoints: one to the receiver (using the policy), one whose name is HTML.
+        page.click("nav >> text=Endpoints")
+        page.click("text=New endpoint")
+        page.fill("input[name=name]", "receiver")
+        page.fill("input[name=url]", RECEIVER)
+        page.select_option("select[name=retry_policy_id]", label=page.locator(
+            "select[name=retry_policy_id] option", has_text="once").inner_text())
+        page.click("form.grid button[type=submit]")
+        expect(page.locator(".notice.ok")).to_contain_text("saved")
+        page.click("text=New endpoint")
+        page.fill("input[name=name]", XSS_NAME)
+        page.fill("input[name=url]", RECEIVER + "/other")
+        page.click("form.grid button[type=submit]")
+        expect(page.locator(".notice.ok")).to_contain_text("saved")
+        expect(page.locator("main td strong.name", has_text=XSS_NAME)).to_have_count(1)
+        check(page.locator("main img").count() == 0, "the name became an <img>")
+        row = page.locator("main tbody tr", has_text="receiver")
+        row.locator("button:has-text('Edit')").click()
+        page.fill("form.grid input[name=filter_events]", "order.*")
+        page.click("form.grid button[type=submit]")
+        expect(page.locator(".notice.ok")).to_contain_text("saved")
+        endpoints = signed_get("/v1/endpoints?page_size=10")["items"]
+        check(next(e for e in endpoints if e["name"] == "receiver")["filter_events"] == "order.*", "endpoint edit")
+        receiver_id = next(e["id"] for e in endpoints if e["name"] == "receiver")
+        shot(page, "2-endpoints")
+
+        # A failing delivery (the receiver answers 500), found on the tasks page and retried.
+        page.click("nav >> text=Tasks")
+        page.click("text=New manual task")
+        page.fill("input[name=endpoint_id]", str(receiver_id))
+        page.fill("textarea[name=payload]", '{"order": 42}')
+        page.click("form.grid button[type=submit]")
+        page.wait_for_url(re.compile(r"#/tasks/\d+$"))
+        task_id = int(page.url.rsplit("/", 1)[1])
+        for _ in range(100):
+            if signed_get(f"/v1/tasks/{task_id}")["status"] == "failed":
+                break
+            time.sleep(0.1)
+        page.goto(ORIGIN + "/ui/#/tasks?status=failed")
+        row = page.locator("main tbody tr", has_text="manual")
+        expect(row).to_have_count(1)
+        expect(row).to_contain_text("HTTP 500")
+        shot(page, "3-tasks-failed")
+        row.locator("text=Attempts").click()
+        expect(page.locator(".attempt pre")).to_have_text("boom from receiver")
+        expect(page.locator(".attempt")).to_contain_text("HTTP 500")
+        shot(page, "4-task-attempts")
+        page.click("button:has-text('Retry')")
+        expect(page.locator(".notice.ok")).to_contain_text("pending again")
+        for _ in range(100):
+            if signed_get(f"/v1/tasks/{task_id}")["status"] == "success":
+                break
+            time.sleep(0.1)
+        page.reload()
+        expect(page.locator("dl.facts")).to_contain_text("success")
+        expect(page.locator(".attempt")).to_have_count(2)
+
+        # The filter `retrying` is offered.
+        page.goto(ORIGIN + "/ui/#/tasks")
+        check("retrying" in page.locator("select[name=filter-status]").inner_text(), "status filter retrying")
+
+        # Schedules: the cron preview as one types, DST changes marked, local next runs.
+        page.click("nav >> text=Schedules")
+        page.click("text=New schedule")
+        page.fill("input[name=name]", "nightly report")
+        page.fill("input[name=timezone]", "Europe/Berlin")
+        page.fill("input[name=cron_expr]", "30 2 25-31 3 *")
+        expect(page.locator(".preview tbody tr")).to_have_count(8)
+        check(page.locator(".preview tr.dst").count() >= 1, "no DST change marked in March")
+        expect(page.locator(".preview .badge.dst").first).to_contain_text("GMT+01:00")
+        page.fill("input[name=cron_expr]", "30 2 * *")
+        expect(page.locator(".preview .error")).to_contain_text("cron_expr")
+        page.fill("input[name=cron_expr]", "30 2 * * *")
+        expect(page.locator(".preview tbody tr")).to_have_count(8)
+        shot(page, "5-schedule-form")
+        page.locator("fieldset label", has_text="receiver").locator("input").check()
+        page.click("form.grid button[type=submit]")
+        expect(page.locator(".notice.ok")).to_contain_text("saved")
+        schedule = signed_get("/v1/schedules?page_size=1")["items"][0]
+        row = page.locator("main tbody tr", has_text="nightly report")
+        expect(row).to_contain_text(wall(schedule["next_run_at"], "Europe/Berlin"))
+        expect(row).to_contain_text(wall(schedule["next_run_at"], BROWSER_ZONE))
+        check(wall(schedule["next_run_at"], "Europe/Berlin").endswith("02:30:00"), "Berlin 02:30")
+        # Edit: only the changed field is sent (a PATCH of the name keeps the rest).
+        row.locator("button:has-text('Edit')").click()
+        page.fill("form.grid input[name=name]", "nightly report v2")
+        page.click("form.grid button[type=submit]")
+        expect(page.locator(".notice.ok")).to_contain_text("saved")
+        row = page.locator("main tbody tr", has_text="nightly report v2")
+        expect(row).to_contain_text("30 2 * * *")
+        row.locator("text=Next runs").click()
+        expect(row.locator("table.runs tbody tr")).to_have_count(10)
+        shot(page, "5-schedules")
+
+        # Events: publish, see it listed, follow it to its tasks.
+        create_through_form(page, "Events", "Publish event", {
+            "input[name=event_name]": "order.created", "textarea[name=payload]": '{"id": 7}'}, "2 task(s)")
+        expect(page.locator("main tbody tr")).to_have_count(1)
+        shot(page, "7-events")
+        page.click("main a:has-text('2 task(s)')")
+        page.wait_for_selector("body[data-ready=tasks]")
+        expect(page.locator("main tbody tr")).to_have_count(2)
+        # Bulk retry of the event's failed tasks (none failed): a count, or the missing-route note.
+        page.click("button:has-text('Retry all failed')")
+        result["bulk_retry_route"] = result_or_missing_route(
+            page, ".notice.ok", ".notice.error",
+            lambda: expect(page.locator(".notice.ok")).to_contain_text("0 task(s) are pending again"))
+
+        # Test delivery and secret rotation (contract §11/§12).
+        page.click("nav >> text=Endpoints")
+        row = page.locator("main tbody tr", has_text="receiver")
+        row.locator("button:has-text('Send test')").click()
+        result["test_delivery_route"] = result_or_missing_route(
+            page, "section.panel:has-text('Test delivery to')", ".notice.error",
+            lambda: expect(page.locator("section.panel .attempt")).to_contain_text("HTTP 200"))
+        row.locator("button:has-text('Rotate secret')").click()
+        page.click("form.grid button[type=submit]")
+        secret_box = page.locator("form.grid input.secret")
+        result["rotate_secret_route"] = result_or_missing_route(
+            page, "form.grid input.secret", "form.grid .error",
+            lambda: check(secret_box.input_value().startswith("whsec_"), "rotated secret"))
+        shot(page, "2-endpoints-actions")
+
+        # The overview counts what happened.
+        page.click("nav >> text=Overview")
+        page.wait_for_selector("body[data-ready=overview]")
+        expect(page.locator(".legend")).to_contain_text("succeeded")
+        shot(page, "1-overview")
+
+        # A phone-sized view of the tasks.
+        page.set_viewport_size({"width": 390, "height": 800})
+        page.goto(ORIGIN + "/ui/#/tasks")
+        page.wait_for_selector("body[data-ready=tasks]")
+        shot(page, "8-tasks-phone")
+
+        # Nothing ran from the HTML name; no request left the origin; no script errors.
+        check(dialogs == [], f"a dialog opened: {dialogs}")
+        check(page.title() == "webhookd", "title changed")
+        foreign = [u for u in requests if not (u.startswith(ORIGIN + "/") or u.startswith("data:"))]
+        check(foreign == [], f"requests to another origin: {foreign}")
+        check(not any(u.split("?")[0].endswith("/x") for u in requests), "the <img src=x> loaded")
+        check(not any(SECRET in u for u in requests), "the secret appeared in a URL")
+        check(console_errors == [], f"console errors: {console_errors}")
+        result["requests_checked"] = len(requests)
+
+
+if __name__ == "__main__":
+    try:
+        main()
+    except AssertionError as e:
+        print(f"FAILED: {e}", file=sys.stderr)
+        sys.exit(1)

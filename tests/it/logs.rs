@@ -1,0 +1,231 @@
+//! Logs (contract §10): `--log-format json` writes one JSON object a line; every failed
+//! delivery attempt, an endpoint disabled and a schedule paused by webhookd are WARN lines with
+//! their ids and reasons; no secret, signature, header value or payload ever reaches the log.
+
+use crate::support::{Answer, Receiver, free_local_addr, ok, raw, signed_headers, wait_for};
+use serde_json::{Value, json};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+use webhookd::client::Client;
+
+const BIN: &str = env!("CARGO_BIN_EXE_webhookd");
+
+/// `webhookd serve` on `db` with stderr into `log`, once it answers `/healthz`: the child and
+/// its base URL.
+fn serve_logging(db: &Path, log: &Path, args: &[&str], env: &[(&str, &str)]) -> (Child, String) {
+    let listen = free_local_addr();
+    let child = Command::new(BIN)
+        .args(["serve", "--db"])
+        .arg(db)
+        .args(["--listen", &listen])
+        .args(args)
+        .envs(env.iter().copied())
+        .env_remove("NO_COLOR")
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(log).unwrap())
+        .spawn()
+        .unwrap();
+    let url = format!("http://{listen}");
+    wait_for(Duration::from_secs(10), || {
+        ureq::get(&format!("{url}/healthz")).call().ok()
+    })
+    .expect("server up");
+    (child, url)
+}
+
+/// SIGTERM, then the exit status.
+fn stop(mut child: Child) -> std::process::ExitStatus {
+    let _ = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status();
+    child.wait().unwrap()
+}
+
+#[test]
+fn json_logs_parse_line_by_line_carry_the_warnings_and_no_secret() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("webhookd.sqlite");
+    let (key_id, api_secret) = crate::support::create_key(&db, "app1");
+    let log_path = dir.path().join("stderr.log");
+    let (child, url) = serve_logging(
+        &db,
+        &log_path,
+        &["--log-format", "json"],
+        &[("WEBHOOKD_LOG", "info,webhookd=debug")],
+    );
+    let c = Client::new(&url, &key_id, &api_secret);
+
+    let rx = Receiver::start();
+    // Attempt 1 fails with 500 (retried at once by the policy), attempt 2 gets 410 Gone.
+    rx.script([Answer::status(500), Answer::status(410)]);
+    let endpoint_secret = "ENDPOINT-SECRET-7f3a9c";
+    let header_marker = "HEADER-MARKER-51bd";
+    let payload_marker = "PAYLOAD-MARKER-c0ffee";
+    let policy = ok(
+        &c,
+        "POST",
+        "/v1/retries/policies",
+        Some(
+            json!({"name": "fast", "max_attempts": 3, "backoff_type": "fixed", "initial_delay_sec": 0, "max_delay_sec": 0}),
+        ),
+    );
+    let endpoint = ok(
+        &c,
+        "POST",
+        "/v1/endpoints",
+        Some(json!({
+            "name": "logged", "url": format!("{}/hook", rx.url), "secret": endpoint_secret,
+            "headers": {"X-Custom": header_marker}, "retry_policy_id": policy["id"],
+        })),
+    );
+    // A signed publish whose signature we know.
+    let body =
+        json!({"event_name": "order.created", "payload": {"marker": payload_marker}}).to_string();
+    let timestamp = chrono::Utc::now().timestamp().to_string();
+    let headers = signed_headers(
+        &key_id,
+        &api_secret,
+        &timestamp,
+        "POST",
+        "/v1/events",
+        body.as_bytes(),
+    );
+    let inbound_signature = headers[2].1.clone();
+    let (status, _) = raw(&url, "POST", "/v1/events", &headers, body.as_bytes());
+    assert_eq!(status, 200);
+    // The same signature again: a replay, refused (and possibly logged).
+    let (status, _) = raw(&url, "POST", "/v1/events", &headers, body.as_bytes());
+    assert_eq!(status, 401);
+    let received = rx.wait_for(2, Duration::from_secs(15));
+    assert_eq!(received.len(), 2, "two attempts delivered");
+    let mut outbound_signatures: Vec<String> = Vec::new();
+    for r in &received {
+        for name in ["x-service-signature", "webhook-signature"] {
+            let value = r.header(name).expect("signed delivery").to_string();
+            outbound_signatures.push(value.trim_start_matches("v1,").to_string());
+        }
+    }
+    let endpoint_id = endpoint["id"].as_i64().unwrap();
+    wait_for(Duration::from_secs(10), || {
+        let ep = ok(&c, "GET", &format!("/v1/endpoints/{endpoint_id}"), None);
+        (ep["status"] == "disabled").then_some(())
+    })
+    .expect("410 disabled the endpoint");
+
+    // A schedule whose only endpoint is deleted is paused by webhookd.
+    let other = ok(
+        &c,
+        "POST",
+        "/v1/endpoints",
+        Some(json!({"name": "other", "url": format!("{}/other", rx.url)})),
+    );
+    let schedule = ok(
+        &c,
+        "POST",
+        "/v1/schedules",
+        Some(json!({"name": "s", "cron_expr": "0 0 1 1 *", "endpoint_ids": [other["id"]]})),
+    );
+    ok(
+        &c,
+        "DELETE",
+        &format!("/v1/endpoints/{}", other["id"]),
+        None,
+    );
+    // A bad signature and an unknown field, for good measure.
+    let (status, _) = raw(
+        &url,
+        "GET",
+        "/v1/endpoints",
+        &[
+            ("X-Key-ID", key_id.clone()),
+            ("X-Timestamp", chrono::Utc::now().timestamp().to_string()),
+            ("X-Signature", "deadbeef".repeat(8)),
+        ],
+        b"",
+    );
+    assert_eq!(status, 401);
+
+    let exit = stop(child);
+    assert!(exit.success(), "clean shutdown: {exit:?}");
+    let log = std::fs::read_to_string(&log_path).unwrap();
+
+    let mut lines = Vec::new();
+    for line in log.lines().filter(|l| !l.trim().is_empty()) {
+        let value: Value =
+            serde_json::from_str(line).unwrap_or_else(|e| panic!("not a JSON line ({e}): {line}"));
+        assert!(
+            value["level"].is_string() && value["message"].is_string(),
+            "{line}"
+        );
+        assert!(!line.contains('\u{1b}'), "colour codes in {line}");
+        lines.push(value);
+    }
+    let mut forbidden = vec![
+        api_secret.clone(),
+        endpoint_secret.to_string(),
+        header_marker.to_string(),
+        payload_marker.to_string(),
+        inbound_signature,
+    ];
+    forbidden.extend(outbound_signatures);
+    for needle in &forbidden {
+        assert!(
+            !log.contains(needle.as_str()),
+            "the log holds {needle:?}:\n{log}"
+        );
+    }
+
+    let warn = |message: &str| -> Vec<&Value> {
+        lines
+            .iter()
+            .filter(|l| l["level"] == "WARN" && l["message"] == message)
+            .collect()
+    };
+    let failed = warn("delivery attempt failed");
+    assert_eq!(failed.len(), 2, "{log}");
+    assert_eq!(failed[0]["endpoint_id"], endpoint_id);
+    assert!(failed[0]["task_id"].as_i64().is_some());
+    assert_eq!(failed[0]["attempt"], 1);
+    assert_eq!(failed[0]["status_code"], 500);
+    let next = failed[0]["next_attempt_at"].as_str().unwrap();
+    assert!(chrono::DateTime::parse_from_rfc3339(next).is_ok(), "{next}");
+    assert_eq!(failed[1]["attempt"], 2);
+    assert_eq!(failed[1]["status_code"], 410);
+    assert_eq!(failed[1]["next_attempt_at"], "failed for good");
+    let disabled = warn("endpoint disabled by webhookd");
+    assert_eq!(disabled.len(), 1, "{log}");
+    assert_eq!(disabled[0]["endpoint_id"], endpoint_id);
+    assert!(disabled[0]["reason"].as_str().unwrap().contains("410"));
+    let paused = warn("schedule paused by webhookd");
+    assert_eq!(paused.len(), 1, "{log}");
+    assert_eq!(paused[0]["schedule_id"], schedule["id"]);
+    assert!(paused[0]["reason"].as_str().unwrap().contains("deleted"));
+}
+
+#[test]
+fn text_logs_have_no_colour_codes_when_stderr_is_not_a_terminal() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("webhookd.sqlite");
+    let log_path = dir.path().join("stderr.log");
+    let (child, _) = serve_logging(&db, &log_path, &[], &[("WEBHOOKD_LOG_FORMAT", "text")]);
+    stop(child);
+    let log = std::fs::read_to_string(&log_path).unwrap();
+    assert!(
+        log.contains("INFO") && log.contains("webhookd listening"),
+        "{log}"
+    );
+    assert!(
+        !log.contains('\u{1b}'),
+        "colour codes in a non-terminal log:\n{log}"
+    );
+    // A bad --log-format value is a usage error naming the flag.
+    let out = Command::new(BIN)
+        .args(["serve", "--db"])
+        .arg(&db)
+        .args(["--log-format", "xml"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--log-format"));
+}

@@ -1,0 +1,115 @@
+// The dashboard's shell: sign-in, navigation, and a hash router (`#/tasks?status=failed`),
+// so that every view has a link and the back button works.
+import { loadCredentials, signIn, signOut } from "./api.js";
+import { h, fill } from "./dom.js";
+import { PAGES } from "./pages.js";
+
+const root = document.getElementById("app");
+const NAV = [
+  ["overview", "Overview"],
+  ["endpoints", "Endpoints"],
+  ["schedules", "Schedules"],
+  ["tasks", "Tasks"],
+  ["events", "Events"],
+  ["policies", "Retry policies"],
+];
+
+/** A success message to show again after the re-render that follows the action it reports. */
+let carried = null;
+
+/** Shows a message at the top of the page; it stays until dismissed or the next view. */
+export function notify(text, kind) {
+  if (kind === "ok") carried = [text, kind];
+  const box = document.getElementById("notice");
+  if (!box) return;
+  fill(box, h("div", { class: "notice " + (kind || "info"), role: kind === "error" ? "alert" : "status" },
+    h("span", null, text),
+    h("button", { type: "button", class: "link", "aria-label": "dismiss", onclick: () => box.replaceChildren() }, "×")));
+}
+
+/** The current route: page name, id (for `#/tasks/7`) and query parameters. */
+export function route() {
+  const raw = location.hash.replace(/^#\/?/, "");
+  const [path, qs] = raw.split("?");
+  const [name, id] = (path || "overview").split("/");
+  return { name, id: id ? Number(id) : null, params: new URLSearchParams(qs || "") };
+}
+
+/** Navigates to a page with query parameters (empty values dropped). */
+export function go(name, params) {
+  const q = new URLSearchParams();
+  for (const [k, v] of Object.entries(params || {})) if (v !== undefined && v !== null && v !== "") q.set(k, v);
+  const hash = "#/" + name + (q.toString() ? "?" + q : "");
+  if (location.hash === hash) render();
+  else location.hash = hash;
+}
+
+function signInView(message) {
+  const keyId = h("input", { name: "key_id", autocomplete: "username", required: true, spellcheck: "false" });
+  const secret = h("input", { name: "secret", type: "password", autocomplete: "current-password", required: true });
+  const error = h("p", { class: "error", role: "alert" }, message || "");
+  const form = h("form", { class: "signin" },
+    h("h1", null, "webhookd"),
+    h("p", null, "Sign in with an API key (", h("code", null, "webhookd keys create"), ")."),
+    h("label", { class: "field" }, h("span", null, "Key id"), keyId),
+    h("label", { class: "field" }, h("span", null, "Secret"), secret),
+    h("button", { type: "submit", class: "primary" }, "Sign in"),
+    error,
+    h("small", null, "The secret stays in this tab (session storage) and signs each request; it is never sent."));
+  form.addEventListener("submit", async (e) => {
+    e.preventDefault();
+    performance.mark("webhookd:sign-in-submitted");
+    error.textContent = "Signing in…";
+    try {
+      await signIn(keyId.value.trim(), secret.value);
+      render();
+    } catch (err) {
+      error.textContent = err.code === 40102 || err.code === 40103
+        ? "Unknown key id or wrong secret."
+        : err.message;
+    }
+  });
+  fill(root, form);
+  keyId.focus();
+  // The first useful render of a fresh load, read by the browser test's timing.
+  performance.mark("webhookd:sign-in-shown");
+}
+
+let generation = 0;
+
+async function render() {
+  // Tests and scripts wait for `data-ready=<page>`: it is set once the page's data is shown.
+  document.body.removeAttribute("data-ready");
+  const creds = loadCredentials();
+  if (!creds) return signInView();
+  const r = route();
+  const page = PAGES[r.name] ? r.name : "overview";
+  const main = h("main", { id: "main" });
+  fill(root,
+    h("header", null,
+      h("a", { class: "brand", href: "#/overview" }, "webhookd"),
+      h("nav", null, NAV.map(([id, label]) =>
+        h("a", { href: "#/" + id, class: id === page ? "active" : "", "aria-current": id === page ? "page" : null }, label))),
+      h("span", { class: "who" }, h("span", null, creds.keyId),
+        h("button", { type: "button", class: "link", onclick: () => { signOut(); render(); } }, "Sign out"))),
+    h("div", { id: "notice" }),
+    main);
+  if (carried) notify(...carried);
+  carried = null;
+  const mine = ++generation;
+  try {
+    await PAGES[page](main, r, { go, notify, stale: () => mine !== generation });
+  } catch (err) {
+    if (mine !== generation) return;
+    if (err.status === 401) {
+      signOut();
+      return signInView("Signed out: " + err.message);
+    }
+    notify(err.message, "error");
+  }
+  document.body.setAttribute("data-ready", page);
+  performance.mark("webhookd:ready:" + page);
+}
+
+window.addEventListener("hashchange", render);
+render();
