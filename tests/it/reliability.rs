@@ -131,9 +131,13 @@ fn the_wal_stays_bounded_under_sustained_publishing() {
         tasks >= PUBLISHES as i64,
         "only {tasks} tasks in {sent} requests"
     );
-    // The bound: the limit plus what is written between two looks at the file (50 ms).
+    // The bound: the limit plus what is written while the checkpoint thread is not looking
+    // (50 ms between looks, plus a PASSIVE checkpoint, plus scheduling delays on a loaded
+    // machine: 6 MB over the limit was seen with the whole suite running). An unbounded WAL
+    // passes 80 MB under this load, so the margin still tells the two apart.
+    const SLACK: u64 = 16 * 1024 * 1024;
     assert!(
-        largest < 2 * LIMIT,
+        largest < LIMIT + SLACK,
         "the WAL reached {largest} bytes with a limit of {LIMIT} ({sent} requests)"
     );
 }
