@@ -65,22 +65,34 @@ pub fn rfc3339(ms: i64) -> String {
     from_ms(ms).to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
 }
 
-/// Parses a time given in a request: an RFC 3339 string or epoch seconds (number or digits).
-/// Only years 0001–9999 are accepted: RFC 3339 cannot write any other, so a reply could not
-/// show the instant back.
-pub fn parse_instant(value: &serde_json::Value) -> Option<DateTime<Utc>> {
-    parse_any_instant(value).filter(in_rfc3339_years)
+/// The latest instant a reply can show: RFC 3339 has four-digit years, and chrono writes a
+/// later one as `+10000-…`, which no RFC 3339 parser reads.
+pub const LATEST_INSTANT_MS: i64 = 253_402_300_799_000; // 9999-12-31T23:59:59Z
+/// The earliest such instant: the year 0000 (chrono writes earlier years with a minus sign).
+pub const EARLIEST_INSTANT_MS: i64 = -62_167_219_200_000; // 0000-01-01T00:00:00Z
+
+/// Whether an instant can be written as RFC 3339 (years 0000 to 9999).
+pub fn is_expressible(t: &DateTime<Utc>) -> bool {
+    (EARLIEST_INSTANT_MS..=LATEST_INSTANT_MS).contains(&t.timestamp_millis())
 }
 
-/// Whether RFC 3339 can write this instant (years 0001–9999).
-pub fn in_rfc3339_years(t: &DateTime<Utc>) -> bool {
-    (1..=9999).contains(&chrono::Datelike::year(t))
+/// Parses a time given in a request: an RFC 3339 string or epoch seconds (number or digits),
+/// between the years 0000 and 9999 (so that every reply can show it as RFC 3339).
+pub fn parse_instant(value: &serde_json::Value) -> Option<DateTime<Utc>> {
+    parse_any_instant(value).filter(is_expressible)
 }
 
 fn parse_any_instant(value: &serde_json::Value) -> Option<DateTime<Utc>> {
     match value {
+        // `1751328000.0` too: JSON Schema's integer (whole numbers past any instant we take are
+        // refused anyway, so f64 is exact here).
         serde_json::Value::Number(n) => n
             .as_i64()
+            .or_else(|| {
+                n.as_f64()
+                    .filter(|f| f.fract() == 0.0 && f.abs() < 1e15)
+                    .map(|f| f as i64)
+            })
             .and_then(|secs| Utc.timestamp_opt(secs, 0).single()),
         serde_json::Value::String(s) => {
             if let Ok(secs) = s.trim().parse::<i64>() {

@@ -29,6 +29,9 @@ pub struct Config {
     pub rate_limit_per_sec: u32,
     /// Serve `GET /metrics`.
     pub metrics: bool,
+    /// Most tasks one `POST /tasks/retry` call moves back to `pending` (CONTRACT §12:
+    /// 100,000); tests lower it to reach `"more": true` without 100,000 rows.
+    pub bulk_retry_max: usize,
     /// Longest the scheduler and delivery pool sleep without looking at the database; they are
     /// woken sooner whenever work becomes due earlier. Tests shorten it.
     pub max_idle: Duration,
@@ -55,6 +58,7 @@ impl Config {
             metrics: true,
             max_idle: Duration::from_secs(60),
             wal_limit_bytes: 64 * 1024 * 1024,
+            bulk_retry_max: 100_000,
         }
     }
 

@@ -6,6 +6,7 @@
 //!   envelope); `api`: the router and one file per resource;
 //!   `auth`: inbound request signatures; `error`: the one API error type and the envelope.
 //! - `store`: every SQL statement, one file per table, over an r2d2 pool of SQLite connections.
+//!   `store::postgres`: the PostgreSQL pool and versioned schema (groundwork for contract §16).
 //! - `cron`: cron parsing and next-fire computation in a time zone (pure).
 //! - `scheduler`: fires due schedules into tasks; `delivery`: the blocking worker pool that
 //!   sends tasks; `retry`, `signing`, `filter`: pure helpers of the delivery path.

@@ -6,8 +6,14 @@
 //! `schedule_firings` (already there → nothing is created: firing is idempotent), one task per
 //! target endpoint with `run_at` = T, and `next_run_at` moved to the first instant after now.
 //! Due schedules are taken in batches, one transaction each, so thousands due on the same
-//! minute fire together. A schedule found late (the server was down) fires once, for its latest
-//! missed instant, when that is within `--misfire-grace-secs`; older misses are skipped.
+//! minute fire together.
+//!
+//! A schedule found late (the server was down) follows its `catchup` (CONTRACT §13): `latest`
+//! fires once, for its latest missed instant, when that is within `--misfire-grace-secs`;
+//! `all` fires every missed instant within the grace, oldest first, the latest
+//! [`MAX_CATCHUP_RUNS`] at most; `none` fires none. With `overlap: skip`, a firing makes no
+//! task for an endpoint that still has an open (`pending` or `running`) task of this schedule.
+//! What was not fired is counted in `skipped_runs`.
 
 use crate::app::App;
 use crate::clock::{from_ms, rfc3339};
@@ -36,6 +42,13 @@ const MAX_GRACE_SECS: u64 = 100 * 365 * 86_400;
 const ERROR_PAUSE: Duration = Duration::from_secs(1);
 /// Parsed expressions kept at most; the cache is cleared when it grows past this.
 const CRON_CACHE_MAX: usize = 10_000;
+/// Most missed instants `catchup: all` fires for one schedule after one outage.
+pub const MAX_CATCHUP_RUNS: usize = 100;
+/// Missed instants older than the window counted one by one into `skipped_runs`, at most, per
+/// look at a schedule: counting walks the cron expression instant by instant, and this bounds
+/// the walk (and the write transaction it runs in) after a long outage of a frequent schedule.
+/// Beyond it the walk jumps to the window and the count stops there (README).
+const MAX_COUNTED_MISSES: u64 = 10_000;
 
 /// The running scheduler thread.
 pub struct Scheduler {
@@ -135,7 +148,7 @@ pub fn fire_at(app: &App, schedule_id: i64, at: DateTime<Utc>) -> anyhow::Result
         let cron = CronSchedule::parse(&firing.cron_expr, &firing.timezone)
             .map_err(|e| anyhow::anyhow!("schedule {schedule_id}: {e}"))?;
         let next_run_at = cron.next_after(at.max(now));
-        Ok::<_, anyhow::Error>(Batch::new(tx, app, now).fire(&firing, at, next_run_at)?)
+        Ok::<_, anyhow::Error>(Batch::new(tx, app, now).fire(&firing, at, next_run_at, 0)?)
     })?;
     if created.as_ref().is_some_and(|ids| !ids.is_empty()) {
         app.delivery_wake.notify();
@@ -147,56 +160,107 @@ pub fn fire_at(app: &App, schedule_id: i64, at: DateTime<Utc>) -> anyhow::Result
 /// now, with `schedule_id` set, in the caller's transaction. Neither `last_run_at` nor
 /// `next_run_at` moves. Returns the new task ids.
 pub fn trigger(conn: &Connection, firing: &Firing, now_ms: i64) -> rusqlite::Result<Vec<i64>> {
-    fan_out(
+    Ok(fan_out(
         conn,
         &mut Targets::default(),
         firing,
         "manual",
         now_ms,
         now_ms,
-    )
+    )?
+    .ids)
+}
+
+/// What a schedule does with runs missed while the server was down (its `catchup` field).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Catchup {
+    /// Fire once, for the latest missed instant within the grace.
+    Latest,
+    /// Fire none of them; only a run found on time fires.
+    None,
+    /// Fire each missed instant within the grace, oldest first, the latest
+    /// [`MAX_CATCHUP_RUNS`] at most.
+    All,
+}
+
+impl Catchup {
+    /// The stored value; anything unknown reads as the default, `latest`.
+    pub fn parse(value: &str) -> Catchup {
+        match value {
+            "none" => Catchup::None,
+            "all" => Catchup::All,
+            _ => Catchup::Latest,
+        }
+    }
 }
 
 /// What the scheduler does with a schedule whose `next_run_at` (`due`) has come.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Plan {
-    /// The instant to fire for: the latest of the schedule's instants in `[due, now]`, when it
-    /// is at most `grace` old; `None` when every one of them is older (they are skipped).
-    pub fire_at: Option<DateTime<Utc>>,
+    /// The instants to fire for, oldest first: among the schedule's instants in `[due, now]`,
+    /// those its `catchup` fires (see [`plan`]).
+    pub fire: Vec<DateTime<Utc>>,
+    /// The instants in `[due, now]` not fired (older ones counted up to
+    /// [`MAX_COUNTED_MISSES`]).
+    pub skipped: u64,
     /// The schedule's first instant after `now`.
     pub next_run_at: Option<DateTime<Utc>>,
 }
 
 /// Decides a due schedule's firing; `next_after` is its cron's "first instant strictly after".
-/// On time, this fires `due`. After downtime it fires once, for the latest missed instant
-/// within the grace, walking forward from the start of the grace window rather than from
-/// `due`, so a long downtime costs no more than the window holds.
+/// On time, this fires `due`. After downtime, of the instants in `[due, now]` it fires, by
+/// `catchup`: `Latest`, the latest one when it is at most `grace` old; `All`, every one at
+/// most `grace` old, the latest [`MAX_CATCHUP_RUNS`] at most (the most recent runs are the
+/// ones worth making; oldest first); `None`, only one at most [`ON_TIME_SLACK`] old (found on
+/// time, not missed). The rest are counted as skipped: the walk over instants older than the
+/// window counts at most [`MAX_COUNTED_MISSES`] and then jumps to the window, so a long
+/// downtime costs no more than the window holds.
 pub fn plan(
     due: DateTime<Utc>,
     now: DateTime<Utc>,
     grace: TimeDelta,
+    catchup: Catchup,
     next_after: impl Fn(DateTime<Utc>) -> Option<DateTime<Utc>>,
 ) -> Plan {
     if due > now {
         return Plan {
-            fire_at: None,
+            fire: Vec::new(),
+            skipped: 0,
             next_run_at: Some(due),
         };
     }
-    let oldest = now - grace;
-    let (mut latest, mut next) = if due >= oldest {
-        (Some(due), next_after(due))
-    } else {
-        (None, next_after(oldest - TimeDelta::milliseconds(1)))
+    let (window, keep) = match catchup {
+        Catchup::Latest => (grace, 1),
+        Catchup::All => (grace, MAX_CATCHUP_RUNS),
+        Catchup::None => (ON_TIME_SLACK.min(grace), 1),
     };
+    let oldest = now - window;
+    let mut skipped = 0;
+    let mut next = Some(due);
+    while let Some(t) = next
+        && t < oldest
+    {
+        if skipped == MAX_COUNTED_MISSES {
+            next = next_after(oldest - TimeDelta::milliseconds(1));
+            break;
+        }
+        skipped += 1;
+        next = next_after(t);
+    }
+    let mut fire = std::collections::VecDeque::with_capacity(keep + 1);
     while let Some(t) = next
         && t <= now
     {
-        latest = Some(t);
+        fire.push_back(t);
+        if fire.len() > keep {
+            fire.pop_front();
+            skipped += 1;
+        }
         next = next_after(t);
     }
     Plan {
-        fire_at: latest,
+        fire: fire.into(),
+        skipped,
         next_run_at: next,
     }
 }
@@ -231,48 +295,57 @@ impl<'a> Batch<'a> {
     fn fire_due(&mut self, crons: &mut CronCache, firing: &Firing) -> rusqlite::Result<()> {
         let Some(cron) = crons.get(firing) else {
             // Not parseable any more (it was when saved): park it rather than spin on it.
-            return store::schedules::advance(self.tx, firing.id, None, None);
+            return store::schedules::advance(self.tx, firing.id, None, None, 0);
         };
         let due = firing.next_run_at.map_or(self.now, from_ms);
-        let plan = plan(due, self.now, self.grace, |t| cron.next_after(t));
-        match plan.fire_at {
-            Some(at) => {
-                if at > due {
-                    tracing::info!(
-                        schedule_id = firing.id,
-                        missed_since = %rfc3339(due.timestamp_millis()),
-                        fired_for = %rfc3339(at.timestamp_millis()),
-                        "schedule missed runs; firing once for the latest"
-                    );
-                }
-                self.fire(firing, at, plan.next_run_at)?;
-                Ok(())
-            }
-            None => {
-                tracing::warn!(
-                    schedule_id = firing.id,
-                    missed_since = %rfc3339(due.timestamp_millis()),
-                    "schedule missed runs older than --misfire-grace-secs; skipped them"
-                );
-                let next = plan.next_run_at.map(|t| t.timestamp_millis());
-                store::schedules::advance(self.tx, firing.id, None, next)
-            }
+        let catchup = Catchup::parse(&firing.catchup);
+        let plan = plan(due, self.now, self.grace, catchup, |t| cron.next_after(t));
+        let skipped = i64::try_from(plan.skipped).unwrap_or(i64::MAX);
+        let Some(latest) = plan.fire.last() else {
+            tracing::warn!(
+                schedule_id = firing.id,
+                missed_since = %rfc3339(due.timestamp_millis()),
+                skipped = plan.skipped,
+                catchup = %firing.catchup,
+                "schedule missed runs; skipped them (catchup none, or older than --misfire-grace-secs)"
+            );
+            let next = plan.next_run_at.map(|t| t.timestamp_millis());
+            return store::schedules::advance(self.tx, firing.id, None, next, skipped);
+        };
+        if plan.skipped > 0 || plan.fire.len() > 1 || *latest > due {
+            tracing::info!(
+                schedule_id = firing.id,
+                missed_since = %rfc3339(due.timestamp_millis()),
+                fired = plan.fire.len(),
+                fired_up_to = %rfc3339(latest.timestamp_millis()),
+                skipped = plan.skipped,
+                catchup = %firing.catchup,
+                "schedule missed runs; caught up"
+            );
         }
+        for (i, at) in plan.fire.iter().enumerate() {
+            let skipped = if i == 0 { skipped } else { 0 };
+            self.fire(firing, *at, plan.next_run_at, skipped)?;
+        }
+        Ok(())
     }
 
     /// Fires `firing` for `at` unless (schedule, `at`) fired already, and moves `next_run_at`
-    /// on either way. Returns the new task ids, or `None` when it had fired.
+    /// on either way, adding `skipped` (and this instant, when `overlap: skip` held back a
+    /// target) to `skipped_runs`. Returns the new task ids, or `None` when it had fired.
     fn fire(
         &mut self,
         firing: &Firing,
         at: DateTime<Utc>,
         next_run_at: Option<DateTime<Utc>>,
+        mut skipped: i64,
     ) -> rusqlite::Result<Option<Vec<i64>>> {
         let at_ms = at.timestamp_millis();
+        let mut fired_at = None;
         let created = if store::schedules::record_firing(self.tx, firing.id, at_ms)? {
             let cutoff = at - self.grace - FIRINGS_KEPT;
             store::schedules::forget_firings(self.tx, firing.id, cutoff.timestamp_millis())?;
-            let ids = fan_out(
+            let out = fan_out(
                 self.tx,
                 &mut self.targets,
                 firing,
@@ -280,9 +353,22 @@ impl<'a> Batch<'a> {
                 at_ms,
                 self.now.timestamp_millis(),
             )?;
-            self.tasks += ids.len();
+            if out.overlapped > 0 {
+                tracing::info!(
+                    schedule_id = firing.id,
+                    scheduled_at = %rfc3339(at_ms),
+                    endpoints = out.overlapped,
+                    "overlap skip: an earlier task of this schedule is still open; no new task for those endpoints"
+                );
+                skipped += 1;
+            }
+            // A run that overlap held back entirely did not run.
+            if out.overlapped == 0 || !out.ids.is_empty() {
+                fired_at = Some(at_ms);
+            }
+            self.tasks += out.ids.len();
             self.lag_ms = Some((self.now - at).num_milliseconds().max(0));
-            Some(ids)
+            Some(out.ids)
         } else {
             tracing::warn!(
                 schedule_id = firing.id,
@@ -291,14 +377,22 @@ impl<'a> Batch<'a> {
             );
             None
         };
-        let fired_at = created.as_ref().map(|_| at_ms);
         let next = next_run_at.map(|t| t.timestamp_millis());
-        store::schedules::advance(self.tx, firing.id, fired_at, next)?;
+        store::schedules::advance(self.tx, firing.id, fired_at, next, skipped)?;
         Ok(created)
     }
 }
 
-/// Creates one pending task per target endpoint of a schedule; returns their ids.
+/// The tasks one firing made.
+struct FanOut {
+    ids: Vec<i64>,
+    /// Target endpoints that got no task because of `overlap: skip`.
+    overlapped: usize,
+}
+
+/// Creates one pending task per target endpoint of a schedule. A scheduled firing of a
+/// schedule with `overlap: skip` passes over an endpoint that still has an open task of this
+/// schedule (from a firing or a trigger); a trigger (`manual`) always creates its tasks.
 fn fan_out(
     conn: &Connection,
     targets: &mut Targets,
@@ -306,27 +400,33 @@ fn fan_out(
     task_type: &str,
     run_at: i64,
     now_ms: i64,
-) -> rusqlite::Result<Vec<i64>> {
-    targets
-        .resolve(conn, &firing.app_id, &firing.endpoint_ids)?
-        .iter()
-        .map(|target| {
-            store::tasks::insert(
-                conn,
-                &NewTask {
-                    app_id: &firing.app_id,
-                    schedule_id: Some(firing.id),
-                    event_id: None,
-                    endpoint_id: target.id,
-                    task_type,
-                    payload: &firing.payload,
-                    run_at,
-                    max_attempts: target.max_attempts,
-                    now_ms,
-                },
-            )
-        })
-        .collect()
+) -> rusqlite::Result<FanOut> {
+    let skip_open = task_type == "schedule" && firing.overlap == "skip";
+    let mut out = FanOut {
+        ids: Vec::new(),
+        overlapped: 0,
+    };
+    for target in targets.resolve(conn, &firing.app_id, &firing.endpoint_ids)? {
+        if skip_open && store::tasks::schedule_task_open(conn, firing.id, target.id)? {
+            out.overlapped += 1;
+            continue;
+        }
+        out.ids.push(store::tasks::insert(
+            conn,
+            &NewTask {
+                app_id: &firing.app_id,
+                schedule_id: Some(firing.id),
+                event_id: None,
+                endpoint_id: target.id,
+                task_type,
+                payload: &firing.payload,
+                run_at,
+                max_attempts: target.max_attempts,
+                now_ms,
+            },
+        )?);
+    }
+    Ok(out)
 }
 
 /// The enabled endpoints of each app, looked up once per transaction: the schedules of a
@@ -417,60 +517,136 @@ mod tests {
 
     const HOUR: TimeDelta = TimeDelta::hours(1);
 
+    fn latest(
+        due: DateTime<Utc>,
+        now: DateTime<Utc>,
+        grace: TimeDelta,
+        next: impl Fn(DateTime<Utc>) -> Option<DateTime<Utc>>,
+    ) -> Plan {
+        plan(due, now, grace, Catchup::Latest, next)
+    }
+
     #[test]
     fn on_time_fires_the_due_instant() {
-        let on_time = plan(t(12, 1, 0), t(12, 1, 0), HOUR, every_minute);
-        assert_eq!(on_time.fire_at, Some(t(12, 1, 0)));
-        assert_eq!(on_time.next_run_at, Some(t(12, 2, 0)));
-        // Woken a moment late: still that instant.
-        let late = t(12, 1, 0) + TimeDelta::milliseconds(3);
-        assert_eq!(plan(t(12, 1, 0), late, HOUR, every_minute), on_time);
+        for catchup in [Catchup::Latest, Catchup::None, Catchup::All] {
+            let on_time = plan(t(12, 1, 0), t(12, 1, 0), HOUR, catchup, every_minute);
+            assert_eq!(on_time.fire, vec![t(12, 1, 0)]);
+            assert_eq!(on_time.skipped, 0);
+            assert_eq!(on_time.next_run_at, Some(t(12, 2, 0)));
+            // Woken a moment late: still that instant.
+            let late = t(12, 1, 0) + TimeDelta::milliseconds(3);
+            assert_eq!(
+                plan(t(12, 1, 0), late, HOUR, catchup, every_minute),
+                on_time
+            );
+        }
         // A zero grace is raised to the on-time slack by the scheduler, not here.
-        let late = plan(t(12, 1, 0), late, TimeDelta::zero(), every_minute);
-        assert_eq!(late.fire_at, None);
+        let late = t(12, 1, 0) + TimeDelta::milliseconds(3);
+        let late = latest(t(12, 1, 0), late, TimeDelta::zero(), every_minute);
+        assert!(late.fire.is_empty() && late.skipped == 1);
     }
 
     #[test]
     fn not_yet_due_fires_nothing() {
-        let p = plan(t(12, 1, 0), t(12, 0, 59), HOUR, every_minute);
-        assert_eq!(p.fire_at, None);
+        let p = latest(t(12, 1, 0), t(12, 0, 59), HOUR, every_minute);
+        assert!(p.fire.is_empty());
+        assert_eq!(p.skipped, 0);
         assert_eq!(p.next_run_at, Some(t(12, 1, 0)));
     }
 
     #[test]
     fn downtime_fires_once_for_the_latest_missed_instant() {
-        let p = plan(t(12, 1, 0), t(12, 10, 30), HOUR, every_minute);
-        assert_eq!(p.fire_at, Some(t(12, 10, 0)));
+        let p = latest(t(12, 1, 0), t(12, 10, 30), HOUR, every_minute);
+        assert_eq!(p.fire, vec![t(12, 10, 0)]);
+        // 12:01 … 12:09 were not fired.
+        assert_eq!(p.skipped, 9);
         assert_eq!(p.next_run_at, Some(t(12, 11, 0)));
+    }
+
+    #[test]
+    fn catchup_none_fires_no_missed_instant() {
+        let p = plan(
+            t(12, 1, 0),
+            t(12, 10, 30),
+            HOUR,
+            Catchup::None,
+            every_minute,
+        );
+        assert!(p.fire.is_empty());
+        assert_eq!(p.skipped, 10);
+        assert_eq!(p.next_run_at, Some(t(12, 11, 0)));
+        // Found within the on-time slack, the latest instant is not a missed one.
+        let p = plan(t(12, 1, 0), t(12, 10, 5), HOUR, Catchup::None, every_minute);
+        assert_eq!((p.fire, p.skipped), (vec![t(12, 10, 0)], 9));
+    }
+
+    #[test]
+    fn catchup_all_fires_every_instant_in_the_grace_oldest_first() {
+        let p = plan(t(12, 1, 0), t(12, 3, 30), HOUR, Catchup::All, every_minute);
+        assert_eq!(p.fire, vec![t(12, 1, 0), t(12, 2, 0), t(12, 3, 0)]);
+        assert_eq!(p.skipped, 0);
+        assert_eq!(p.next_run_at, Some(t(12, 4, 0)));
+        // Only those within the grace: 12:05 and later with a 5½-minute grace.
+        let grace = TimeDelta::seconds(330);
+        let p = plan(
+            t(12, 1, 0),
+            t(12, 10, 30),
+            grace,
+            Catchup::All,
+            every_minute,
+        );
+        assert_eq!(p.fire.first(), Some(&t(12, 5, 0)));
+        assert_eq!((p.fire.len(), p.skipped), (6, 4));
+        // At most 100: the latest 100 of the 3 hours' 180 instants in a day's grace.
+        let day = TimeDelta::days(1);
+        let p = plan(t(9, 1, 0), t(12, 0, 30), day, Catchup::All, every_minute);
+        assert_eq!(p.fire.len(), MAX_CATCHUP_RUNS);
+        assert_eq!(p.fire.first(), Some(&t(10, 21, 0)));
+        assert_eq!(p.fire.last(), Some(&t(12, 0, 0)));
+        assert!(p.fire.windows(2).all(|w| w[0] < w[1]));
+        assert_eq!(p.skipped, 80);
+    }
+
+    #[test]
+    fn counting_long_misses_is_bounded() {
+        // A year of minutes missed: 10,000 counted one by one, then the walk jumps to the
+        // hour's window (11:01 … 12:00), of which 12:00 fires and 59 are skipped.
+        let due = t(12, 0, 0) - TimeDelta::days(365);
+        let p = latest(due, t(12, 0, 30), HOUR, every_minute);
+        assert_eq!(p.fire, vec![t(12, 0, 0)]);
+        assert_eq!(p.skipped, MAX_COUNTED_MISSES + 59);
+        assert_eq!(p.next_run_at, Some(t(12, 1, 0)));
     }
 
     #[test]
     fn misses_older_than_the_grace_are_skipped() {
         // Latest missed instant 12:10 is 30 s old; a 10 s grace skips it.
-        let p = plan(
+        let p = latest(
             t(12, 1, 0),
             t(12, 10, 30),
             TimeDelta::seconds(10),
             every_minute,
         );
-        assert_eq!(p.fire_at, None);
+        assert!(p.fire.is_empty());
+        assert_eq!(p.skipped, 10);
         assert_eq!(p.next_run_at, Some(t(12, 11, 0)));
-        // Down for two days: the walk starts at the grace window, and fires 12:00 today.
+        // Down for two days: fires 12:00 today; the 47 hourly instants before are skipped.
         let down_since = t(12, 0, 0) - TimeDelta::days(2);
-        let p = plan(down_since, t(12, 30, 0), HOUR, hourly);
-        assert_eq!(p.fire_at, Some(t(12, 0, 0)));
+        let p = latest(down_since, t(12, 30, 0), HOUR, hourly);
+        assert_eq!(p.fire, vec![t(12, 0, 0)]);
+        assert_eq!(p.skipped, 48);
         assert_eq!(p.next_run_at, Some(t(13, 0, 0)));
         // The only instant in the window is the start of the window itself.
-        let p = plan(down_since, t(13, 0, 0), HOUR, hourly);
-        assert_eq!(p.fire_at, Some(t(13, 0, 0)));
+        let p = latest(down_since, t(13, 0, 0), HOUR, hourly);
+        assert_eq!(p.fire, vec![t(13, 0, 0)]);
         assert_eq!(p.next_run_at, Some(t(14, 0, 0)));
     }
 
     #[test]
     fn a_schedule_that_ends_has_no_next_run() {
         let once = |after: DateTime<Utc>| (after < t(12, 0, 0)).then_some(t(12, 0, 0));
-        let p = plan(t(12, 0, 0), t(12, 5, 0), HOUR, once);
-        assert_eq!(p.fire_at, Some(t(12, 0, 0)));
+        let p = latest(t(12, 0, 0), t(12, 5, 0), HOUR, once);
+        assert_eq!(p.fire, vec![t(12, 0, 0)]);
         assert_eq!(p.next_run_at, None);
     }
 }

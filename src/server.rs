@@ -52,7 +52,11 @@ pub async fn serve_http(
                 let service = service_fn(move |req: hyper::Request<Incoming>| {
                     let app = app.clone();
                     head_request.store(req.method() == Method::HEAD, Ordering::SeqCst);
-                    async move { Ok::<_, std::convert::Infallible>(handle(app, req).await) }
+                    let path = req.uri().path().to_string();
+                    async move {
+                        let reply = with_allow(handle(app, req).await, &path);
+                        Ok::<_, std::convert::Infallible>(reply)
+                    }
                 });
                 let conn = http.serve_connection(TokioIo::new(stream), service);
                 let conn = graceful.watch(conn);
@@ -104,6 +108,23 @@ fn json_reply(status: StatusCode, request_id: &str, body: Vec<u8>) -> Reply {
     reply
 }
 
+/// A 405 names the methods the path takes in `Allow`, as RFC 9110 requires (unless the part
+/// that answered, such as the dashboard's files, has set it already).
+fn with_allow(mut reply: Reply, path: &str) -> Reply {
+    if reply.status() != StatusCode::METHOD_NOT_ALLOWED
+        || reply.headers().contains_key(hyper::header::ALLOW)
+    {
+        return reply;
+    }
+    let methods = api::allowed_methods(path);
+    if !methods.is_empty()
+        && let Ok(allow) = HeaderValue::from_str(&methods.join(", "))
+    {
+        reply.headers_mut().insert(hyper::header::ALLOW, allow);
+    }
+    reply
+}
+
 /// Wraps a handler's result in the envelope.
 fn envelope(request_id: &str, result: ApiResult<Value>) -> Reply {
     let (status, code, message, data) = match &result {
@@ -130,7 +151,10 @@ async fn handle(app: Arc<App>, req: hyper::Request<Incoming>) -> Reply {
         (&Method::GET, "/metrics") if app.config.metrics => {
             Some(metrics(app.clone(), &request_id).await.into())
         }
-        (_, "/healthz") => Some(ApiError::method_not_allowed(req.method().as_str(), &path).into()),
+        (&Method::GET, api::OPENAPI_PATH) => Some(openapi(&request_id).into()),
+        (_, "/healthz" | api::OPENAPI_PATH) => {
+            Some(ApiError::method_not_allowed(req.method().as_str(), &path).into())
+        }
         (_, "/metrics") if app.config.metrics => {
             Some(ApiError::method_not_allowed(req.method().as_str(), &path).into())
         }
@@ -239,6 +263,16 @@ async fn health(app: Arc<App>, request_id: &str) -> Reply {
         ),
     };
     json_reply(status, request_id, body.to_string().into_bytes())
+}
+
+/// `GET /v1/openapi.json`: the API's OpenAPI document (contract §14); no signature needed, so
+/// that viewers and client generators can load it.
+fn openapi(request_id: &str) -> Reply {
+    json_reply(
+        StatusCode::OK,
+        request_id,
+        api::OPENAPI_DOCUMENT.as_bytes().to_vec(),
+    )
 }
 
 /// `GET /metrics`: Prometheus text (contract §9); no signature needed.

@@ -10,10 +10,12 @@
 //! ```
 //!
 //! Scenarios: `baseline` (the limits on this machine), `publish`, `api`, `schedules`,
-//! `footprint` (the real binary as a subprocess), `scale` (1M finished tasks), `all`.
+//! `footprint` (the real binary as a subprocess), `scale` (1M finished tasks), `all`;
+//! `bulk-retry` (100,000 failed tasks retried in one call beside a publish load; not in `all`).
 
 mod api;
 mod baseline;
+mod bulk_retry;
 mod footprint;
 mod load;
 mod publish;
@@ -36,6 +38,9 @@ enum Scenario {
     Schedules,
     Footprint,
     Scale,
+    /// `POST /v1/tasks/retry` of 100,000 failed tasks (--tasks) beside a paced fan-out 10
+    /// publish load (--rate, default 300 events/s), against the same load alone.
+    BulkRetry,
     /// baseline, publish (fan-out 1 and 10), api, schedules, footprint, scale.
     All,
 }
@@ -75,7 +80,8 @@ struct Args {
     /// Minutes of schedule firings to wait for (default 1).
     #[arg(long)]
     minutes: Option<u32>,
-    /// Finished tasks put in the database for `scale` (default 1,000,000).
+    /// Finished tasks put in the database for `scale` (default 1,000,000), failed tasks for
+    /// `bulk-retry` (default 100,000).
     #[arg(long)]
     tasks: Option<u64>,
     /// Delivery workers of the webhookd the harness starts (default: webhookd's default).
@@ -139,6 +145,11 @@ impl Settings {
     pub fn scale_tasks(&self) -> u64 {
         self.tasks
             .unwrap_or(if self.quick { 5_000 } else { 1_000_000 })
+    }
+
+    pub fn bulk_retry_tasks(&self) -> u64 {
+        self.tasks
+            .unwrap_or(if self.quick { 5_000 } else { 100_000 })
     }
 
     /// How long a wait for deliveries goes on without any arriving before giving up.
@@ -255,6 +266,7 @@ fn run(args: Args) -> anyhow::Result<Vec<Report>> {
                 Scenario::Schedules => schedules::scenario(&mut bench)?,
                 Scenario::Footprint => footprint::scenario(&mut bench)?,
                 Scenario::Scale => scale::scenario(&mut bench)?,
+                Scenario::BulkRetry => bulk_retry::scenario(&mut bench)?,
                 Scenario::All => unreachable!("expanded above"),
             }
         }
@@ -335,5 +347,32 @@ mod tests {
         }
         let scale = of("scale").next().expect("a scale report");
         assert!(n(scale, "get_endpoint_per_s_vs_empty") > 0.0, "{scale}");
+    }
+
+    /// `bulk-retry --quick`: every failed task retried (and delivered, when its endpoint is
+    /// enabled), every delivery of both phases arrived.
+    #[test]
+    fn quick_bulk_retry_adds_up() {
+        let args = Args::parse_from(["bench", "bulk-retry", "--quick", "--json"]);
+        let reports = run(args).expect("the quick run completes");
+        assert_eq!(reports.len(), 2, "enabled and disabled");
+        for report in &reports {
+            let r = serde_json::from_str::<Value>(&report.to_json().to_string()).unwrap();
+            let n = |key: &str| r[key].as_f64().unwrap_or(-1.0);
+            assert_eq!(n("retried"), n("failed_tasks"), "{r}");
+            assert_eq!(n("retried_pending_or_delivered"), n("failed_tasks"), "{r}");
+            let delivered = if r["endpoint"] == "enabled" {
+                n("failed_tasks")
+            } else {
+                0.0
+            };
+            assert_eq!(n("retried_delivered"), delivered, "{r}");
+            for phase in ["without", "with"] {
+                let expected = n(&format!("{phase}_deliveries_expected"));
+                assert!(expected > 0.0, "{r}");
+                assert_eq!(n(&format!("{phase}_deliveries_received")), expected, "{r}");
+            }
+            assert!(n("retry_call_s") > 0.0, "{r}");
+        }
     }
 }

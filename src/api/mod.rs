@@ -135,11 +135,34 @@ static ROUTES: &[Route] = &[
     route("GET", "events/{id}", events::get),
     route("POST", "tasks", tasks::create),
     route("GET", "tasks", tasks::list),
+    route("POST", "tasks/retry", tasks::retry_bulk),
     route("GET", "tasks/{id}", tasks::get),
     route("GET", "tasks/{id}/attempts", tasks::attempts),
     route("POST", "tasks/{id}/cancel", tasks::cancel),
     route("POST", "tasks/{id}/retry", tasks::retry),
 ];
+
+/// The routes of the table as (method, path) pairs, paths with the `/v1/` prefix
+/// (`/v1/endpoints/{id}`): what the OpenAPI document must describe, and no more.
+pub fn route_table() -> impl Iterator<Item = (&'static str, String)> {
+    ROUTES
+        .iter()
+        .map(|r| (r.method, format!("/v1/{}", r.pattern)))
+}
+
+/// The routes the server answers without a signature, outside [`ROUTES`] (see `server::handle`).
+pub const UNSIGNED_ROUTES: &[(&str, &str)] = &[
+    ("GET", "/healthz"),
+    ("HEAD", "/healthz"),
+    ("GET", "/metrics"),
+    ("GET", OPENAPI_PATH),
+];
+
+/// Where the OpenAPI document is served.
+pub const OPENAPI_PATH: &str = "/v1/openapi.json";
+
+/// The OpenAPI 3.1 document of this API: the repository's `openapi.json`, byte for byte.
+pub const OPENAPI_DOCUMENT: &str = include_str!("../../openapi.json");
 
 /// Finds the handler for a method and a path under `/v1`, with its `{id}` values:
 /// 404 when no pattern matches the path, 405 when one does but not for this method.
@@ -151,12 +174,17 @@ pub fn resolve(method: &str, path: &str) -> ApiResult<(Handler, Vec<i64>)> {
     let mut path_matched = false;
     for r in ROUTES {
         let pattern: Vec<&str> = r.pattern.split('/').collect();
-        if pattern.len() != segments.len()
-            || !pattern
-                .iter()
-                .zip(&segments)
-                .all(|(p, s)| *p == "{id}" || p == s)
-        {
+        if !pattern_matches(&pattern, &segments) {
+            continue;
+        }
+        let literal = !r.pattern.contains("{id}");
+        let bad_id = pattern
+            .iter()
+            .zip(&segments)
+            .any(|(p, s)| *p == "{id}" && s.parse::<i64>().is_err());
+        if !literal && path_matched && bad_id {
+            // `GET /tasks/retry`: the literal route `tasks/retry` named this path, and a
+            // non-integer `{id}` is not a path of `tasks/{id}`: 405, not a bad id.
             continue;
         }
         path_matched = true;
@@ -182,6 +210,33 @@ pub fn resolve(method: &str, path: &str) -> ApiResult<(Handler, Vec<i64>)> {
     }
 }
 
+fn pattern_matches(pattern: &[&str], segments: &[&str]) -> bool {
+    pattern.len() == segments.len()
+        && pattern
+            .iter()
+            .zip(segments)
+            .all(|(p, s)| *p == "{id}" || p == s)
+}
+
+/// The methods a path answers to, for the `Allow` header of a 405 (RFC 9110 §15.5.6).
+pub fn allowed_methods(path: &str) -> Vec<&'static str> {
+    let mut methods: Vec<&'static str> = UNSIGNED_ROUTES
+        .iter()
+        .filter(|(_, p)| *p == path)
+        .map(|(m, _)| *m)
+        .collect();
+    if let Some(rest) = path.strip_prefix("/v1/") {
+        let segments: Vec<&str> = rest.trim_end_matches('/').split('/').collect();
+        for r in ROUTES {
+            let pattern: Vec<&str> = r.pattern.split('/').collect();
+            if pattern_matches(&pattern, &segments) && !methods.contains(&r.method) {
+                methods.push(r.method);
+            }
+        }
+    }
+    methods
+}
+
 /// Serializes a record as the envelope's `data`.
 pub fn to_data<T: serde::Serialize>(record: &T) -> ApiResult<Value> {
     serde_json::to_value(record).map_err(ApiError::internal)
@@ -204,5 +259,20 @@ mod tests {
         assert_eq!(resolve("PUT", "/v1/endpoints").unwrap_err().code, 40501);
         assert_eq!(resolve("GET", "/v1/endpoints/x").unwrap_err().code, 40001);
         assert_eq!(resolve("GET", "/v2/endpoints").unwrap_err().code, 40401);
+        assert_eq!(resolve("GET", "/v1/tasks/retry").unwrap_err().code, 40501);
+        assert!(resolve("POST", "/v1/tasks/retry").is_ok());
+        assert_eq!(resolve("POST", "/v1/tasks/7/retry").unwrap().1, vec![7]);
+    }
+
+    #[test]
+    fn allowed_methods_of_a_path() {
+        assert_eq!(allowed_methods("/v1/endpoints"), vec!["POST", "GET"]);
+        assert_eq!(
+            allowed_methods("/v1/endpoints/7"),
+            vec!["GET", "PATCH", "DELETE"]
+        );
+        assert_eq!(allowed_methods("/healthz"), vec!["GET", "HEAD"]);
+        assert_eq!(allowed_methods(OPENAPI_PATH), vec!["GET"]);
+        assert!(allowed_methods("/v1/nothing").is_empty());
     }
 }

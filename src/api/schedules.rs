@@ -6,10 +6,13 @@
 
 use super::input::{Body, check_name, check_range, page_object};
 use super::{Ctx, Request, missing, to_data};
-use crate::clock::{from_ms, in_rfc3339_years, parse_instant, rfc3339};
+use crate::clock::{from_ms, is_expressible, parse_instant, rfc3339};
 use crate::cron::CronSchedule;
 use crate::error::{ApiError, ApiResult};
-use crate::store::{self, schedules::Schedule};
+use crate::store::{
+    self,
+    schedules::{CATCHUP, OVERLAP, Schedule},
+};
 use serde_json::{Value, json};
 
 /// Most target endpoints one schedule may name.
@@ -18,6 +21,19 @@ const MAX_TARGETS: usize = 1000;
 /// Parses and validates an expression in a zone; the cron module's message names the field.
 fn parse_cron(cron_expr: &str, timezone: &str) -> ApiResult<CronSchedule> {
     CronSchedule::parse(cron_expr, timezone).map_err(ApiError::validation)
+}
+
+/// An enum field of create and PATCH (`catchup`, `overlap`): left out → `None`; `null` or a
+/// value not in `allowed` → 40001 naming the field and the values it takes.
+fn choice(body: &Body, field: &str, allowed: &[&str]) -> ApiResult<Option<String>> {
+    let value = body.update_str(field)?;
+    match value {
+        Some(v) if !allowed.contains(&v.as_str()) => Err(ApiError::validation(format!(
+            "{field}: must be one of {}, not \"{v}\"",
+            allowed.join(", ")
+        ))),
+        other => Ok(other),
+    }
 }
 
 /// The first fire instant after `now_ms`, in store milliseconds.
@@ -95,6 +111,8 @@ pub fn create(ctx: &mut Ctx<'_>, req: &Request) -> ApiResult<Value> {
             .into_option()
             .unwrap_or_default(),
     )?;
+    let catchup = choice(&body, "catchup", &CATCHUP)?.unwrap_or_else(|| CATCHUP[0].into());
+    let overlap = choice(&body, "overlap", &OVERLAP)?.unwrap_or_else(|| OVERLAP[0].into());
     let schedule = Schedule {
         id: 0,
         app_id: ctx.app_id.to_string(),
@@ -109,6 +127,9 @@ pub fn create(ctx: &mut Ctx<'_>, req: &Request) -> ApiResult<Value> {
         updated_at: ctx.now_ms,
         endpoint_ids,
         paused_reason: None,
+        catchup,
+        overlap,
+        skipped_runs: 0,
         endpoint_names: Default::default(),
     };
     body.finish_for(&schedule)?;
@@ -155,6 +176,12 @@ fn apply_patch(ctx: &Ctx<'_>, s: &mut Schedule, body: &Body) -> ApiResult<()> {
     if let Some(ids) = body.update_int_list("endpoint_ids")? {
         s.endpoint_ids = check_targets(ctx, ids)?;
         s.paused_reason = None;
+    }
+    if let Some(catchup) = choice(body, "catchup", &CATCHUP)? {
+        s.catchup = catchup;
+    }
+    if let Some(overlap) = choice(body, "overlap", &OVERLAP)? {
+        s.overlap = overlap;
     }
     Ok(())
 }
@@ -253,7 +280,7 @@ pub fn preview(ctx: &mut Ctx<'_>, req: &Request) -> ApiResult<Value> {
         None | Some(Value::Null) => from_ms(ctx.now_ms),
         Some(value) => parse_instant(value).ok_or_else(|| {
             ApiError::validation(
-                "from: must be an RFC 3339 instant or epoch seconds, in years 0001 to 9999",
+                "from: must be an RFC 3339 instant or epoch seconds, in the years 0000 to 9999",
             )
         })?,
     };
@@ -262,7 +289,8 @@ pub fn preview(ctx: &mut Ctx<'_>, req: &Request) -> ApiResult<Value> {
     let next_runs: Vec<String> = cron
         .upcoming(from, usize::try_from(count).unwrap_or(5))
         .iter()
-        .take_while(|t| in_rfc3339_years(t))
+        // An instant past 9999-12-31 cannot be written as RFC 3339; the list ends before it.
+        .take_while(|t| is_expressible(t))
         .map(|t| rfc3339(t.timestamp_millis()))
         .collect();
     Ok(json!({ "next_runs": next_runs }))

@@ -1,11 +1,11 @@
 //! `/v1/tasks`: list and read tasks and their attempts, create manual tasks, cancel and retry.
 
-use super::input::page_object;
+use super::input::{Body, check_range, page_object};
 use super::{Ctx, Request, missing, to_data};
 use crate::clock::parse_instant;
 use crate::error::{ApiError, ApiResult};
-use crate::store::{self, tasks::NewTask, tasks::Task, tasks::TaskFilter};
-use serde_json::Value;
+use crate::store::{self, tasks::NewTask, tasks::RetryFilter, tasks::Task, tasks::TaskFilter};
+use serde_json::{Value, json};
 
 fn load(ctx: &Ctx<'_>, id: i64) -> ApiResult<Task> {
     store::tasks::get(ctx.conn, ctx.app_id, id)?.ok_or_else(|| missing("task", id))
@@ -62,16 +62,7 @@ pub fn create(ctx: &mut Ctx<'_>, req: &Request) -> ApiResult<Value> {
     let body = req.json()?;
     let endpoint_id = body.required_int("endpoint_id")?;
     let payload = Value::Object(body.object("payload")?.unwrap_or_default()).to_string();
-    let run_at = match body.get("run_at") {
-        None | Some(Value::Null) => ctx.now_ms,
-        Some(value) => parse_instant(value)
-            .ok_or_else(|| {
-                ApiError::validation(
-                    "run_at: must be an RFC 3339 time (2026-11-21T21:00:00Z) or epoch seconds, in years 0001 to 9999",
-                )
-            })?
-            .timestamp_millis(),
-    };
+    let run_at = body_instant(&body, "run_at")?.unwrap_or(ctx.now_ms);
     let endpoint = store::endpoints::get(ctx.conn, ctx.app_id, endpoint_id)?.ok_or_else(|| {
         ApiError::validation(format!(
             "endpoint_id: no endpoint {endpoint_id} in this app"
@@ -116,26 +107,114 @@ pub fn retry(ctx: &mut Ctx<'_>, req: &Request) -> ApiResult<Value> {
     req.no_body()?;
     let id = req.id();
     let task = load(ctx, id)?;
-    if task.status != "failed" && task.status != "canceled" {
-        return Err(ApiError::conflict(format!(
-            "task {id} is {}; only a failed or canceled task can be retried",
-            task.status
-        )));
-    }
-    let endpoint =
-        store::endpoints::get(ctx.conn, ctx.app_id, task.endpoint_id)?.ok_or_else(|| {
-            ApiError::conflict(format!(
-                "task {id} cannot be retried: its endpoint {} was deleted",
-                task.endpoint_id
-            ))
-        })?;
-    let policy = store::policies::effective(ctx.conn, endpoint.retry_policy_id)?;
-    let max_attempts = i64::from(policy.max_attempts);
-    if !store::tasks::retry(ctx.conn, ctx.app_id, id, max_attempts, ctx.now_ms)? {
-        return Err(ApiError::conflict(format!(
-            "task {id} changed state meanwhile; read it and try again"
-        )));
+    if store::tasks::retry(ctx.conn, ctx.app_id, &[id], ctx.now_ms)?.is_empty() {
+        return Err(ApiError::conflict(
+            if task.status != "failed" && task.status != "canceled" {
+                format!(
+                    "task {id} is {}; only a failed or canceled task can be retried",
+                    task.status
+                )
+            } else if store::endpoints::get(ctx.conn, ctx.app_id, task.endpoint_id)?.is_none() {
+                format!(
+                    "task {id} cannot be retried: its endpoint {} was deleted",
+                    task.endpoint_id
+                )
+            } else {
+                format!("task {id} changed state meanwhile; read it and try again")
+            },
+        ));
     }
     ctx.app.delivery_wake.notify();
     to_data(&load(ctx, id)?)
+}
+
+/// Tasks one write transaction of a bulk retry moves: 1,000 primary-key updates hold the
+/// writer lock for 20–50 ms even on a loaded machine (BENCHMARKS.md, "Bulk retry"), so the
+/// dispatcher and the API's writers get it between batches.
+const BULK_RETRY_BATCH: usize = 1000;
+
+/// `POST /tasks/retry`: every task matching the filter goes back to `pending` as
+/// `POST /tasks/{id}/retry` does (the same store function), at most `--bulk-retry-max`
+/// (100,000) per call, `"more": true` when more matched.
+///
+/// The ids are read first (a read takes no lock), then retried in batches of
+/// [`BULK_RETRY_BATCH`], one write transaction each, waking the delivery pool after each, so
+/// deliveries interleave with the call instead of waiting for all of it. Each batch re-checks
+/// the state, so a task that changed meanwhile is skipped, never retried twice.
+pub fn retry_bulk(ctx: &mut Ctx<'_>, req: &Request) -> ApiResult<Value> {
+    let body = req.json()?;
+    let id_field = |name: &str| -> ApiResult<Option<i64>> {
+        let id = body.int(name)?;
+        if let Some(id) = id {
+            check_range(name, id, 1..=i64::MAX)?;
+        }
+        Ok(id)
+    };
+    let endpoint_id = id_field("endpoint_id")?;
+    let schedule_id = id_field("schedule_id")?;
+    let event_id = id_field("event_id")?;
+    let status = match body.str("status")?.as_deref() {
+        None | Some("failed") => "failed",
+        Some("canceled") => "canceled",
+        Some(other) => {
+            return Err(ApiError::validation(format!(
+                "status: must be failed or canceled, not \"{other}\""
+            )));
+        }
+    };
+    let since = body_instant(&body, "since")?;
+    let until = body_instant(&body, "until")?;
+    body.finish()?;
+    if let (Some(since), Some(until)) = (since, until)
+        && until <= since
+    {
+        return Err(ApiError::validation("until: must be later than since"));
+    }
+    if endpoint_id.is_none() && schedule_id.is_none() && event_id.is_none() && since.is_none() {
+        return Err(ApiError::validation(
+            "endpoint_id, schedule_id, event_id, since: at least one of them is required (a filter, so that one call cannot retry every task by accident)",
+        ));
+    }
+    let filter = RetryFilter {
+        status,
+        endpoint_id,
+        schedule_id,
+        event_id,
+        since,
+        until,
+    };
+    let max = ctx.app.config.bulk_retry_max;
+    let mut ids = store::tasks::retryable_ids(ctx.conn, ctx.app_id, &filter, max + 1)?;
+    let more = ids.len() > max;
+    ids.truncate(max);
+    let mut count = 0;
+    for batch in ids.chunks(BULK_RETRY_BATCH) {
+        let now_ms = ctx.app.clock.now().timestamp_millis();
+        let retried = store::write_tx(ctx.conn, |tx| {
+            store::tasks::retry(tx, ctx.app_id, batch, now_ms)
+        })?;
+        count += retried.len();
+        if !retried.is_empty() {
+            ctx.app.delivery_wake.notify();
+        }
+    }
+    let mut data = json!({ "count": count });
+    if more {
+        data["more"] = json!(true);
+    }
+    Ok(data)
+}
+
+/// An optional instant field: an RFC 3339 string or epoch seconds, in store milliseconds.
+fn body_instant(body: &Body, field: &str) -> ApiResult<Option<i64>> {
+    match body.get(field) {
+        None | Some(Value::Null) => Ok(None),
+        Some(value) => parse_instant(value)
+            .map(|t| Some(t.timestamp_millis()))
+            .ok_or_else(|| {
+                ApiError::validation(format!(
+                    "{field}: must be an RFC 3339 time (2026-11-21T21:00:00Z) or epoch seconds, in the years 0000 to 9999"
+                ))
+            }),
+    }
 }

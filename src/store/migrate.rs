@@ -13,6 +13,7 @@ const APPLICATION_ID: i64 = 0x5748_4B44;
 const UPGRADES: &[&str] = &[
     include_str!("../../schema.sql"),
     include_str!("../../migrations/health.sql"),
+    include_str!("../../migrations/schedule_catchup_overlap.sql"),
     include_str!("../../migrations/replay_guard.sql"),
 ];
 

@@ -1,5 +1,6 @@
 //! Storage: one SQLite file in WAL mode behind an r2d2 pool. Every SQL statement of webhookd
 //! lives under this module, one file per table, as plain functions over a `&Connection`.
+//! `postgres` holds the PostgreSQL pool and schema (contract §16, `docs/dev/storage.md`).
 
 pub mod attempts;
 pub mod endpoints;
@@ -7,6 +8,7 @@ pub mod events;
 pub mod keys;
 mod migrate;
 pub mod policies;
+pub mod postgres;
 pub mod replay;
 pub mod retention;
 pub mod schedules;
@@ -210,6 +212,29 @@ impl Filters {
         }
     }
 
+    /// Adds `column <op> value`, e.g. `finished_at >= ?`. `op` is the caller's constant.
+    pub fn cmp<V: Into<rusqlite::types::Value>>(
+        mut self,
+        column: &str,
+        op: &str,
+        value: V,
+    ) -> Self {
+        self.values.push(value.into());
+        self.clauses
+            .push(format!("{column} {op} ?{}", self.values.len()));
+        self
+    }
+
+    /// The conditions joined with `AND`, their parameters numbered from `?1`.
+    pub fn condition(&self) -> String {
+        self.clauses.join(" AND ")
+    }
+
+    /// The parameters of [`Filters::condition`], in order.
+    pub fn values(&self) -> &[rusqlite::types::Value] {
+        &self.values
+    }
+
     /// Adds a fixed condition with no parameter, e.g. `status != 'deleted'`.
     pub fn always(mut self, condition: &str) -> Self {
         self.clauses.push(condition.to_string());
@@ -226,7 +251,7 @@ pub fn list_page<T>(
     page: Page,
     from_row: impl FnMut(&rusqlite::Row<'_>) -> rusqlite::Result<T>,
 ) -> rusqlite::Result<(i64, Vec<T>)> {
-    let condition = filters.clauses.join(" AND ");
+    let condition = filters.condition();
     let total = conn
         .prepare_cached(&format!("SELECT count(*) FROM {table} WHERE {condition}"))?
         .query_row(rusqlite::params_from_iter(&filters.values), |r| r.get(0))?;

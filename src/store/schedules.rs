@@ -35,6 +35,14 @@ pub struct Schedule {
     /// when a client paused it. While set with an empty `endpoint_ids`, resume and trigger are
     /// refused, because an empty list would mean "every endpoint".
     pub paused_reason: Option<String>,
+    /// Runs missed while the server was down: `latest`, `none` or `all` (CONTRACT §13).
+    pub catchup: String,
+    /// `allow`, or `skip`: no new task for an endpoint while this schedule's earlier task for
+    /// it is still `pending` or `running`.
+    pub overlap: String,
+    /// Runs not fired: missed instants that `catchup` did not fire, and instants at which
+    /// `overlap: skip` held back the task of at least one endpoint.
+    pub skipped_runs: i64,
     /// Endpoint id → name for `endpoint_ids`; not stored, filled by [`fill_names`].
     pub endpoint_names: BTreeMap<String, String>,
 }
@@ -50,6 +58,8 @@ impl Schedule {
             payload: Value::Object(self.payload.clone()).to_string(),
             endpoint_ids: self.endpoint_ids.clone(),
             next_run_at: self.next_run_at,
+            catchup: self.catchup.clone(),
+            overlap: self.overlap.clone(),
         }
     }
 }
@@ -65,10 +75,20 @@ pub struct Firing {
     pub payload: String,
     pub endpoint_ids: Vec<i64>,
     pub next_run_at: Option<i64>,
+    /// See [`Schedule::catchup`].
+    pub catchup: String,
+    /// See [`Schedule::overlap`].
+    pub overlap: String,
 }
 
-const COLUMNS: &str = "id, app_id, name, cron_expr, timezone, payload, status, next_run_at, last_run_at, created_at, updated_at, endpoint_ids, paused_reason";
-const FIRING_COLUMNS: &str = "id, app_id, cron_expr, timezone, payload, endpoint_ids, next_run_at";
+/// Every `catchup` value; the first is the default.
+pub const CATCHUP: [&str; 3] = ["latest", "none", "all"];
+/// Every `overlap` value; the first is the default.
+pub const OVERLAP: [&str; 2] = ["allow", "skip"];
+
+const COLUMNS: &str = "id, app_id, name, cron_expr, timezone, payload, status, next_run_at, last_run_at, created_at, updated_at, endpoint_ids, paused_reason, catchup, overlap, skipped_runs";
+const FIRING_COLUMNS: &str =
+    "id, app_id, cron_expr, timezone, payload, endpoint_ids, next_run_at, catchup, overlap";
 
 fn ids_from_json(text: &str) -> Vec<i64> {
     serde_json::from_str(text).unwrap_or_default()
@@ -95,6 +115,9 @@ fn from_row(r: &Row<'_>) -> rusqlite::Result<Schedule> {
         updated_at: r.get(10)?,
         endpoint_ids: ids_from_json(&endpoint_ids),
         paused_reason: r.get(12)?,
+        catchup: r.get(13)?,
+        overlap: r.get(14)?,
+        skipped_runs: r.get(15)?,
         endpoint_names: BTreeMap::new(),
     })
 }
@@ -109,6 +132,8 @@ fn firing_from_row(r: &Row<'_>) -> rusqlite::Result<Firing> {
         payload: r.get(4)?,
         endpoint_ids: ids_from_json(&endpoint_ids),
         next_run_at: r.get(6)?,
+        catchup: r.get(7)?,
+        overlap: r.get(8)?,
     })
 }
 
@@ -119,8 +144,8 @@ fn payload_json(s: &Schedule) -> String {
 /// Inserts `s` (its `id` is ignored) and returns the stored record.
 pub fn insert(conn: &Connection, s: &Schedule) -> rusqlite::Result<Schedule> {
     conn.prepare_cached(
-        "INSERT INTO schedules (app_id, name, cron_expr, timezone, payload, endpoint_ids, status, next_run_at, last_run_at, created_at, updated_at, paused_reason)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)",
+        "INSERT INTO schedules (app_id, name, cron_expr, timezone, payload, endpoint_ids, status, next_run_at, last_run_at, created_at, updated_at, paused_reason, catchup, overlap, skipped_runs)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15)",
     )?
     .execute(params![
         s.app_id,
@@ -134,7 +159,10 @@ pub fn insert(conn: &Connection, s: &Schedule) -> rusqlite::Result<Schedule> {
         s.last_run_at,
         s.created_at,
         s.updated_at,
-        s.paused_reason
+        s.paused_reason,
+        s.catchup,
+        s.overlap,
+        s.skipped_runs
     ])?;
     Ok(Schedule {
         id: conn.last_insert_rowid(),
@@ -146,7 +174,7 @@ pub fn insert(conn: &Connection, s: &Schedule) -> rusqlite::Result<Schedule> {
 pub fn update(conn: &Connection, s: &Schedule) -> rusqlite::Result<()> {
     conn.prepare_cached(
         "UPDATE schedules SET name = ?3, cron_expr = ?4, timezone = ?5, payload = ?6, endpoint_ids = ?7,
-         status = ?8, next_run_at = ?9, updated_at = ?10, paused_reason = ?11
+         status = ?8, next_run_at = ?9, updated_at = ?10, paused_reason = ?11, catchup = ?12, overlap = ?13
          WHERE app_id = ?1 AND id = ?2",
     )?
     .execute(params![
@@ -160,7 +188,9 @@ pub fn update(conn: &Connection, s: &Schedule) -> rusqlite::Result<()> {
         s.status,
         s.next_run_at,
         s.updated_at,
-        s.paused_reason
+        s.paused_reason,
+        s.catchup,
+        s.overlap
     ])?;
     Ok(())
 }
@@ -241,18 +271,21 @@ pub fn record_firing(
 }
 
 /// Moves an active schedule on after the scheduler looked at it: `next_run_at` always,
-/// `last_run_at` when it fired. `updated_at` is left alone (it tracks changes by the API).
+/// `last_run_at` when it fired, `skipped_runs` up by `skipped`. `updated_at` is left alone
+/// (it tracks changes by the API).
 pub fn advance(
     conn: &Connection,
     id: i64,
     fired_at: Option<i64>,
     next_run_at: Option<i64>,
+    skipped: i64,
 ) -> rusqlite::Result<()> {
     conn.prepare_cached(
-        "UPDATE schedules SET last_run_at = coalesce(?2, last_run_at), next_run_at = ?3
+        "UPDATE schedules SET last_run_at = coalesce(?2, last_run_at), next_run_at = ?3,
+         skipped_runs = skipped_runs + ?4
          WHERE id = ?1 AND status = 'active'",
     )?
-    .execute(params![id, fired_at, next_run_at])?;
+    .execute(params![id, fired_at, next_run_at, skipped])?;
     Ok(())
 }
 

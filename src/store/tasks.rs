@@ -284,24 +284,97 @@ pub fn cancel(conn: &Connection, app_id: &str, id: i64, now_ms: i64) -> rusqlite
     Ok(n == 1)
 }
 
-/// `POST /tasks/{id}/retry`: a failed or canceled task is pending again, due now, with its
-/// attempt count reset and `max_attempts` taken from the endpoint's current policy. Returns
-/// false when the task is in another state (or not there).
+/// `POST /tasks/{id}/retry` and `POST /tasks/retry`: the tasks among `ids` (of `app_id`) that
+/// are `failed` or `canceled` and whose endpoint still exists go back to `pending`, due now,
+/// with their attempt count reset and `max_attempts` taken from their endpoint's current
+/// retry policy (the default policy's when it has none). Returns the ids it changed; a task in
+/// another state, of another app, or of a deleted endpoint is left alone.
+///
+/// The ids travel as one JSON array (`json_each`), so one cached statement serves a batch of
+/// any size.
 pub fn retry(
     conn: &Connection,
     app_id: &str,
-    id: i64,
-    max_attempts: i64,
+    ids: &[i64],
     now_ms: i64,
+) -> rusqlite::Result<Vec<i64>> {
+    let default_attempts = i64::from(crate::retry::RetryPolicy::DEFAULT.max_attempts);
+    let ids = serde_json::to_string(ids).unwrap_or_else(|_| "[]".into());
+    conn.prepare_cached(
+        "UPDATE tasks SET status = 'pending', attempts = 0, next_attempt_at = ?3, finished_at = NULL,
+             updated_at = ?3,
+             max_attempts = (SELECT coalesce(p.max_attempts, ?4)
+                             FROM endpoints e LEFT JOIN retry_policies p ON p.id = e.retry_policy_id
+                             WHERE e.id = tasks.endpoint_id)
+         WHERE id IN (SELECT value FROM json_each(?2)) AND app_id = ?1
+           AND status IN ('failed', 'canceled')
+           AND EXISTS (SELECT 1 FROM endpoints e WHERE e.id = tasks.endpoint_id)
+         RETURNING id",
+    )?
+    .query_map(params![app_id, ids, now_ms, default_attempts], |r| r.get(0))?
+    .collect()
+}
+
+/// The filter of `POST /tasks/retry`: tasks of one app in one finished state (`failed` or
+/// `canceled`), narrowed by whichever of the other fields are given.
+#[derive(Debug, Clone)]
+pub struct RetryFilter {
+    /// `failed` or `canceled`.
+    pub status: &'static str,
+    pub endpoint_id: Option<i64>,
+    pub schedule_id: Option<i64>,
+    pub event_id: Option<i64>,
+    /// `finished_at >= since` (ms).
+    pub since: Option<i64>,
+    /// `finished_at < until` (ms).
+    pub until: Option<i64>,
+}
+
+/// The ids of the tasks `f` matches whose endpoint still exists, lowest first, at most
+/// `limit`. A read: it takes no write lock, so the bulk retry selects before it writes.
+pub fn retryable_ids(
+    conn: &Connection,
+    app_id: &str,
+    f: &RetryFilter,
+    limit: usize,
+) -> rusqlite::Result<Vec<i64>> {
+    let mut filters = Filters::app(app_id)
+        .eq_known("status", Some(f.status), &["failed", "canceled"])
+        .eq("endpoint_id", f.endpoint_id)
+        .eq("schedule_id", f.schedule_id)
+        .eq("event_id", f.event_id)
+        .always("EXISTS (SELECT 1 FROM endpoints e WHERE e.id = tasks.endpoint_id)");
+    if let Some(since) = f.since {
+        filters = filters.cmp("finished_at", ">=", since);
+    }
+    if let Some(until) = f.until {
+        filters = filters.cmp("finished_at", "<", until);
+    }
+    let mut values = filters.values().to_vec();
+    values.push(i64::try_from(limit).unwrap_or(i64::MAX).into());
+    // `LIMIT ? + 0`: see `claim_due`.
+    let sql = format!(
+        "SELECT id FROM tasks WHERE {} ORDER BY id LIMIT ?{} + 0",
+        filters.condition(),
+        values.len()
+    );
+    conn.prepare_cached(&sql)?
+        .query_map(rusqlite::params_from_iter(&values), |r| r.get(0))?
+        .collect()
+}
+
+/// Whether a task of `schedule_id` for `endpoint_id` is still `pending` or `running`: the
+/// overlap check of a schedule with `overlap: skip` (index `tasks_schedule_open`).
+pub fn schedule_task_open(
+    conn: &Connection,
+    schedule_id: i64,
+    endpoint_id: i64,
 ) -> rusqlite::Result<bool> {
-    let n = conn
-        .prepare_cached(
-            "UPDATE tasks SET status = 'pending', attempts = 0, max_attempts = ?3, next_attempt_at = ?4,
-             finished_at = NULL, updated_at = ?4
-             WHERE app_id = ?1 AND id = ?2 AND status IN ('failed', 'canceled')",
-        )?
-        .execute(params![app_id, id, max_attempts, now_ms])?;
-    Ok(n == 1)
+    conn.prepare_cached(
+        "SELECT EXISTS (SELECT 1 FROM tasks WHERE schedule_id = ?1 AND endpoint_id = ?2
+                        AND status IN ('pending', 'running'))",
+    )?
+    .query_row(params![schedule_id, endpoint_id], |r| r.get(0))
 }
 
 /// How many tasks are in each status, over every app (for `/metrics`).

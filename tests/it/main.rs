@@ -4,6 +4,8 @@
 mod api_auth;
 mod api_endpoints;
 mod api_policies;
+mod bulk_retry;
+mod catchup;
 mod cli;
 mod conformance;
 mod dashboard;
@@ -13,6 +15,9 @@ mod events;
 mod fuzz;
 mod health;
 mod logs;
+mod openapi;
+mod pg;
+mod pg_store;
 mod reliability;
 mod schedules;
 mod support;

@@ -10,37 +10,37 @@ use webhookd::client::Client;
 use webhookd::store::{Page, tasks::Task, tasks::TaskFilter};
 
 /// 2025-06-02 (no daylight-saving change near it) at the given UTC time.
-fn at(h: u32, m: u32, s: u32) -> DateTime<Utc> {
+pub(crate) fn at(h: u32, m: u32, s: u32) -> DateTime<Utc> {
     Utc.with_ymd_and_hms(2025, 6, 2, h, m, s).unwrap()
 }
 
-fn rfc(t: DateTime<Utc>) -> String {
+pub(crate) fn rfc(t: DateTime<Utc>) -> String {
     t.to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
 }
 
 /// A server whose clock stands at `start` until the test moves it. Requests are signed with
 /// the real clock, so the skew window is opened wide.
-fn server_at(start: DateTime<Utc>) -> TestServer {
+pub(crate) fn server_at(start: DateTime<Utc>) -> TestServer {
     TestServer::start_manual(start, wide_skew)
 }
 
-fn wide_skew(config: &mut webhookd::config::Config) {
+pub(crate) fn wide_skew(config: &mut webhookd::config::Config) {
     config.max_skew_secs = 20 * 365 * 86_400;
 }
 
 /// Creates an enabled endpoint that nothing listens on; returns its id.
-fn endpoint(client: &Client, name: &str) -> i64 {
+pub(crate) fn endpoint(client: &Client, name: &str) -> i64 {
     let body = json!({"name": name, "url": "http://127.0.0.1:9/hook"});
     ok(client, "POST", "/endpoints", Some(body))["id"]
         .as_i64()
         .unwrap()
 }
 
-fn schedule(client: &Client, body: Value) -> Value {
+pub(crate) fn schedule(client: &Client, body: Value) -> Value {
     ok(client, "POST", "/schedules", Some(body))
 }
 
-fn id(record: &Value) -> i64 {
+pub(crate) fn id(record: &Value) -> i64 {
     record["id"].as_i64().unwrap()
 }
 
@@ -51,7 +51,7 @@ fn first_preview(client: &Client, cron_expr: &str, timezone: &str, from: DateTim
 }
 
 /// The tasks of a schedule, read from the database, oldest first.
-fn tasks_of(server: &TestServer, schedule_id: i64) -> Vec<Task> {
+pub(crate) fn tasks_of(server: &TestServer, schedule_id: i64) -> Vec<Task> {
     let pool = webhookd::store::open(&server.db, 1).unwrap();
     let filter = TaskFilter {
         schedule_id: Some(schedule_id),
@@ -68,7 +68,7 @@ fn tasks_of(server: &TestServer, schedule_id: i64) -> Vec<Task> {
 }
 
 /// Waits until the schedule's tasks number `n` (failing after a few seconds), then returns them.
-fn wait_tasks(server: &TestServer, schedule_id: i64, n: usize) -> Vec<Task> {
+pub(crate) fn wait_tasks(server: &TestServer, schedule_id: i64, n: usize) -> Vec<Task> {
     wait_for(Duration::from_secs(5), || {
         let tasks = tasks_of(server, schedule_id);
         (tasks.len() >= n).then_some(tasks)
@@ -82,7 +82,7 @@ fn wait_tasks(server: &TestServer, schedule_id: i64, n: usize) -> Vec<Task> {
 }
 
 /// Waits until the scheduler has moved the schedule's `next_run_at` to `want`.
-fn wait_next_run(client: &Client, schedule_id: i64, want: DateTime<Utc>) {
+pub(crate) fn wait_next_run(client: &Client, schedule_id: i64, want: DateTime<Utc>) {
     let path = format!("/schedules/{schedule_id}");
     let moved = wait_for(Duration::from_secs(5), || {
         (ok(client, "GET", &path, None)["next_run_at"] == rfc(want)).then_some(())

@@ -1,0 +1,132 @@
+//! Schema versioning for PostgreSQL, the twin of `store::migrate` for SQLite: a one-row table
+//! `webhookd_schema` holds an application marker and the version. Upgrades are forward-only,
+//! each in its own transaction taken under a transaction-scoped advisory lock, so several
+//! nodes starting together upgrade once and the others find the work done. A database of
+//! another program, or one written by a newer webhookd, is refused before anything is written.
+
+use anyhow::{Context, bail};
+use postgres::{Client, Transaction};
+
+/// The marker in `webhookd_schema.application`.
+const APPLICATION: &str = "webhookd";
+
+/// Key of the advisory lock schema upgrades are taken under: "WHKD", like SQLite's
+/// `application_id`. Only webhookd's upgrades take it; it is released when each step commits.
+const UPGRADE_LOCK: i64 = 0x5748_4B44;
+
+/// Upgrade steps: entry `i` takes the schema from version `i` to `i + 1`. Version `N` has the
+/// shape of SQLite's version `N` (`store::SCHEMA_VERSION`), step for step.
+const UPGRADES: &[&str] = &[
+    include_str!("../../../migrations/postgres/schema.sql"),
+    include_str!("../../../migrations/postgres/health.sql"),
+    include_str!("../../../migrations/postgres/schedule_catchup_overlap.sql"),
+];
+
+/// The schema version this binary writes.
+pub const SCHEMA_VERSION: i64 = UPGRADES.len() as i64;
+
+/// What the connected database (its current schema) holds before an upgrade step.
+enum Found {
+    /// No table at all: a new database for webhookd.
+    Empty,
+    /// webhookd's schema at this version.
+    Ours(i64),
+}
+
+/// Reads the marker under the caller's transaction; refuses a database that holds tables but
+/// not webhookd's marker.
+fn inspect(tx: &mut Transaction<'_>, shown: &str) -> anyhow::Result<Found> {
+    let tables: i64 = tx
+        .query_one(
+            "SELECT count(*) FROM pg_catalog.pg_class c
+               JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+              WHERE n.nspname = current_schema() AND c.relkind IN ('r', 'p', 'v', 'm', 'f')",
+            &[],
+        )?
+        .get(0);
+    if tables == 0 {
+        return Ok(Found::Empty);
+    }
+    let marked: bool = tx
+        .query_one(
+            "SELECT EXISTS (SELECT 1 FROM information_schema.columns
+                             WHERE table_schema = current_schema()
+                               AND table_name = 'webhookd_schema' AND column_name = 'application')",
+            &[],
+        )?
+        .get(0);
+    let row = if marked {
+        tx.query_opt("SELECT application, version FROM webhookd_schema", &[])?
+    } else {
+        None
+    };
+    match row {
+        Some(row) if row.get::<_, &str>(0) == APPLICATION => Ok(Found::Ours(row.get(1))),
+        _ => bail!(
+            "{shown} holds tables of another program, not webhookd's; it was left unchanged. Give --db an empty database."
+        ),
+    }
+}
+
+/// Applies every upgrade step the database has not had yet.
+pub fn upgrade(client: &mut Client, shown: &str) -> anyhow::Result<()> {
+    upgrade_with(client, shown, UPGRADES)
+}
+
+/// [`upgrade`] over the given steps (tests use more steps than the binary has).
+fn upgrade_with(client: &mut Client, shown: &str, steps: &[&str]) -> anyhow::Result<()> {
+    let latest = steps.len() as i64;
+    loop {
+        let mut tx = client.transaction()?;
+        tx.execute("SELECT pg_advisory_xact_lock($1)", &[&UPGRADE_LOCK])?;
+        let version = match inspect(&mut tx, shown)? {
+            Found::Empty => 0,
+            Found::Ours(version) => version,
+        };
+        if version > latest {
+            bail!(
+                "{shown} was written by a newer webhookd (schema version {version}, this binary knows {latest}); it was left unchanged. Upgrade webhookd."
+            );
+        }
+        // Dropping `tx` when there is nothing to do rolls back a transaction that wrote nothing.
+        let Some(step) = usize::try_from(version).ok().and_then(|v| steps.get(v)) else {
+            return Ok(());
+        };
+        tx.batch_execute(step).with_context(|| {
+            format!(
+                "schema upgrade of {shown} to version {} failed",
+                version + 1
+            )
+        })?;
+        if version == 0 {
+            tx.batch_execute(
+                "CREATE TABLE webhookd_schema (
+                     single      BOOLEAN PRIMARY KEY DEFAULT true CHECK (single),
+                     application TEXT NOT NULL,
+                     version     BIGINT NOT NULL
+                 )",
+            )?;
+            tx.execute(
+                "INSERT INTO webhookd_schema (application, version) VALUES ($1, 1)",
+                &[&APPLICATION],
+            )?;
+        } else {
+            tx.execute("UPDATE webhookd_schema SET version = $1", &[&(version + 1)])?;
+        }
+        tx.commit().with_context(|| {
+            format!(
+                "schema upgrade of {shown} to version {} failed",
+                version + 1
+            )
+        })?;
+        tracing::info!(version = version + 1, "PostgreSQL schema upgraded");
+    }
+}
+
+/// Hidden entry for the integration tests: open with extra upgrade steps after the binary's
+/// own, to exercise a real upgrade of an existing database.
+#[doc(hidden)]
+pub fn upgrade_with_extra(client: &mut Client, shown: &str, extra: &[&str]) -> anyhow::Result<()> {
+    let steps: Vec<&str> = UPGRADES.iter().chain(extra).copied().collect();
+    upgrade_with(client, shown, &steps)
+}

@@ -1,0 +1,50 @@
+//! PostgreSQL storage, the groundwork of contract §16: a pool of blocking connections
+//! (`postgres` + `r2d2_postgres`, so the blocking delivery model stays) and the versioned
+//! schema. The record operations still live only in the SQLite store; `docs/dev/storage.md`
+//! describes the `Store` interface both will implement and what remains to build.
+//!
+//! The `postgres` client runs its own small runtime and blocks: call it from plain threads or
+//! `spawn_blocking`, never directly inside an async task.
+
+mod migrate;
+mod url;
+
+pub use migrate::{SCHEMA_VERSION, upgrade_with_extra};
+pub use url::{PgUrl, is_url, redact};
+
+use anyhow::Context;
+use postgres::NoTls;
+use r2d2_postgres::PostgresConnectionManager;
+use std::time::Duration;
+
+/// The shared PostgreSQL connection pool.
+pub type PgPool = r2d2::Pool<PostgresConnectionManager<NoTls>>;
+
+/// Connects once to `url` (a `postgres://` / `postgresql://` URL), refuses a database of another
+/// program or of a newer webhookd untouched, applies pending schema upgrades, and returns a pool
+/// of up to `size` connections. Error messages show the URL with its password hidden.
+pub fn open(url: &str, size: u32) -> anyhow::Result<PgPool> {
+    let url = PgUrl::parse(url)?;
+    let mut client = connect(&url)?;
+    migrate::upgrade(&mut client, &url.to_string())?;
+    drop(client);
+    let manager = PostgresConnectionManager::new(url.config().clone(), NoTls);
+    r2d2::Pool::builder()
+        .max_size(size)
+        .min_idle(Some(1))
+        .connection_timeout(Duration::from_secs(30))
+        .build(manager)
+        .with_context(|| format!("cannot build the connection pool for {url}"))
+}
+
+/// One connection outside the pool (start-up work, tests). The driver's error never holds the
+/// password; the context names the redacted URL.
+pub fn connect(url: &PgUrl) -> anyhow::Result<postgres::Client> {
+    let mut config = url.config().clone();
+    if config.get_connect_timeout().is_none() {
+        config.connect_timeout(Duration::from_secs(10));
+    }
+    config
+        .connect(NoTls)
+        .with_context(|| format!("cannot connect to PostgreSQL at {url}"))
+}
