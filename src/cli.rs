@@ -102,6 +102,10 @@ pub struct ServeArgs {
     /// Requests per second allowed per API key (429 beyond); 0 = no limit.
     #[arg(long, env = "WEBHOOKD_RATE_LIMIT", default_value_t = 0)]
     pub rate_limit: u32,
+    /// Keep the -wal file under about this many MiB: past it, a checkpoint briefly holds the
+    /// writers and empties the WAL.
+    #[arg(long, env = "WEBHOOKD_WAL_LIMIT_MB", default_value_t = 64)]
+    pub wal_limit_mb: u64,
     /// Do not serve GET /metrics.
     #[arg(long, env = "WEBHOOKD_NO_METRICS", action = ArgAction::SetTrue, value_parser = BoolishValueParser::new())]
     pub no_metrics: bool,

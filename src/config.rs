@@ -39,6 +39,9 @@ pub struct Config {
     /// Longest the scheduler and delivery pool sleep without looking at the database; they are
     /// woken sooner whenever work becomes due earlier. Tests shorten it.
     pub max_idle: Duration,
+    /// When the `-wal` file grows past this many bytes, the next checkpoint briefly holds the
+    /// writers and empties it (PASSIVE checkpoints alone cannot bound it under steady load).
+    pub wal_limit_bytes: u64,
 }
 
 impl Config {
@@ -59,6 +62,7 @@ impl Config {
             rate_limit_per_sec: 0,
             metrics: true,
             max_idle: Duration::from_secs(60),
+            wal_limit_bytes: 64 * 1024 * 1024,
             bulk_retry_max: 100_000,
         }
     }
@@ -86,6 +90,9 @@ impl Config {
             return Err(
                 "--max-body-bytes (env WEBHOOKD_MAX_BODY_BYTES) must be at least 1024".into(),
             );
+        }
+        if self.wal_limit_bytes < 1024 * 1024 {
+            return Err("--wal-limit-mb must be at least 1".into());
         }
         if self.retention_days == 0 {
             return Err("--retention-days (env WEBHOOKD_RETENTION_DAYS) must be at least 1".into());

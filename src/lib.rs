@@ -2,7 +2,8 @@
 //!
 //! # Layout
 //! - `cli`, `config`: the command line and the validated server configuration.
-//! - `server`: the hyper 1 accept loop; `api`: the router and one file per resource;
+//! - `server`: the hyper 1 accept loop (`wire`: hyper's protocol-error replies in the
+//!   envelope); `api`: the router and one file per resource;
 //!   `auth`: inbound request signatures; `error`: the one API error type and the envelope.
 //! - `store`: every SQL statement, one file per table, over an r2d2 pool of SQLite connections.
 //!   `store::postgres`: the PostgreSQL pool and versioned schema (groundwork for contract §16).
@@ -39,3 +40,4 @@ pub mod server;
 pub mod signing;
 pub mod store;
 pub mod ui;
+pub mod wire;

@@ -122,6 +122,7 @@ fn config_from(args: ServeArgs) -> anyhow::Result<Config> {
     config.retention_days = args.retention_days;
     config.metrics = !args.no_metrics;
     config.rate_limit_per_sec = args.rate_limit;
+    config.wal_limit_bytes = args.wal_limit_mb.saturating_mul(1024 * 1024);
     config.allow_targets = args
         .allow_targets
         .iter()

@@ -11,7 +11,7 @@ const METHODS: &[&str] = &["GET", "POST", "PUT", "PATCH", "DELETE"];
 const RESERVED_HEADERS: &[&str] = &["content-type", "content-length", "host"];
 const RESERVED_PREFIXES: &[&str] = &["x-service-", "webhook-"];
 
-fn check_url(url: &str) -> ApiResult<()> {
+pub fn check_url(url: &str) -> ApiResult<()> {
     let bad = |why: &str| ApiError::validation(format!("url: {why}"));
     if url.len() > 2048 {
         return Err(bad("must be at most 2048 characters"));
@@ -23,10 +23,67 @@ fn check_url(url: &str) -> ApiResult<()> {
         Some("http" | "https") => {}
         _ => return Err(bad("scheme must be http or https")),
     }
-    match uri.host() {
-        Some(host) if !host.is_empty() => Ok(()),
-        _ => Err(bad("must name a host")),
+    let host = uri
+        .host()
+        .filter(|h| !h.is_empty())
+        .ok_or_else(|| bad("must name a host"))?;
+    check_host(host).map_err(|why| bad(&why))?;
+    // `Uri::port` is None for a port it cannot read as u16, and such a URL was then delivered
+    // to the scheme's default port (`:99999` went to port 80): read the authority's own text.
+    let authority = uri.authority().map(|a| a.as_str()).unwrap_or_default();
+    let host_and_port = authority
+        .rsplit_once('@')
+        .map_or(authority, |(_, rest)| rest);
+    let after_host = match host_and_port.rfind(']') {
+        Some(end) if host_and_port.starts_with('[') => &host_and_port[end + 1..],
+        _ => host_and_port.find(':').map_or("", |i| &host_and_port[i..]),
+    };
+    if let Some(port) = after_host.strip_prefix(':')
+        && !port.is_empty()
+        && !matches!(port.parse::<u16>(), Ok(1..))
+    {
+        return Err(bad(&format!("port {port} is not between 1 and 65535")));
     }
+    Ok(())
+}
+
+/// A host must be an IPv4 address, an IPv6 address in brackets without a zone id (the zone
+/// names an interface of the server, not a place on the network), or a DNS name. Anything made
+/// of digits and dots must be a valid IPv4 address (`256.256.256.256` is not a name).
+pub fn check_host(host: &str) -> Result<(), String> {
+    if let Some(inner) = host.strip_prefix('[') {
+        let inner = inner
+            .strip_suffix(']')
+            .ok_or_else(|| format!("host '{host}' has an unclosed '['"))?;
+        if inner.contains('%') {
+            return Err(format!(
+                "host '{host}' has an IPv6 zone id, which names an interface of this server"
+            ));
+        }
+        return inner
+            .parse::<std::net::Ipv6Addr>()
+            .map(|_| ())
+            .map_err(|_| format!("host '{host}' is not an IPv6 address"));
+    }
+    if host.bytes().all(|b| b.is_ascii_digit() || b == b'.') {
+        return host
+            .parse::<std::net::Ipv4Addr>()
+            .map(|_| ())
+            .map_err(|_| format!("host '{host}' is not an IPv4 address"));
+    }
+    let name = host.strip_suffix('.').unwrap_or(host);
+    let label_ok = |label: &str| {
+        (1..=63).contains(&label.len())
+            && !label.starts_with('-')
+            && !label.ends_with('-')
+            && label
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+    };
+    if name.len() > 253 || !name.split('.').all(label_ok) {
+        return Err(format!("host '{host}' is not a valid host name"));
+    }
+    Ok(())
 }
 
 fn check_method(method: &str) -> ApiResult<String> {

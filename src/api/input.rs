@@ -274,6 +274,10 @@ pub fn check_range(field: &str, value: i64, range: std::ops::RangeInclusive<i64>
     }
 }
 
+/// The highest `page` a list accepts: 100 million rows deep at the largest page size, far past
+/// any real list, and well inside SQLite's 64-bit OFFSET.
+pub const MAX_PAGE: i64 = 1_000_000;
+
 /// A decoded query string. Like [`Body`], it remembers which parameters the handler read, and
 /// [`Query::finish`] refuses the others (contract §3).
 #[derive(Debug, Default, Clone)]
@@ -355,11 +359,13 @@ impl Query {
         }
     }
 
-    /// `page` ≥ 1 (default 1) and `page_size` clamped to 1..=100 (default 20).
+    /// `page` in 1..=[`MAX_PAGE`] (default 1) and `page_size` clamped to 1..=100 (default 20).
     pub fn page(&self) -> ApiResult<Page> {
         let page = self.int("page")?.unwrap_or(1);
-        if page < 1 {
-            return Err(ApiError::validation("page: must be 1 or more"));
+        if !(1..=MAX_PAGE).contains(&page) {
+            return Err(ApiError::validation(format!(
+                "page: must be between 1 and {MAX_PAGE}"
+            )));
         }
         let page_size = self.int("page_size")?.unwrap_or(20).clamp(1, 100);
         Ok(Page {

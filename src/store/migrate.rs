@@ -15,6 +15,7 @@ const UPGRADES: &[&str] = &[
     include_str!("../../migrations/health.sql"),
     include_str!("../../migrations/schedule_catchup_overlap.sql"),
     include_str!("../../migrations/delivery_controls.sql"),
+    include_str!("../../migrations/replay_guard.sql"),
 ];
 
 /// The schema version this binary writes.

@@ -54,9 +54,23 @@ impl TestServer {
     /// Stops this server and starts a new one on the same database file, with a manual clock
     /// at `start` and the same key: a restart after downtime.
     pub fn restart_manual(
-        mut self,
+        self,
         start: DateTime<Utc>,
         adjust: impl FnOnce(&mut Config),
+    ) -> TestServer {
+        self.relaunch(adjust, Some(Arc::new(ManualClock::new(start))))
+    }
+
+    /// Stops this server gracefully and starts a new one on the same database file, real
+    /// clock, same key.
+    pub fn restart(self, adjust: impl FnOnce(&mut Config)) -> TestServer {
+        self.relaunch(adjust, None)
+    }
+
+    fn relaunch(
+        mut self,
+        adjust: impl FnOnce(&mut Config),
+        manual: Option<Arc<ManualClock>>,
     ) -> TestServer {
         if let Some(running) = self.running.take() {
             self.runtime
@@ -65,12 +79,7 @@ impl TestServer {
         }
         let dir = std::mem::replace(&mut self.dir, tempfile::tempdir().expect("temp dir"));
         let key = (self.key_id.clone(), self.secret.clone());
-        Self::launch_in(
-            dir,
-            Some(key),
-            adjust,
-            Some(Arc::new(ManualClock::new(start))),
-        )
+        Self::launch_in(dir, Some(key), adjust, manual)
     }
 
     fn launch_in(
