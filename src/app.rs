@@ -1,6 +1,5 @@
 //! The state one running server shares between its API, scheduler and delivery pool.
 
-use crate::auth::ReplayCache;
 use crate::clock::Clock;
 use crate::config::Config;
 use crate::metrics::Metrics;
@@ -13,7 +12,6 @@ pub struct App {
     pub config: Config,
     pub pool: Pool,
     pub clock: Arc<dyn Clock>,
-    pub replay: ReplayCache,
     /// Per-key request limit (`--rate-limit`).
     pub rate_limit: crate::ratelimit::RateLimiter,
     /// Woken when a schedule is created or changed, so the scheduler re-plans its sleep.
@@ -28,11 +26,11 @@ pub struct App {
 
 impl App {
     pub fn new(config: Config, pool: Pool, clock: Arc<dyn Clock>) -> Self {
-        let rate_limit = crate::ratelimit::RateLimiter::new(config.rate_limit_per_sec);
+        let rate_limit =
+            crate::ratelimit::RateLimiter::new(config.rate_limit_per_sec, clock.clone());
         App {
             pool,
             clock,
-            replay: ReplayCache::default(),
             rate_limit,
             scheduler_wake: Signal::default(),
             delivery_wake: Signal::default(),

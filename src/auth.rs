@@ -1,13 +1,12 @@
 //! Inbound request authentication (contract §2): key lookup, the ±skew window, the HMAC
-//! signature over `X-Timestamp + "\n" + payload`, and the replay cache.
+//! signature over `X-Timestamp + "\n" + payload`, and the replay check (in the database, so
+//! that it survives restarts: `store::replay`).
 
 use crate::error::ApiError;
 use crate::signing;
 use crate::store;
 use hyper::HeaderMap;
 use rusqlite::Connection;
-use std::collections::HashMap;
-use std::sync::Mutex;
 
 /// The parts of a request its signature covers.
 pub struct SignedParts<'a> {
@@ -51,8 +50,7 @@ fn parse_timestamp_ms(text: &str) -> Option<i64> {
 
 /// Checks a request's three headers and returns the app id of its key.
 pub fn authenticate(
-    conn: &Connection,
-    replay: &ReplayCache,
+    conn: &mut Connection,
     now_ms: i64,
     max_skew_secs: u64,
     req: &SignedParts<'_>,
@@ -81,64 +79,17 @@ pub fn authenticate(
     if !signing::verify_hex(secret.as_bytes(), timestamp, &payload, signature) {
         return Err(ApiError::auth_bad_signature());
     }
-    if !replay.first_use(key_id, signature, sent_ms + skew_ms, now_ms) {
+    // The pair is committed before the request is acted on: a crash right after cannot let it
+    // be used again. Signatures are compared without regard to hex case.
+    let signature = signature.to_ascii_lowercase();
+    let expires_ms = sent_ms.saturating_add(skew_ms);
+    let first = store::write_tx(conn, |tx| {
+        store::replay::first_use(tx, key_id, &signature, expires_ms, now_ms)
+    })?;
+    if !first {
         return Err(ApiError::auth_replay());
     }
     Ok(app_id)
-}
-
-const SHARDS: usize = 16;
-
-/// Remembers each accepted (key, signature) until its timestamp leaves the window, so a
-/// captured request cannot be sent again.
-pub struct ReplayCache {
-    shards: Vec<Mutex<Shard>>,
-}
-
-#[derive(Default)]
-struct Shard {
-    /// Digest of (key id, signature) → epoch ms after which it can be forgotten.
-    seen: HashMap<u64, i64>,
-    next_purge_ms: i64,
-}
-
-impl Default for ReplayCache {
-    fn default() -> Self {
-        ReplayCache {
-            shards: (0..SHARDS).map(|_| Mutex::default()).collect(),
-        }
-    }
-}
-
-impl ReplayCache {
-    /// Records the pair; false when it was already seen and has not expired.
-    pub fn first_use(&self, key_id: &str, signature: &str, expires_ms: i64, now_ms: i64) -> bool {
-        use std::hash::{BuildHasher, Hasher};
-        // A fixed-key hasher is fine: signatures are HMAC outputs, not attacker-chosen
-        // without the secret, and a collision only refuses a request (never accepts one).
-        let mut hasher =
-            std::hash::BuildHasherDefault::<std::collections::hash_map::DefaultHasher>::default()
-                .build_hasher();
-        hasher.write(key_id.as_bytes());
-        hasher.write_u8(0);
-        hasher.write(signature.to_ascii_lowercase().as_bytes());
-        let digest = hasher.finish();
-        let shard_index = usize::try_from(digest % SHARDS as u64).unwrap_or(0);
-        let mut shard = self.shards[shard_index]
-            .lock()
-            .unwrap_or_else(|e| e.into_inner());
-        if now_ms >= shard.next_purge_ms {
-            shard.seen.retain(|_, expires| *expires >= now_ms);
-            shard.next_purge_ms = now_ms + 1000;
-        }
-        match shard.seen.get(&digest) {
-            Some(expires) if *expires >= now_ms => false,
-            _ => {
-                shard.seen.insert(digest, expires_ms);
-                true
-            }
-        }
-    }
 }
 
 #[cfg(test)]
@@ -161,14 +112,5 @@ mod tests {
             b"GET /v1/endpoints?page=2".to_vec()
         );
         assert_eq!(signed_payload("POST", "/v1/x", b"{}"), b"{}".to_vec());
-    }
-
-    #[test]
-    fn replay_cache_accepts_once_until_expiry() {
-        let cache = ReplayCache::default();
-        assert!(cache.first_use("k", "abc", 2_000, 1_000));
-        assert!(!cache.first_use("k", "ABC", 2_000, 1_500));
-        assert!(cache.first_use("other", "abc", 2_000, 1_500));
-        assert!(cache.first_use("k", "abc", 5_000, 2_001));
     }
 }

@@ -2,6 +2,7 @@
 //! checkpointer — started and stopped together.
 
 use crate::app::App;
+use crate::store;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread::JoinHandle;
@@ -9,6 +10,14 @@ use std::time::Duration;
 
 /// How often committed WAL pages are copied back into the database file.
 const CHECKPOINT_EVERY: Duration = Duration::from_millis(250);
+/// How often the size of the `-wal` file is compared with its limit: a few MB of WAL can be
+/// written in one checkpoint interval under load, and this is what the limit can overshoot by.
+const WAL_SIZE_EVERY: Duration = Duration::from_millis(50);
+/// Longest a truncating checkpoint waits for readers of an older snapshot (writers wait too).
+const TRUNCATE_WAIT: Duration = Duration::from_secs(1);
+/// How often expired replay records are deleted, and how many per transaction.
+const PRUNE_EVERY_MS: i64 = 10_000;
+const PRUNE_CHUNK: usize = 5000;
 
 /// Handles to the running background loops.
 pub struct Background {
@@ -35,8 +44,9 @@ impl Background {
     }
 }
 
-/// Runs the WAL checkpoint on its own thread, so that no API request or delivery round pays
-/// for it (pool connections run with `wal_autocheckpoint=0`).
+/// Runs the WAL checkpoints on their own thread, so that no API request or delivery round pays
+/// for them (pool connections run with `wal_autocheckpoint=0`), and prunes expired replay
+/// records (`store::replay`).
 struct Checkpointer {
     stop: Arc<AtomicBool>,
     thread: JoinHandle<()>,
@@ -49,13 +59,23 @@ impl Checkpointer {
         let thread = std::thread::Builder::new()
             .name("wal-checkpoint".into())
             .spawn(move || {
+                let mut next_prune_ms = 0;
+                let mut next_checkpoint = std::time::Instant::now();
                 while !stopping.load(Ordering::SeqCst) {
-                    std::thread::sleep(CHECKPOINT_EVERY);
-                    let done = app.pool.get().map_err(|e| e.to_string()).and_then(|conn| {
-                        crate::store::checkpoint(&conn).map_err(|e| e.to_string())
-                    });
-                    if let Err(e) = done {
+                    std::thread::sleep(WAL_SIZE_EVERY);
+                    let passive = std::time::Instant::now() >= next_checkpoint;
+                    if passive {
+                        next_checkpoint += CHECKPOINT_EVERY;
+                    }
+                    if let Err(e) = checkpoint(&app, passive) {
                         tracing::warn!(error = %e, "WAL checkpoint failed; will retry");
+                    }
+                    let now_ms = app.clock.now_ms();
+                    if now_ms >= next_prune_ms {
+                        next_prune_ms = now_ms + PRUNE_EVERY_MS;
+                        if let Err(e) = prune_replay(&app, now_ms) {
+                            tracing::warn!(error = %e, "pruning replay records failed; will retry");
+                        }
                     }
                 }
             })
@@ -69,4 +89,44 @@ impl Checkpointer {
             tracing::error!("the checkpoint thread panicked");
         }
     }
+}
+
+/// A PASSIVE checkpoint when `passive`; and when the `-wal` file has passed `--wal-limit-mb`,
+/// one that holds the writers until the WAL is copied back and truncated.
+fn checkpoint(app: &App, passive: bool) -> anyhow::Result<()> {
+    let wal = store::wal_path(&app.config.db);
+    let size = std::fs::metadata(&wal).map(|m| m.len()).unwrap_or(0);
+    let over = size > app.config.wal_limit_bytes;
+    if !passive && !over {
+        return Ok(());
+    }
+    let conn = app.pool.get()?;
+    if passive {
+        store::checkpoint(&conn)?;
+    }
+    if over {
+        let emptied = store::checkpoint_truncate(&conn, TRUNCATE_WAIT)?;
+        if emptied {
+            tracing::debug!(
+                bytes = size,
+                "WAL over its limit: checkpointed and truncated"
+            );
+        } else {
+            tracing::warn!(
+                bytes = size,
+                "WAL over its limit and a reader held an old snapshot; will retry"
+            );
+        }
+    }
+    Ok(())
+}
+
+/// Deletes expired replay records, a chunk per transaction.
+fn prune_replay(app: &App, now_ms: i64) -> anyhow::Result<()> {
+    let mut conn = app.pool.get()?;
+    while store::write_tx(&mut conn, |tx| {
+        store::replay::prune(tx, now_ms, PRUNE_CHUNK)
+    })? == PRUNE_CHUNK
+    {}
+    Ok(())
 }

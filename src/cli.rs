@@ -1,14 +1,15 @@
-//! The command line (contract §1): `serve`, `keys create|list|revoke`, `api`. Every flag also
-//! reads an environment variable `WEBHOOKD_<FLAG>`.
+//! The command line (contract §1, §10): `serve`, `keys create|list|revoke`, `api`,
+//! `healthcheck`, `backup`. Every flag also reads an environment variable `WEBHOOKD_<FLAG>`.
 
-use clap::{Args, Parser, Subcommand};
-use std::net::SocketAddr;
+use clap::builder::BoolishValueParser;
+use clap::{ArgAction, Args, Parser, Subcommand};
+use std::net::{SocketAddr, ToSocketAddrs};
 use std::path::PathBuf;
 
 #[derive(Debug, Parser)]
 #[command(
     name = "webhookd",
-    version,
+    version = crate::build_info::LONG_VERSION,
     about = "Self-hosted scheduled webhooks over one SQLite file"
 )]
 pub struct Cli {
@@ -42,6 +43,22 @@ pub enum Command {
     Keys(KeysCommand),
     /// Send one signed request to a running server and print the JSON reply.
     Api(ApiArgs),
+    /// GET /healthz of a running server: exit 0 on 200, else 1 with one line saying why
+    /// (for container HEALTHCHECKs in an image without a shell).
+    Healthcheck {
+        /// Server base URL.
+        #[arg(long, env = "WEBHOOKD_URL", default_value = "http://127.0.0.1:8080")]
+        url: String,
+    },
+    /// Write a consistent copy of a database (also while a server runs on it) to a new file
+    /// with mode 0600. The copy holds the API key secrets: keep it as safe as the original.
+    Backup {
+        #[arg(long, env = "WEBHOOKD_DB")]
+        db: PathBuf,
+        /// The file to write; it must not exist yet.
+        #[arg(long, env = "WEBHOOKD_OUT")]
+        out: PathBuf,
+    },
 }
 
 #[derive(Debug, Args)]
@@ -49,8 +66,9 @@ pub struct ServeArgs {
     /// SQLite database file (created if absent).
     #[arg(long, env = "WEBHOOKD_DB")]
     pub db: PathBuf,
-    /// Address to listen on.
-    #[arg(long, env = "WEBHOOKD_LISTEN", default_value = "127.0.0.1:8080")]
+    /// Address to listen on: IP:PORT, [IPv6]:PORT, HOST:PORT (resolved once, at start) or
+    /// :PORT (every IPv4 interface).
+    #[arg(long, env = "WEBHOOKD_LISTEN", default_value = "127.0.0.1:8080", value_parser = parse_listen)]
     pub listen: SocketAddr,
     /// Accepted clock difference of a request's X-Timestamp, in seconds.
     #[arg(long, env = "WEBHOOKD_MAX_SKEW_SECS", default_value_t = 300)]
@@ -61,6 +79,10 @@ pub struct ServeArgs {
     /// Delivery worker threads.
     #[arg(long, env = "WEBHOOKD_WORKERS", default_value_t = 16)]
     pub workers: usize,
+    /// Most deliveries to one endpoint at once unless the endpoint sets `max_in_flight`;
+    /// 0 = a quarter of --workers (at least 1).
+    #[arg(long, env = "WEBHOOKD_ENDPOINT_MAX_IN_FLIGHT", default_value_t = 0)]
+    pub endpoint_max_in_flight: usize,
     /// Missed schedule runs older than this (after downtime) are skipped, not fired.
     #[arg(long, env = "WEBHOOKD_MISFIRE_GRACE_SECS", default_value_t = 3600)]
     pub misfire_grace_secs: u64,
@@ -72,7 +94,7 @@ pub struct ServeArgs {
     #[arg(long, env = "WEBHOOKD_ALLOW_TARGETS", value_delimiter = ',')]
     pub allow_targets: Vec<String>,
     /// Also refuse loopback, private (RFC 1918), CGNAT and unique-local delivery targets.
-    #[arg(long, env = "WEBHOOKD_DENY_PRIVATE_TARGETS")]
+    #[arg(long, env = "WEBHOOKD_DENY_PRIVATE_TARGETS", action = ArgAction::SetTrue, value_parser = BoolishValueParser::new())]
     pub deny_private_targets: bool,
     /// Delete finished tasks, attempts and events older than this many days.
     #[arg(long, env = "WEBHOOKD_RETENTION_DAYS", default_value_t = 30)]
@@ -90,14 +112,19 @@ pub struct ServeArgs {
         value_parser = parse_hours
     )]
     pub disable_failing_after_hours: f64,
+    /// Keep the -wal file under about this many MiB: past it, a checkpoint briefly holds the
+    /// writers and empties the WAL.
+    #[arg(long, env = "WEBHOOKD_WAL_LIMIT_MB", default_value_t = 64)]
+    pub wal_limit_mb: u64,
     /// Do not serve GET /metrics.
-    #[arg(long, env = "WEBHOOKD_NO_METRICS")]
+    #[arg(long, env = "WEBHOOKD_NO_METRICS", action = ArgAction::SetTrue, value_parser = BoolishValueParser::new())]
     pub no_metrics: bool,
 }
 
 #[derive(Debug, Subcommand)]
 pub enum KeysCommand {
-    /// Create an API key for an application; prints its secret once.
+    /// Create an API key for an application; prints its secret once. Creates the database
+    /// (mode 0600) when it does not exist yet, so that `serve` then prints no first-start key.
     Create {
         #[arg(long, env = "WEBHOOKD_DB")]
         db: PathBuf,
@@ -152,4 +179,60 @@ fn parse_hours(value: &str) -> Result<f64, String> {
              WEBHOOKD_DISABLE_FAILING_AFTER_HOURS; e.g. 120, 0.5, or 0 for never)"
         )
     })
+}
+
+/// `--listen`: `IP:PORT`, `[IPv6]:PORT`, `:PORT` (all IPv4 interfaces) or `HOST:PORT`, whose
+/// name is resolved once, here; the first address the resolver gives is used.
+pub fn parse_listen(text: &str) -> Result<SocketAddr, String> {
+    let text = text.trim();
+    if let Ok(addr) = text.parse::<SocketAddr>() {
+        return Ok(addr);
+    }
+    let Some((host, port)) = text.rsplit_once(':') else {
+        return Err("expected IP:PORT, [IPv6]:PORT, HOST:PORT or :PORT".into());
+    };
+    let port: u16 = port
+        .parse()
+        .map_err(|_| format!("'{port}' is not a port number (0 to 65535)"))?;
+    if host.is_empty() {
+        return Ok(SocketAddr::from(([0, 0, 0, 0], port)));
+    }
+    if host.contains(':') && !host.starts_with('[') {
+        return Err("write an IPv6 address in brackets: [::1]:8080".into());
+    }
+    (host, port)
+        .to_socket_addrs()
+        .map_err(|e| format!("cannot resolve '{host}': {e}"))?
+        .next()
+        .ok_or_else(|| format!("'{host}' resolves to no address"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn listen_forms() {
+        assert_eq!(
+            parse_listen("127.0.0.1:8080").unwrap().to_string(),
+            "127.0.0.1:8080"
+        );
+        assert_eq!(
+            parse_listen("[::1]:9000").unwrap().to_string(),
+            "[::1]:9000"
+        );
+        assert_eq!(parse_listen(":8080").unwrap().to_string(), "0.0.0.0:8080");
+        assert!(parse_listen("localhost:8080").unwrap().ip().is_loopback());
+        assert_eq!(parse_listen("localhost:8080").unwrap().port(), 8080);
+        for bad in [
+            "8080",
+            "127.0.0.1",
+            "127.0.0.1:99999",
+            ":x",
+            "::1:80",
+            "no-such-host.invalid:80",
+        ] {
+            assert!(parse_listen(bad).is_err(), "{bad} was accepted");
+        }
+    }
 }

@@ -55,6 +55,20 @@ impl Clock for ManualClock {
     }
 }
 
+/// A [`Clock`] as the `governor` rate limiters read time: nanoseconds since the epoch, so
+/// tests that move a manual clock move the limits too.
+#[derive(Clone)]
+pub struct GovernorClock(pub std::sync::Arc<dyn Clock>);
+
+impl governor::clock::Clock for GovernorClock {
+    type Instant = governor::nanos::Nanos;
+
+    fn now(&self) -> governor::nanos::Nanos {
+        let ms = u64::try_from(self.0.now_ms()).unwrap_or(0);
+        governor::nanos::Nanos::from(ms.saturating_mul(1_000_000))
+    }
+}
+
 /// Converts store milliseconds to a UTC instant (out-of-range values clamp to the epoch).
 pub fn from_ms(ms: i64) -> DateTime<Utc> {
     Utc.timestamp_millis_opt(ms).single().unwrap_or_default()

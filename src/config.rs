@@ -15,6 +15,10 @@ pub struct Config {
     pub max_body_bytes: usize,
     /// Delivery worker threads.
     pub workers: usize,
+    /// Most deliveries to one endpoint at once, for endpoints without their own
+    /// `max_in_flight`; 0 means a quarter of the workers (at least 1). Keeps one slow receiver
+    /// from holding every worker.
+    pub endpoint_max_in_flight: usize,
     /// A missed schedule run older than this is skipped at start-up instead of fired.
     pub misfire_grace_secs: u64,
     /// How long in-flight deliveries may take to finish on SIGINT/SIGTERM.
@@ -38,6 +42,9 @@ pub struct Config {
     /// Longest the scheduler and delivery pool sleep without looking at the database; they are
     /// woken sooner whenever work becomes due earlier. Tests shorten it.
     pub max_idle: Duration,
+    /// When the `-wal` file grows past this many bytes, the next checkpoint briefly holds the
+    /// writers and empties it (PASSIVE checkpoints alone cannot bound it under steady load).
+    pub wal_limit_bytes: u64,
 }
 
 impl Config {
@@ -49,6 +56,7 @@ impl Config {
             max_skew_secs: 300,
             max_body_bytes: 1024 * 1024,
             workers: 16,
+            endpoint_max_in_flight: 0,
             misfire_grace_secs: 3600,
             shutdown_grace_secs: 10,
             allow_targets: Vec::new(),
@@ -58,20 +66,40 @@ impl Config {
             metrics: true,
             disable_failing_after_hours: 120.0,
             max_idle: Duration::from_secs(60),
+            wal_limit_bytes: 64 * 1024 * 1024,
             bulk_retry_max: 100_000,
+        }
+    }
+
+    /// The in-flight cap of an endpoint that sets no `max_in_flight` of its own.
+    pub fn default_endpoint_cap(&self) -> usize {
+        match self.endpoint_max_in_flight {
+            0 => (self.workers / 4).max(1),
+            n => n,
         }
     }
 
     /// Checks ranges; the error names the flag to change.
     pub fn validate(&self) -> Result<(), String> {
         if self.workers == 0 || self.workers > 1024 {
-            return Err("--workers must be between 1 and 1024".into());
+            return Err("--workers (env WEBHOOKD_WORKERS) must be between 1 and 1024".into());
+        }
+        if self.endpoint_max_in_flight > 1000 {
+            return Err(
+                "--endpoint-max-in-flight must be between 0 (a quarter of the workers) and 1000"
+                    .into(),
+            );
         }
         if self.max_body_bytes < 1024 {
-            return Err("--max-body-bytes must be at least 1024".into());
+            return Err(
+                "--max-body-bytes (env WEBHOOKD_MAX_BODY_BYTES) must be at least 1024".into(),
+            );
+        }
+        if self.wal_limit_bytes < 1024 * 1024 {
+            return Err("--wal-limit-mb must be at least 1".into());
         }
         if self.retention_days == 0 {
-            return Err("--retention-days must be at least 1".into());
+            return Err("--retention-days (env WEBHOOKD_RETENTION_DAYS) must be at least 1".into());
         }
         let hours = self.disable_failing_after_hours;
         if !hours.is_finite() || !(0.0..=1_000_000.0).contains(&hours) {

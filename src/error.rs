@@ -33,6 +33,33 @@ impl ApiError {
         Self::new(StatusCode::BAD_REQUEST, 40002, message)
     }
 
+    /// 40003: the request line or a header could not be parsed (hyper's own 400).
+    pub fn malformed_request() -> Self {
+        Self::new(
+            StatusCode::BAD_REQUEST,
+            40003,
+            "request: the request line or a header is not valid HTTP/1.1",
+        )
+    }
+
+    /// 41401: the request target is longer than the server reads.
+    pub fn uri_too_long() -> Self {
+        Self::new(
+            StatusCode::URI_TOO_LONG,
+            41401,
+            "request: the URI is too long",
+        )
+    }
+
+    /// 43101: too many headers, or a request head larger than the server reads.
+    pub fn headers_too_large() -> Self {
+        Self::new(
+            StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
+            43101,
+            "request: too many headers, or headers too large (at most 100 headers)",
+        )
+    }
+
     pub fn auth_missing(message: impl Into<String>) -> Self {
         Self::new(StatusCode::UNAUTHORIZED, 40101, message)
     }

@@ -2,7 +2,8 @@
 //!
 //! # Layout
 //! - `cli`, `config`: the command line and the validated server configuration.
-//! - `server`: the hyper 1 accept loop; `api`: the router and one file per resource;
+//! - `server`: the hyper 1 accept loop (`wire`: hyper's protocol-error replies in the
+//!   envelope); `api`: the router and one file per resource;
 //!   `auth`: inbound request signatures; `error`: the one API error type and the envelope.
 //! - `store`: every SQL statement, one file per table, over an r2d2 pool of SQLite connections.
 //!   `store::postgres`: the PostgreSQL pool and versioned schema (groundwork for contract §16).
@@ -15,12 +16,14 @@
 //! - `ui`: the dashboard's files under `/ui/`.
 //! - `clock`: the time source, movable in tests; `app`: the state a running server shares;
 //!   `background`: starts and stops the scheduler and the delivery pool together.
+//! - `build_info`: version, commit and target of this binary (from `build.rs`).
 //! - `client`: the signing API client behind `webhookd api`, the tests and the benchmark.
 
 pub mod api;
 pub mod app;
 pub mod auth;
 pub mod background;
+pub mod build_info;
 pub mod cli;
 pub mod client;
 pub mod clock;
@@ -39,3 +42,4 @@ pub mod server;
 pub mod signing;
 pub mod store;
 pub mod ui;
+pub mod wire;

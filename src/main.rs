@@ -1,7 +1,8 @@
 //! The `webhookd` binary: parses the command line and runs the chosen command.
 
 use anyhow::Context;
-use clap::Parser;
+use clap::{CommandFactory, FromArgMatches};
+use std::path::Path;
 use std::process::ExitCode;
 use std::sync::Arc;
 use webhookd::cli::{ApiArgs, Cli, Command, KeysCommand, ServeArgs};
@@ -22,7 +23,7 @@ impl std::fmt::Display for UsageError {
 impl std::error::Error for UsageError {}
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = parse_cli();
     init_logs(cli.log_format);
     let json_logs = cli.log_format == webhookd::cli::LogFormat::Json;
     match try_main(cli) {
@@ -40,6 +41,40 @@ fn main() -> ExitCode {
             }
         }
     }
+}
+
+/// Parses the command line; a bad value's message names the flag and its environment
+/// variable, since either may have supplied it (clap names only the flag). Exits 2 on misuse.
+fn parse_cli() -> Cli {
+    let mut command = Cli::command();
+    let parsed = command
+        .try_get_matches_from_mut(std::env::args_os())
+        .and_then(|matches| Cli::from_arg_matches(&matches));
+    match parsed {
+        Ok(cli) => cli,
+        Err(mut err) => {
+            use clap::error::{ContextKind, ContextValue};
+            if let Some(ContextValue::String(arg)) = err.get(ContextKind::InvalidArg) {
+                let flag = arg.split_whitespace().next().unwrap_or_default();
+                if let Some(env) = env_of(&command, flag) {
+                    let named = format!("{arg} (env {env})");
+                    err.insert(ContextKind::InvalidArg, ContextValue::String(named));
+                }
+            }
+            err.exit()
+        }
+    }
+}
+
+/// The environment variable of the flag `--name` anywhere in the command tree.
+fn env_of(command: &clap::Command, flag: &str) -> Option<String> {
+    let long = flag.strip_prefix("--")?;
+    command
+        .get_arguments()
+        .find(|a| a.get_long() == Some(long))
+        .and_then(|a| a.get_env())
+        .map(|env| env.to_string_lossy().into_owned())
+        .or_else(|| command.get_subcommands().find_map(|sub| env_of(sub, flag)))
 }
 
 /// Log lines go to stderr, filtered by `WEBHOOKD_LOG` (default `info`). Text lines carry colour
@@ -69,6 +104,8 @@ fn try_main(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Serve(args) => serve(args).map(|()| ExitCode::SUCCESS),
         Command::Keys(command) => keys(command).map(|()| ExitCode::SUCCESS),
         Command::Api(args) => api(args),
+        Command::Healthcheck { url } => healthcheck(&url).map(|()| ExitCode::SUCCESS),
+        Command::Backup { db, out } => backup(&db, &out).map(|()| ExitCode::SUCCESS),
     }
 }
 
@@ -78,6 +115,7 @@ fn config_from(args: ServeArgs) -> anyhow::Result<Config> {
     config.max_skew_secs = args.max_skew_secs;
     config.max_body_bytes = args.max_body_bytes;
     config.workers = args.workers;
+    config.endpoint_max_in_flight = args.endpoint_max_in_flight;
     config.misfire_grace_secs = args.misfire_grace_secs;
     config.shutdown_grace_secs = args.shutdown_grace_secs;
     config.deny_private_targets = args.deny_private_targets;
@@ -85,23 +123,34 @@ fn config_from(args: ServeArgs) -> anyhow::Result<Config> {
     config.metrics = !args.no_metrics;
     config.rate_limit_per_sec = args.rate_limit;
     config.disable_failing_after_hours = args.disable_failing_after_hours;
+    config.wal_limit_bytes = args.wal_limit_mb.saturating_mul(1024 * 1024);
     config.allow_targets = args
         .allow_targets
         .iter()
         .filter(|t| !t.trim().is_empty())
         .map(|t| t.parse::<Cidr>())
         .collect::<Result<_, _>>()
-        .map_err(|e| UsageError(format!("--allow-targets: {e}")))?;
+        .map_err(|e| UsageError(format!("--allow-targets (env WEBHOOKD_ALLOW_TARGETS): {e}")))?;
     config.validate().map_err(UsageError)?;
     Ok(config)
 }
 
+/// Starts the server. The listener is bound before the database is opened and the first-start
+/// key made: a start that fails (port taken, bad file) creates and prints no key.
 fn serve(args: ServeArgs) -> anyhow::Result<()> {
     refuse_postgres(&args.db)?;
     let config = config_from(args)?;
     let clock = Arc::new(SystemClock);
+    let listener = std::net::TcpListener::bind(config.listen).map_err(|e| {
+        UsageError(format!(
+            "--listen (env WEBHOOKD_LISTEN): cannot listen on {}: {e}",
+            config.listen
+        ))
+    })?;
+    listener.set_nonblocking(true)?;
     {
-        let pool = store::open(&config.db, 1).map_err(|e| UsageError(format!("--db: {e:#}")))?;
+        let pool = store::open(&config.db, 1)
+            .map_err(|e| UsageError(format!("--db (env WEBHOOKD_DB): {e:#}")))?;
         let conn = pool.get()?;
         if store::keys::count(&conn)? == 0 {
             let key = store::keys::create(&conn, "default", "bootstrap", clock.now_ms())?;
@@ -118,7 +167,8 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
         .build()
         .context("cannot start the async runtime")?;
     runtime.block_on(async move {
-        let running = webhookd::server::start(config, clock, shutdown_signal())
+        let listener = tokio::net::TcpListener::from_std(listener)?;
+        let running = webhookd::server::start_on(config, listener, clock, shutdown_signal())
             .await
             .map_err(|e| UsageError(format!("{e:#}")))?;
         running.wait().await
@@ -162,17 +212,18 @@ fn refuse_postgres(db: &std::path::Path) -> Result<(), UsageError> {
     }
 }
 
-fn open_for_keys(db: &std::path::Path) -> anyhow::Result<store::Conn> {
+fn open_for_keys(db: &Path, create: bool) -> anyhow::Result<store::Conn> {
     refuse_postgres(db)?;
-    if !db.exists() {
+    if !create && !db.exists() {
         return Err(UsageError(format!(
-            "--db: {} does not exist; start `webhookd serve --db {}` once, or check the path",
+            "--db (env WEBHOOKD_DB): {} does not exist; start `webhookd serve --db {}` once, or check the path",
             db.display(),
             db.display()
         ))
         .into());
     }
-    let pool = store::open(db, 1).map_err(|e| UsageError(format!("--db: {e:#}")))?;
+    let pool =
+        store::open(db, 1).map_err(|e| UsageError(format!("--db (env WEBHOOKD_DB): {e:#}")))?;
     Ok(pool.get()?)
 }
 
@@ -185,12 +236,18 @@ fn keys(command: KeysCommand) -> anyhow::Result<()> {
             json,
         } => {
             if app.trim().is_empty() || app.len() > 200 {
-                return Err(UsageError("--app: must be 1 to 200 characters".into()).into());
+                return Err(UsageError(
+                    "--app (env WEBHOOKD_APP): must be 1 to 200 characters".into(),
+                )
+                .into());
             }
             if name.trim().is_empty() || name.len() > 200 {
-                return Err(UsageError("--name: must be 1 to 200 characters".into()).into());
+                return Err(UsageError(
+                    "--name (env WEBHOOKD_NAME): must be 1 to 200 characters".into(),
+                )
+                .into());
             }
-            let conn = open_for_keys(&db)?;
+            let conn = open_for_keys(&db, true)?;
             let key = store::keys::create(&conn, &app, &name, SystemClock.now_ms())?;
             if json {
                 println!("{}", serde_json::to_string(&key)?);
@@ -202,7 +259,7 @@ fn keys(command: KeysCommand) -> anyhow::Result<()> {
             }
         }
         KeysCommand::List { db, json } => {
-            let conn = open_for_keys(&db)?;
+            let conn = open_for_keys(&db, false)?;
             let keys = store::keys::list(&conn)?;
             if json {
                 println!("{}", serde_json::to_string(&keys)?);
@@ -217,7 +274,7 @@ fn keys(command: KeysCommand) -> anyhow::Result<()> {
             }
         }
         KeysCommand::Revoke { db, key_id } => {
-            let conn = open_for_keys(&db)?;
+            let conn = open_for_keys(&db, false)?;
             if !store::keys::revoke(&conn, &key_id, SystemClock.now_ms())? {
                 anyhow::bail!("no active key {key_id} (see `webhookd keys list`)");
             }
@@ -244,4 +301,93 @@ fn api(args: ApiArgs) -> anyhow::Result<ExitCode> {
     } else {
         ExitCode::from(1)
     })
+}
+
+/// `webhookd healthcheck`: GET `/healthz`; Ok only on 200. Any other answer or a failed
+/// connection is an error whose one line says why.
+fn healthcheck(url: &str) -> anyhow::Result<()> {
+    let url = format!("{}/healthz", url.trim_end_matches('/'));
+    let agent: ureq::Agent = ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .max_redirects(0)
+        .timeout_global(Some(std::time::Duration::from_secs(5)))
+        .build()
+        .into();
+    let mut reply = agent
+        .get(&url)
+        .call()
+        .map_err(|e| anyhow::anyhow!("unhealthy: cannot reach {url}: {e}"))?;
+    let status = reply.status().as_u16();
+    if status == 200 {
+        return Ok(());
+    }
+    let body = reply
+        .body_mut()
+        .with_config()
+        .limit(64 * 1024)
+        .read_to_string()
+        .unwrap_or_default();
+    let why = serde_json::from_str::<serde_json::Value>(&body)
+        .ok()
+        .and_then(|v| v["reason"].as_str().map(str::to_owned))
+        .unwrap_or_else(|| body.split_whitespace().collect::<Vec<_>>().join(" "));
+    let why: String = why.chars().take(300).collect();
+    anyhow::bail!("unhealthy: {url} answered {status}: {why}")
+}
+
+/// `webhookd backup`: a consistent copy of a (possibly live) database by `VACUUM INTO`, which
+/// reads one snapshot in a single read transaction, so writers are not blocked and every
+/// commit made before it started is in the copy. The file is created first, exclusively and
+/// with mode 0600 (it holds the key secrets), so an existing file is never overwritten.
+fn backup(db: &Path, out: &Path) -> anyhow::Result<()> {
+    refuse_postgres(db)?;
+    if !db.is_file() {
+        return Err(UsageError(format!(
+            "--db (env WEBHOOKD_DB): {} does not exist or is not a file",
+            db.display()
+        ))
+        .into());
+    }
+    let source =
+        rusqlite::Connection::open_with_flags(db, rusqlite::OpenFlags::SQLITE_OPEN_READ_WRITE)
+            .with_context(|| format!("cannot open database {}", db.display()))?;
+    store::check_is_ours(&source, db)
+        .map_err(|e| UsageError(format!("--db (env WEBHOOKD_DB): {e:#}")))?;
+    source.busy_timeout(std::time::Duration::from_secs(30))?;
+    {
+        use std::os::unix::fs::OpenOptionsExt;
+        std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(out)
+            .map_err(|e| {
+                let why = if e.kind() == std::io::ErrorKind::AlreadyExists {
+                    "exists; refusing to overwrite it (choose a new name)".to_string()
+                } else {
+                    format!("cannot be created: {e}")
+                };
+                UsageError(format!("--out (env WEBHOOKD_OUT): {} {why}", out.display()))
+            })?;
+    }
+    let copied = (|| -> anyhow::Result<()> {
+        let target = out.to_str().context("--out: the path is not valid UTF-8")?;
+        source
+            .execute("VACUUM INTO ?1", [target])
+            .context("the copy failed")?;
+        let copy = rusqlite::Connection::open(out)?;
+        let check: String = copy.query_row("PRAGMA quick_check", [], |r| r.get(0))?;
+        anyhow::ensure!(check == "ok", "the copy does not check out: {check}");
+        Ok(())
+    })();
+    if let Err(e) = copied {
+        let _ = std::fs::remove_file(out);
+        return Err(e);
+    }
+    eprintln!(
+        "webhookd: backed up {} to {} (mode 0600; it holds API key secrets)",
+        db.display(),
+        out.display()
+    );
+    Ok(())
 }

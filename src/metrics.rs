@@ -15,16 +15,10 @@ const LATENCY_BUCKETS_MS: [u64; 12] = [
     5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10_000, 30_000,
 ];
 
-/// The build's git commit and target triple, set at compile time by the release build
-/// (`WEBHOOKD_GIT_COMMIT`, `WEBHOOKD_TARGET`); "unknown" in a plain `cargo build`.
-pub const GIT_COMMIT: &str = match option_env!("WEBHOOKD_GIT_COMMIT") {
-    Some(commit) => commit,
-    None => "unknown",
-};
-pub const TARGET: &str = match option_env!("WEBHOOKD_TARGET") {
-    Some(target) => target,
-    None => "unknown",
-};
+/// The build's git commit and target triple, recorded by `build.rs` (the same values
+/// `webhookd --version` prints; see `build_info`).
+pub const GIT_COMMIT: &str = crate::build_info::COMMIT;
+pub const TARGET: &str = crate::build_info::TARGET;
 
 /// How one delivery attempt ended, as a metrics label.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

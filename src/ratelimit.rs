@@ -1,81 +1,86 @@
-//! An optional per-key request rate limit (token bucket); off unless `--rate-limit` is set.
+//! An optional per-key request rate limit; off unless `--rate-limit` is set. A `governor`
+//! keyed GCRA limiter (the same crate paces endpoints in the delivery pool) on the server clock.
 
-use std::collections::HashMap;
-use std::sync::Mutex;
+use crate::clock::{Clock, GovernorClock};
+use governor::clock::Clock as _;
+use governor::middleware::NoOpMiddleware;
+use governor::nanos::Nanos;
+use governor::state::keyed::HashMapStateStore;
+use governor::{Quota, RateLimiter as Gcra};
+use std::num::NonZeroU32;
+use std::sync::Arc;
 
-/// Token buckets by API key id: each refills at `per_sec` tokens a second up to `per_sec`.
-#[derive(Debug)]
+type Keyed = Gcra<String, HashMapStateStore<String>, GovernorClock, NoOpMiddleware<Nanos>>;
+
+/// Keys remembered before idle ones are forgotten.
+const MAX_KEYS: usize = 100_000;
+
+/// Request limits by API key id: `per_sec` a second, with a burst of as many.
 pub struct RateLimiter {
-    per_sec: u32,
-    buckets: Mutex<HashMap<String, Bucket>>,
+    limiter: Option<Keyed>,
+    clock: GovernorClock,
 }
 
-#[derive(Debug, Clone, Copy)]
-struct Bucket {
-    tokens: f64,
-    updated_ms: i64,
+impl std::fmt::Debug for RateLimiter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RateLimiter")
+            .field("on", &self.limiter.is_some())
+            .finish()
+    }
 }
 
 impl RateLimiter {
     /// `per_sec` 0 turns the limit off.
-    pub fn new(per_sec: u32) -> Self {
-        RateLimiter {
-            per_sec,
-            buckets: Mutex::default(),
-        }
+    pub fn new(per_sec: u32, clock: Arc<dyn Clock>) -> Self {
+        let clock = GovernorClock(clock);
+        let limiter = NonZeroU32::new(per_sec)
+            .map(|n| Gcra::hashmap_with_clock(Quota::per_second(n), clock.clone()));
+        RateLimiter { limiter, clock }
     }
 
-    /// Takes one token for `key`; when none is left, the milliseconds until one is.
-    pub fn check(&self, key: &str, now_ms: i64) -> Result<(), u64> {
-        if self.per_sec == 0 {
+    /// Takes one request for `key`; when none is allowed now, the milliseconds until one is.
+    pub fn check(&self, key: &str) -> Result<(), u64> {
+        let Some(limiter) = &self.limiter else {
             return Ok(());
-        }
-        let capacity = f64::from(self.per_sec);
-        let mut buckets = self.buckets.lock().unwrap_or_else(|e| e.into_inner());
-        if buckets.len() > 100_000 {
+        };
+        if limiter.len() > MAX_KEYS {
             // Keys are few in practice; forget idle ones rather than grow without bound.
-            buckets.retain(|_, b| now_ms - b.updated_ms < 10_000);
+            limiter.retain_recent();
         }
-        let bucket = buckets.entry(key.to_string()).or_insert(Bucket {
-            tokens: capacity,
-            updated_ms: now_ms,
-        });
-        let elapsed_secs = (now_ms - bucket.updated_ms).max(0) as f64 / 1000.0;
-        bucket.tokens = (bucket.tokens + elapsed_secs * capacity).min(capacity);
-        bucket.updated_ms = now_ms;
-        if bucket.tokens >= 1.0 {
-            bucket.tokens -= 1.0;
-            Ok(())
-        } else {
-            let wait_secs = (1.0 - bucket.tokens) / capacity;
-            Err((wait_secs * 1000.0).ceil() as u64)
-        }
+        limiter.check_key(&key.to_string()).map_err(|not_until| {
+            let wait = not_until.wait_time_from(self.clock.now());
+            u64::try_from(wait.as_millis()).unwrap_or(u64::MAX).max(1)
+        })
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::clock::ManualClock;
+    use chrono::TimeZone;
+
+    fn clock() -> Arc<ManualClock> {
+        Arc::new(ManualClock::new(
+            chrono::Utc.timestamp_opt(1_700_000_000, 0).unwrap(),
+        ))
+    }
 
     #[test]
     fn off_by_default() {
-        let limiter = RateLimiter::new(0);
-        assert!((0..10_000).all(|_| limiter.check("k", 0).is_ok()));
+        let limiter = RateLimiter::new(0, clock());
+        assert!((0..10_000).all(|_| limiter.check("k").is_ok()));
     }
 
     #[test]
     fn allows_a_burst_then_refills_per_key() {
-        let limiter = RateLimiter::new(5);
-        assert!((0..5).all(|_| limiter.check("a", 1_000).is_ok()));
-        assert_eq!(limiter.check("a", 1_000), Err(200));
-        assert!(
-            limiter.check("b", 1_000).is_ok(),
-            "keys have their own buckets"
-        );
-        assert!(
-            limiter.check("a", 1_200).is_ok(),
-            "one token back after 1/5 s"
-        );
-        assert!(limiter.check("a", 1_200).is_err());
+        let clock = clock();
+        let limiter = RateLimiter::new(5, clock.clone());
+        assert!((0..5).all(|_| limiter.check("a").is_ok()));
+        assert_eq!(limiter.check("a"), Err(200));
+        assert!(limiter.check("b").is_ok(), "keys have their own buckets");
+        clock.advance(chrono::Duration::milliseconds(200));
+        assert!(limiter.check("a").is_ok(), "one back after 1/5 s");
+        assert!(limiter.check("a").is_err());
     }
 }

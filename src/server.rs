@@ -47,9 +47,11 @@ pub async fn serve_http(
                     }
                 };
                 let _ = stream.set_nodelay(true);
+                let (stream, head_request) = crate::wire::Enveloped::new(stream);
                 let app = app.clone();
                 let service = service_fn(move |req: hyper::Request<Incoming>| {
                     let app = app.clone();
+                    head_request.store(req.method() == Method::HEAD, Ordering::SeqCst);
                     let path = req.uri().path().to_string();
                     async move {
                         let reply = with_allow(handle(app, req).await, &path);
@@ -81,7 +83,7 @@ pub async fn serve_http(
 static REQUEST_COUNTER: AtomicU64 = AtomicU64::new(0);
 static REQUEST_PREFIX: std::sync::OnceLock<String> = std::sync::OnceLock::new();
 
-fn next_request_id() -> String {
+pub(crate) fn next_request_id() -> String {
     let prefix = REQUEST_PREFIX.get_or_init(|| format!("{:08x}", rand::random::<u32>()));
     let n = REQUEST_COUNTER.fetch_add(1, Ordering::Relaxed);
     format!("req_{prefix}{n:010x}")
@@ -142,36 +144,103 @@ fn envelope(request_id: &str, result: ApiResult<Value>) -> Reply {
 async fn handle(app: Arc<App>, req: hyper::Request<Incoming>) -> Reply {
     let request_id = next_request_id();
     let path = req.uri().path().to_string();
-    match (req.method(), path.as_str()) {
-        (&Method::GET | &Method::HEAD, "/healthz") => return health(app, &request_id).await,
-        (&Method::GET, "/metrics") if app.config.metrics => {
-            return metrics(app, &request_id).await;
+    let early = match (req.method(), path.as_str()) {
+        (&Method::GET | &Method::HEAD, "/healthz") => {
+            Some(health(app.clone(), &request_id).await.into())
         }
-        (&Method::GET, api::OPENAPI_PATH) => return openapi(&request_id),
+        (&Method::GET, "/metrics") if app.config.metrics => {
+            Some(metrics(app.clone(), &request_id).await.into())
+        }
+        (&Method::GET, api::OPENAPI_PATH) => Some(openapi(&request_id).into()),
         (_, "/healthz" | api::OPENAPI_PATH) => {
-            return envelope(
-                &request_id,
-                Err(ApiError::method_not_allowed(req.method().as_str(), &path)),
-            );
+            Some(ApiError::method_not_allowed(req.method().as_str(), &path).into())
         }
         (_, "/metrics") if app.config.metrics => {
-            return envelope(
-                &request_id,
-                Err(ApiError::method_not_allowed(req.method().as_str(), &path)),
-            );
+            Some(ApiError::method_not_allowed(req.method().as_str(), &path).into())
         }
-        _ => {}
+        _ if crate::ui::owns(&path) => {
+            Some(crate::ui::serve(req.method(), &path, req.headers()).into())
+        }
+        _ if !path.starts_with("/v1/") => {
+            Some(ApiError::not_found(format!("no route {path}; API paths begin with /v1")).into())
+        }
+        _ => None,
     }
-    if crate::ui::owns(&path) {
-        return crate::ui::serve(req.method(), &path, req.headers());
+    .map(|e| match e {
+        Early::Reply(reply) => reply,
+        Early::Error(e) => envelope(&request_id, Err(e)),
+    });
+    if let Some(reply) = early {
+        // Answered without looking at the body: read what the client sends anyway, so the
+        // connection can carry its next request, or say that it closes.
+        let limit = app.config.max_body_bytes;
+        return finish_unread(reply, req.into_body(), limit).await;
     }
-    let result = handle_api(app, req).await;
+    let (result, body_unread) = handle_api(app, req).await;
     if let Err(e) = &result
         && e.status.is_server_error()
     {
         tracing::warn!(request_id, code = e.code, "request failed");
     }
-    envelope(&request_id, result)
+    let mut reply = envelope(&request_id, result);
+    if body_unread {
+        close_after(&mut reply);
+    }
+    reply
+}
+
+/// A reply given before the body was read: a finished reply, or an error to wrap.
+enum Early {
+    Reply(Reply),
+    Error(ApiError),
+}
+
+impl From<Reply> for Early {
+    fn from(reply: Reply) -> Self {
+        Early::Reply(reply)
+    }
+}
+
+impl From<ApiError> for Early {
+    fn from(e: ApiError) -> Self {
+        Early::Error(e)
+    }
+}
+
+/// Reads and discards a body the reply did not need, up to `limit` bytes; a longer (or broken)
+/// one gets `Connection: close` instead, since hyper would otherwise close the connection
+/// without saying so.
+async fn finish_unread(mut reply: Reply, mut body: Incoming, limit: usize) -> Reply {
+    use hyper::body::Body;
+    if body.size_hint().lower() > limit as u64 {
+        close_after(&mut reply);
+        return reply;
+    }
+    let mut seen = 0usize;
+    while !body.is_end_stream() {
+        match body.frame().await {
+            Some(Ok(frame)) => {
+                seen += frame.data_ref().map_or(0, |d| d.len());
+                if seen > limit {
+                    close_after(&mut reply);
+                    break;
+                }
+            }
+            Some(Err(_)) => {
+                close_after(&mut reply);
+                break;
+            }
+            None => break,
+        }
+    }
+    reply
+}
+
+/// Tells the client that the server closes the connection after this reply.
+fn close_after(reply: &mut Reply) {
+    reply
+        .headers_mut()
+        .insert(hyper::header::CONNECTION, HeaderValue::from_static("close"));
 }
 
 /// `GET`/`HEAD /healthz` (contract §10): 200 with the version when the database can be read
@@ -265,23 +334,23 @@ async fn read_body(app: &App, mut body: Incoming, declared_len: Option<u64>) -> 
     Ok(Bytes::from(collected))
 }
 
-async fn handle_api(app: Arc<App>, req: hyper::Request<Incoming>) -> ApiResult<Value> {
+/// Reads the body, then authenticates, routes and runs the request on a blocking thread. The
+/// flag is true when the body was not read to its end (the connection must close).
+async fn handle_api(app: Arc<App>, req: hyper::Request<Incoming>) -> (ApiResult<Value>, bool) {
     let (parts, body) = req.into_parts();
-    if !parts.uri.path().starts_with("/v1/") {
-        return Err(ApiError::not_found(format!(
-            "no route {}; API paths begin with /v1",
-            parts.uri.path()
-        )));
-    }
     let declared_len = parts
         .headers
         .get(CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.parse::<u64>().ok());
-    let body = read_body(&app, body, declared_len).await?;
-    tokio::task::spawn_blocking(move || handle_blocking(&app, &parts, body))
+    let body = match read_body(&app, body, declared_len).await {
+        Ok(body) => body,
+        Err(e) => return (Err(e), true),
+    };
+    let result = tokio::task::spawn_blocking(move || handle_blocking(&app, &parts, body))
         .await
-        .unwrap_or_else(|e| Err(ApiError::internal(format!("handler panicked: {e}"))))
+        .unwrap_or_else(|e| Err(ApiError::internal(format!("handler panicked: {e}"))));
+    (result, false)
 }
 
 /// Authenticates, routes and runs one request on a blocking thread.
@@ -298,8 +367,7 @@ fn handle_blocking(
         .map(|pq| pq.as_str())
         .unwrap_or("/");
     let app_id = auth::authenticate(
-        &conn,
-        &app.replay,
+        &mut conn,
         now_ms,
         app.config.max_skew_secs,
         &SignedParts {
@@ -315,7 +383,7 @@ fn handle_blocking(
         .and_then(|v| v.to_str().ok())
         .unwrap_or_default();
     app.rate_limit
-        .check(key_id, now_ms)
+        .check(key_id)
         .map_err(ApiError::rate_limited)?;
     let (handler, ids) = api::resolve(parts.method.as_str(), parts.uri.path())?;
     let request = Request {
@@ -358,7 +426,7 @@ impl Running {
     }
 }
 
-/// Opens the database, binds `config.listen`, and runs the API, the scheduler and the delivery
+/// Binds `config.listen`, opens the database, and runs the API, the scheduler and the delivery
 /// pool until `shutdown` completes or [`Running::shutdown`] is called.
 pub async fn start(
     config: crate::config::Config,
@@ -366,6 +434,20 @@ pub async fn start(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<Running> {
     use anyhow::Context;
+    let listener = TcpListener::bind(config.listen)
+        .await
+        .with_context(|| format!("cannot listen on {} (change --listen)", config.listen))?;
+    start_on(config, listener, clock, shutdown).await
+}
+
+/// [`start`] on a listener bound by the caller (the binary binds before it makes the
+/// first-start key, so that a start that cannot listen creates no key).
+pub async fn start_on(
+    config: crate::config::Config,
+    listener: TcpListener,
+    clock: Arc<dyn crate::clock::Clock>,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> anyhow::Result<Running> {
     let db = config.db.clone();
     let pool_size = u32::try_from(config.workers + 8).unwrap_or(32);
     let now_ms = clock.now_ms();
@@ -375,9 +457,6 @@ pub async fn start(
         Ok::<_, anyhow::Error>(pool)
     })
     .await??;
-    let listener = TcpListener::bind(config.listen)
-        .await
-        .with_context(|| format!("cannot listen on {} (change --listen)", config.listen))?;
     let addr = listener.local_addr()?;
     let app = Arc::new(App::new(config, pool, clock));
     let background = crate::background::Background::start(app.clone());

@@ -74,6 +74,26 @@ pub fn standard_webhooks_signature(
     format!("v1,{}", BASE64.encode(mac.finalize().into_bytes()))
 }
 
+/// Checks a secret given by a user: one that starts with `whsec_` must have valid base64 (the
+/// standard alphabet, padded, as the Standard Webhooks libraries decode it) after the prefix, so
+/// what webhookd signs with is what those libraries verify with.
+pub fn check_whsec(secret: &str) -> Result<(), String> {
+    match secret.strip_prefix(WHSEC_PREFIX) {
+        Some(rest) => match BASE64.decode(rest) {
+            Ok(key) if !key.is_empty() => Ok(()),
+            Ok(_) => Err("a whsec_ secret needs key bytes after the prefix".into()),
+            Err(_) => Err("the part after whsec_ must be valid base64".into()),
+        },
+        None => Ok(()),
+    }
+}
+
+/// A new random Standard Webhooks secret: `whsec_` and 32 random bytes in base64.
+pub fn new_whsec() -> String {
+    let key: [u8; 32] = rand::random();
+    format!("{WHSEC_PREFIX}{}", BASE64.encode(key))
+}
+
 /// Lowercase hex encoding of `bytes`.
 pub(crate) fn hex_encode(bytes: &[u8]) -> String {
     const DIGITS: &[u8; 16] = b"0123456789abcdef";
@@ -111,6 +131,22 @@ mod tests {
 
     // Expected values computed independently with Python's `hmac` / `hashlib` / `base64`.
     const BODY_SIG: &str = "efcabe126158887775caa64ceba35b9734f7839cae75b3517440dc283bee13a4";
+
+    #[test]
+    fn whsec_secrets_need_base64_after_the_prefix() {
+        assert!(check_whsec("plain secret").is_ok());
+        assert!(check_whsec("whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw").is_ok());
+        assert!(check_whsec("whsec_not base64!").is_err());
+        assert!(check_whsec("whsec_abc").is_err(), "unpadded");
+        assert!(check_whsec("whsec_").is_err(), "no key bytes");
+        let fresh = new_whsec();
+        assert!(check_whsec(&fresh).is_ok());
+        let key = BASE64
+            .decode(fresh.strip_prefix(WHSEC_PREFIX).unwrap())
+            .unwrap();
+        assert_eq!(key.len(), 32);
+        assert_ne!(new_whsec(), fresh);
+    }
 
     #[test]
     fn hmac_hex_fixed_vectors() {

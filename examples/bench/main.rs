@@ -10,12 +10,15 @@
 //! ```
 //!
 //! Scenarios: `baseline` (the limits on this machine), `publish`, `api`, `schedules`,
-//! `footprint` (the real binary as a subprocess), `scale` (1M finished tasks), `all`;
-//! `bulk-retry` (100,000 failed tasks retried in one call beside a publish load; not in `all`).
+//! `footprint` (the real binary as a subprocess), `scale` (1M finished tasks), `fairness` (a
+//! healthy endpoint next to one that never answers), `ratelimit` (an unlimited endpoint next
+//! to one limited to 1/s), `all`; `bulk-retry` (100,000 failed tasks retried in one call beside
+//! a publish load; not in `all`).
 
 mod api;
 mod baseline;
 mod bulk_retry;
+mod fairness;
 mod footprint;
 mod load;
 mod publish;
@@ -38,10 +41,15 @@ enum Scenario {
     Schedules,
     Footprint,
     Scale,
+    /// A healthy endpoint's latency next to one that never answers (5,000 tasks).
+    Fairness,
+    /// An unlimited endpoint's delivered/s alone and next to one limited to 1/s.
+    Ratelimit,
     /// `POST /v1/tasks/retry` of 100,000 failed tasks (--tasks) beside a paced fan-out 10
     /// publish load (--rate, default 300 events/s), against the same load alone.
     BulkRetry,
-    /// baseline, publish (fan-out 1 and 10), api, schedules, footprint, scale.
+    /// baseline, publish (fan-out 1 and 10), api, schedules, footprint, scale, fairness,
+    /// ratelimit.
     All,
 }
 
@@ -251,6 +259,8 @@ fn run(args: Args) -> anyhow::Result<Vec<Report>> {
                 Scenario::Schedules,
                 Scenario::Footprint,
                 Scenario::Scale,
+                Scenario::Fairness,
+                Scenario::Ratelimit,
             ],
             one => vec![one],
         };
@@ -266,6 +276,8 @@ fn run(args: Args) -> anyhow::Result<Vec<Report>> {
                 Scenario::Schedules => schedules::scenario(&mut bench)?,
                 Scenario::Footprint => footprint::scenario(&mut bench)?,
                 Scenario::Scale => scale::scenario(&mut bench)?,
+                Scenario::Fairness => fairness::fairness(&mut bench)?,
+                Scenario::Ratelimit => fairness::ratelimit(&mut bench)?,
                 Scenario::BulkRetry => bulk_retry::scenario(&mut bench)?,
                 Scenario::All => unreachable!("expanded above"),
             }
@@ -347,6 +359,24 @@ mod tests {
         }
         let scale = of("scale").next().expect("a scale report");
         assert!(n(scale, "get_endpoint_per_s_vs_empty") > 0.0, "{scale}");
+        let fair = of("fairness").next().expect("a fairness report");
+        assert_eq!(
+            n(fair, "healthy_received"),
+            n(fair, "healthy_expected"),
+            "{fair}"
+        );
+        assert!(n(fair, "hanging_connections_held") >= 1.0, "{fair}");
+        let limited = of("ratelimit").next().expect("a ratelimit report");
+        assert_eq!(
+            n(limited, "alone_received"),
+            n(limited, "events"),
+            "{limited}"
+        );
+        assert_eq!(
+            n(limited, "beside_received"),
+            n(limited, "events"),
+            "{limited}"
+        );
     }
 
     /// `bulk-retry --quick`: every failed task retried (and delivered, when its endpoint is

@@ -12,7 +12,7 @@ const METHODS: &[&str] = &["GET", "POST", "PUT", "PATCH", "DELETE"];
 const RESERVED_HEADERS: &[&str] = &["content-type", "content-length", "host"];
 const RESERVED_PREFIXES: &[&str] = &["x-service-", "webhook-"];
 
-fn check_url(url: &str) -> ApiResult<()> {
+pub fn check_url(url: &str) -> ApiResult<()> {
     let bad = |why: &str| ApiError::validation(format!("url: {why}"));
     if url.len() > 2048 {
         return Err(bad("must be at most 2048 characters"));
@@ -24,10 +24,67 @@ fn check_url(url: &str) -> ApiResult<()> {
         Some("http" | "https") => {}
         _ => return Err(bad("scheme must be http or https")),
     }
-    match uri.host() {
-        Some(host) if !host.is_empty() => Ok(()),
-        _ => Err(bad("must name a host")),
+    let host = uri
+        .host()
+        .filter(|h| !h.is_empty())
+        .ok_or_else(|| bad("must name a host"))?;
+    check_host(host).map_err(|why| bad(&why))?;
+    // `Uri::port` is None for a port it cannot read as u16, and such a URL was then delivered
+    // to the scheme's default port (`:99999` went to port 80): read the authority's own text.
+    let authority = uri.authority().map(|a| a.as_str()).unwrap_or_default();
+    let host_and_port = authority
+        .rsplit_once('@')
+        .map_or(authority, |(_, rest)| rest);
+    let after_host = match host_and_port.rfind(']') {
+        Some(end) if host_and_port.starts_with('[') => &host_and_port[end + 1..],
+        _ => host_and_port.find(':').map_or("", |i| &host_and_port[i..]),
+    };
+    if let Some(port) = after_host.strip_prefix(':')
+        && !port.is_empty()
+        && !matches!(port.parse::<u16>(), Ok(1..))
+    {
+        return Err(bad(&format!("port {port} is not between 1 and 65535")));
     }
+    Ok(())
+}
+
+/// A host must be an IPv4 address, an IPv6 address in brackets without a zone id (the zone
+/// names an interface of the server, not a place on the network), or a DNS name. Anything made
+/// of digits and dots must be a valid IPv4 address (`256.256.256.256` is not a name).
+pub fn check_host(host: &str) -> Result<(), String> {
+    if let Some(inner) = host.strip_prefix('[') {
+        let inner = inner
+            .strip_suffix(']')
+            .ok_or_else(|| format!("host '{host}' has an unclosed '['"))?;
+        if inner.contains('%') {
+            return Err(format!(
+                "host '{host}' has an IPv6 zone id, which names an interface of this server"
+            ));
+        }
+        return inner
+            .parse::<std::net::Ipv6Addr>()
+            .map(|_| ())
+            .map_err(|_| format!("host '{host}' is not an IPv6 address"));
+    }
+    if host.bytes().all(|b| b.is_ascii_digit() || b == b'.') {
+        return host
+            .parse::<std::net::Ipv4Addr>()
+            .map(|_| ())
+            .map_err(|_| format!("host '{host}' is not an IPv4 address"));
+    }
+    let name = host.strip_suffix('.').unwrap_or(host);
+    let label_ok = |label: &str| {
+        (1..=63).contains(&label.len())
+            && !label.starts_with('-')
+            && !label.ends_with('-')
+            && label
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+    };
+    if name.len() > 253 || !name.split('.').all(label_ok) {
+        return Err(format!("host '{host}' is not a valid host name"));
+    }
+    Ok(())
 }
 
 fn check_method(method: &str) -> ApiResult<String> {
@@ -78,8 +135,29 @@ fn check_secret(secret: &str) -> ApiResult<()> {
             "secret: must be at most 512 characters",
         ));
     }
-    Ok(())
+    crate::signing::check_whsec(secret)
+        .map_err(|why| ApiError::validation(format!("secret: {why}")))
 }
+
+/// `rate_limit_per_sec`: 0.01..=10000 starts a second.
+fn check_rate(rate: f64) -> ApiResult<()> {
+    if (0.01..=10_000.0).contains(&rate) {
+        Ok(())
+    } else {
+        Err(ApiError::validation(
+            "rate_limit_per_sec: must be between 0.01 and 10000 (or null for no limit)",
+        ))
+    }
+}
+
+/// `max_in_flight`: 1..=1000 deliveries at once.
+fn check_max_in_flight(n: i64) -> ApiResult<()> {
+    check_range("max_in_flight", n, 1..=1000)
+}
+
+/// Longest overlap of a rotated secret: a week.
+const MAX_OVERLAP_SECS: i64 = 604_800;
+const DEFAULT_OVERLAP_SECS: i64 = 86_400;
 
 fn check_policy(ctx: &Ctx<'_>, policy_id: i64) -> ApiResult<()> {
     match store::policies::get(ctx.conn, ctx.app_id, policy_id)? {
@@ -121,6 +199,14 @@ pub fn create(ctx: &mut Ctx<'_>, req: &Request) -> ApiResult<Value> {
     if let Some(filter) = &filter_events {
         check_filter(filter)?;
     }
+    let rate_limit_per_sec = body.f64("rate_limit_per_sec")?;
+    if let Some(rate) = rate_limit_per_sec {
+        check_rate(rate)?;
+    }
+    let max_in_flight = body.int("max_in_flight")?;
+    if let Some(n) = max_in_flight {
+        check_max_in_flight(n)?;
+    }
     let endpoint = Endpoint {
         id: 0,
         app_id: ctx.app_id.to_string(),
@@ -133,6 +219,10 @@ pub fn create(ctx: &mut Ctx<'_>, req: &Request) -> ApiResult<Value> {
         retry_policy_id,
         filter_events,
         status: "enabled".into(),
+        rate_limit_per_sec,
+        max_in_flight,
+        previous_secret: None,
+        previous_secret_expires_at: None,
         created_at: ctx.now_ms,
         updated_at: ctx.now_ms,
         disabled_reason: None,
@@ -190,14 +280,42 @@ fn apply_patch(ctx: &Ctx<'_>, ep: &mut Endpoint, body: &Body) -> ApiResult<()> {
     if let Patch::Value(secret) = &secret {
         check_secret(secret)?;
     }
+    let rate = body.patch_f64("rate_limit_per_sec")?;
+    if let Patch::Value(rate) = rate {
+        check_rate(rate)?;
+    }
+    rate.apply_nullable(&mut ep.rate_limit_per_sec);
+    let max_in_flight = body.patch_int("max_in_flight")?;
+    if let Patch::Value(n) = max_in_flight {
+        check_max_in_flight(n)?;
+    }
+    max_in_flight.apply_nullable(&mut ep.max_in_flight);
     let clear_secret = body.update_bool("clear_secret")? == Some(true);
     if clear_secret {
         ep.secret = None;
+        end_overlap(ep);
     } else {
         secret.apply_nullable(&mut ep.secret);
         if ep.secret.as_deref() == Some("") {
             ep.secret = None;
         }
+    }
+    Ok(())
+}
+
+/// Forgets the secret of before the last rotation: only the current one signs from now on.
+fn end_overlap(ep: &mut Endpoint) {
+    ep.previous_secret = None;
+    ep.previous_secret_expires_at = None;
+}
+
+/// Saves a changed endpoint and wakes the delivery pool: a raised limit or a re-enabled endpoint
+/// may make tasks claimable now.
+fn save(ctx: &mut Ctx<'_>, endpoint: &mut Endpoint, before: &Endpoint) -> ApiResult<()> {
+    if endpoint != before {
+        endpoint.updated_at = ctx.now_ms;
+        store::endpoints::update(ctx.conn, endpoint)?;
+        ctx.app.delivery_wake.notify();
     }
     Ok(())
 }
@@ -208,10 +326,36 @@ pub fn update(ctx: &mut Ctx<'_>, req: &Request) -> ApiResult<Value> {
     let before = endpoint.clone();
     apply_patch(ctx, &mut endpoint, &body)?;
     body.finish_for(&before)?;
-    if endpoint != before {
-        endpoint.updated_at = ctx.now_ms;
-        store::endpoints::update(ctx.conn, &endpoint)?;
+    save(ctx, &mut endpoint, &before)?;
+    to_data(&endpoint)
+}
+
+/// `POST /endpoints/{id}/rotate-secret`: a new secret (given, or a random `whsec_` one) signs
+/// from now on; the old one signs too for `overlap_secs` (default a day), so receivers can
+/// switch over without rejecting a delivery.
+pub fn rotate_secret(ctx: &mut Ctx<'_>, req: &Request) -> ApiResult<Value> {
+    let body = req.json()?;
+    let mut endpoint = load(ctx, req.id())?;
+    let secret = match body.str("secret")? {
+        Some(secret) if !secret.is_empty() => {
+            check_secret(&secret)?;
+            secret
+        }
+        _ => crate::signing::new_whsec(),
+    };
+    let overlap_secs = body.int("overlap_secs")?.unwrap_or(DEFAULT_OVERLAP_SECS);
+    check_range("overlap_secs", overlap_secs, 0..=MAX_OVERLAP_SECS)?;
+    body.finish()?;
+    let before = endpoint.clone();
+    match endpoint.secret.take() {
+        Some(old) if overlap_secs > 0 && old != secret => {
+            endpoint.previous_secret = Some(old);
+            endpoint.previous_secret_expires_at = Some(ctx.now_ms + overlap_secs * 1000);
+        }
+        _ => end_overlap(&mut endpoint),
     }
+    endpoint.secret = Some(secret);
+    save(ctx, &mut endpoint, &before)?;
     to_data(&endpoint)
 }
 

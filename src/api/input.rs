@@ -120,6 +120,11 @@ impl Body {
         self.patch_with(field, as_integer, "an integer")
     }
 
+    /// A JSON number, integer or not.
+    pub fn patch_f64(&self, field: &str) -> ApiResult<Patch<f64>> {
+        self.patch_with(field, Value::as_f64, "a number")
+    }
+
     pub fn patch_bool(&self, field: &str) -> ApiResult<Patch<bool>> {
         self.patch_with(field, Value::as_bool, "true or false")
     }
@@ -162,6 +167,10 @@ impl Body {
 
     pub fn int(&self, field: &str) -> ApiResult<Option<i64>> {
         Ok(self.patch_int(field)?.into_option())
+    }
+
+    pub fn f64(&self, field: &str) -> ApiResult<Option<f64>> {
+        Ok(self.patch_f64(field)?.into_option())
     }
 
     pub fn object(&self, field: &str) -> ApiResult<Option<Map<String, Value>>> {
@@ -265,6 +274,10 @@ pub fn check_range(field: &str, value: i64, range: std::ops::RangeInclusive<i64>
     }
 }
 
+/// The highest `page` a list accepts: 100 million rows deep at the largest page size, far past
+/// any real list, and well inside SQLite's 64-bit OFFSET.
+pub const MAX_PAGE: i64 = 1_000_000;
+
 /// A decoded query string. Like [`Body`], it remembers which parameters the handler read, and
 /// [`Query::finish`] refuses the others (contract §3).
 #[derive(Debug, Default, Clone)]
@@ -346,11 +359,13 @@ impl Query {
         }
     }
 
-    /// `page` ≥ 1 (default 1) and `page_size` clamped to 1..=100 (default 20).
+    /// `page` in 1..=[`MAX_PAGE`] (default 1) and `page_size` clamped to 1..=100 (default 20).
     pub fn page(&self) -> ApiResult<Page> {
         let page = self.int("page")?.unwrap_or(1);
-        if page < 1 {
-            return Err(ApiError::validation("page: must be 1 or more"));
+        if !(1..=MAX_PAGE).contains(&page) {
+            return Err(ApiError::validation(format!(
+                "page: must be between 1 and {MAX_PAGE}"
+            )));
         }
         let page_size = self.int("page_size")?.unwrap_or(20).clamp(1, 100);
         Ok(Page {

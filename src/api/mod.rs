@@ -116,6 +116,11 @@ static ROUTES: &[Route] = &[
     route("DELETE", "endpoints/{id}", endpoints::delete),
     route("POST", "endpoints/{id}/enable", endpoints::enable),
     route("POST", "endpoints/{id}/disable", endpoints::disable),
+    route(
+        "POST",
+        "endpoints/{id}/rotate-secret",
+        endpoints::rotate_secret,
+    ),
     route("POST", "endpoints/{id}/test", endpoints::test),
     route("POST", "retries/policies", policies::create),
     route("GET", "retries/policies", policies::list),

@@ -2,17 +2,18 @@
 //!
 //! One dispatcher thread owns the database side. Each round it commits, in one transaction, the
 //! results the workers reported since the last round (attempt rows and task state changes) and
-//! claims the next due tasks with one `UPDATE … RETURNING`, loading each claimed endpoint once
-//! per batch. A fixed set of worker threads (`--workers`) sends the claimed tasks with one shared
+//! claims the next due tasks fairly, endpoint by endpoint within each endpoint's limits (see
+//! [`fair`]), loading each claimed endpoint once per batch. A fixed set of worker threads (`--workers`) sends the claimed tasks with one shared
 //! keep-alive HTTP agent and hands the results back. The dispatcher sleeps on
-//! [`App::delivery_wake`] until the earliest pending task is due (at most `max_idle`); the API,
-//! the scheduler and the workers wake it.
+//! [`App::delivery_wake`] until the earliest skipped endpoint may start again (at most
+//! `max_idle`); the API, the scheduler and the workers wake it.
 //!
 //! Durability: a claimed task is `running` in the database until its result is committed. A
 //! crash leaves it `running`; the next start hands it back to `pending` before claiming, so its
 //! attempt is made again (at least once, never lost). Shutdown stops claiming, hands unsent
 //! claims back, and gives in-flight sends `shutdown_grace_secs` to finish.
 
+pub mod fair;
 pub mod health;
 pub mod probe;
 mod retention;
@@ -43,6 +44,9 @@ const ERROR_PAUSE: Duration = Duration::from_millis(500);
 struct Job {
     task: Claimed,
     target: Arc<Target>,
+    /// Most sends to this endpoint at once: a worker skips the job while that many are under
+    /// way, so a slow endpoint never holds more workers than its share.
+    cap: usize,
 }
 
 /// A finished attempt waiting to be committed.
@@ -61,6 +65,8 @@ pub(crate) struct Done {
 #[derive(Default)]
 struct JobQueue {
     jobs: VecDeque<Job>,
+    /// Sends under way, by endpoint.
+    sending: HashMap<i64, usize>,
     /// Set at shutdown: workers exit once the queue is empty.
     closed: bool,
 }
@@ -154,6 +160,7 @@ fn work(shared: &Shared) {
             .as_deref()
             .is_some_and(operator::is_operator_event);
         let done = attempt(app, &shared.agent, &job.target, job.task, quiet);
+        sent_one(shared, done.endpoint_id);
         lock(&shared.results).push(done);
         app.delivery_wake.notify();
     }
@@ -192,13 +199,22 @@ pub(crate) fn attempt(
     }
 }
 
+/// The first queued job whose endpoint has fewer sends under way than its cap.
 fn next_job(shared: &Shared) -> Option<Job> {
     let mut queue = lock(&shared.queue);
     loop {
-        if let Some(job) = queue.jobs.pop_front() {
+        let queue_ref = &mut *queue;
+        let ready = queue_ref.jobs.iter().position(|job| {
+            queue_ref
+                .sending
+                .get(&job.target.endpoint_id)
+                .is_none_or(|n| *n < job.cap)
+        });
+        if let Some(job) = ready.and_then(|i| queue_ref.jobs.remove(i)) {
+            *queue_ref.sending.entry(job.target.endpoint_id).or_default() += 1;
             return Some(job);
         }
-        if queue.closed {
+        if queue.closed && queue.jobs.is_empty() {
             return None;
         }
         queue = shared
@@ -206,6 +222,19 @@ fn next_job(shared: &Shared) -> Option<Job> {
             .wait(queue)
             .unwrap_or_else(|e| e.into_inner());
     }
+}
+
+/// A send to `endpoint_id` ended: a job of that endpoint held back for its cap may go now.
+fn sent_one(shared: &Shared, endpoint_id: i64) {
+    let mut queue = lock(&shared.queue);
+    if let Some(n) = queue.sending.get_mut(&endpoint_id) {
+        *n = n.saturating_sub(1);
+        if *n == 0 {
+            queue.sending.remove(&endpoint_id);
+        }
+    }
+    drop(queue);
+    shared.queue_ready.notify_all();
 }
 
 /// The dispatcher thread: recovery at start, then rounds of commit-and-claim until shutdown.
@@ -226,6 +255,7 @@ fn dispatch(shared: &Shared) {
     recover(&mut conn, app.clock.now_ms());
     let capacity = app.config.workers.saturating_mul(4).max(2);
     let rules = health::Rules::from_hours(app.config.disable_failing_after_hours);
+    let mut gate = fair::Gate::new(app.clock.clone(), app.config.default_endpoint_cap());
     let mut last_round: Option<Instant> = None;
     while !shared.stopping.load(Ordering::SeqCst) {
         if let Some(since) = last_round.map(|t| t.elapsed())
@@ -241,28 +271,41 @@ fn dispatch(shared: &Shared) {
             .saturating_sub(done.len());
         let free = capacity.saturating_sub(unsettled).min(MAX_BATCH);
         let now = app.clock.now_ms();
-        let claimed = match store::write_tx(&mut conn, |tx| {
+        // The gate's accounting is changed inside the transaction; a failed round rebuilds it
+        // from the results put back, so release before and re-count after a failure.
+        for d in &done {
+            gate.release(d.endpoint_id);
+        }
+        let round = store::write_tx(&mut conn, |tx| {
             record(tx, &done, &rules)?;
-            claim(tx, now, free)
-        }) {
-            Ok(claimed) => claimed,
+            let walk = gate.walk(tx, now, free)?;
+            let jobs = targets(tx, walk.claimed, &walk.caps)?;
+            Ok::<_, rusqlite::Error>((jobs, walk.out_of_room, walk.wake_at))
+        });
+        let (claimed, out_of_room, wake_at) = match round {
+            Ok(round) => round,
             Err(e) => {
                 tracing::error!(error = %e, "delivery pool: database round failed; retrying");
+                // Nothing was claimed or recorded: the results wait for the next round, and
+                // the gate starts over from what is really in flight.
+                gate = fair::Gate::new(app.clock.clone(), app.config.default_endpoint_cap());
                 lock(&shared.results).extend(done);
                 app.delivery_wake.wait(ERROR_PAUSE);
                 continue;
             }
         };
-        let full = free > 0 && claimed.len() == free;
         shared.in_flight.fetch_sub(done.len(), Ordering::SeqCst);
         hand_out(shared, claimed);
-        if full {
-            continue; // more may be due
+        if out_of_room && free > 0 {
+            continue; // more may be claimable now
         }
-        let wait = if free == 0 {
-            app.config.max_idle // a worker's result wakes us
-        } else {
-            until_next_due(&conn, app)
+        let wait = match wake_at {
+            _ if free == 0 => app.config.max_idle, // a worker's result wakes us
+            Some(at) => {
+                let ms = at.saturating_sub(app.clock.now_ms()).max(0);
+                Duration::from_millis(u64::try_from(ms).unwrap_or(0)).min(app.config.max_idle)
+            }
+            None => app.config.max_idle,
         };
         app.delivery_wake.wait(wait);
     }
@@ -447,12 +490,12 @@ fn log_outcome(d: &Done) {
     }
 }
 
-/// Claims up to `free` due tasks and loads their endpoints and retry policies, once each.
-fn claim(tx: &rusqlite::Connection, now_ms: i64, free: usize) -> rusqlite::Result<Vec<Job>> {
-    if free == 0 {
-        return Ok(Vec::new());
-    }
-    let claimed = store::tasks::claim_due(tx, now_ms, free)?;
+/// Loads the endpoints and retry policies of claimed tasks, once each.
+fn targets(
+    tx: &rusqlite::Connection,
+    claimed: Vec<Claimed>,
+    caps: &HashMap<i64, usize>,
+) -> rusqlite::Result<Vec<Job>> {
     let mut targets: HashMap<i64, Option<Arc<Target>>> = HashMap::new();
     let mut jobs = Vec::with_capacity(claimed.len());
     for task in claimed {
@@ -471,7 +514,10 @@ fn claim(tx: &rusqlite::Connection, now_ms: i64, free: usize) -> rusqlite::Resul
             }
         };
         match target {
-            Some(target) => jobs.push(Job { task, target }),
+            Some(target) => {
+                let cap = caps.get(&task.endpoint_id).copied().unwrap_or(1);
+                jobs.push(Job { task, target, cap });
+            }
             // Cannot happen: the claim joins on the endpoint in this same transaction. Left
             // `running`, the task is handed back at the next start.
             None => tracing::error!(task_id = task.id, "claimed a task without an endpoint"),
@@ -487,23 +533,6 @@ fn hand_out(shared: &Shared, jobs: Vec<Job>) {
     shared.in_flight.fetch_add(jobs.len(), Ordering::SeqCst);
     lock(&shared.queue).jobs.extend(jobs);
     shared.queue_ready.notify_all();
-}
-
-/// How long the dispatcher may sleep: until the earliest pending task is due, at most
-/// `max_idle`.
-fn until_next_due(conn: &rusqlite::Connection, app: &App) -> Duration {
-    let max_idle = app.config.max_idle;
-    match store::tasks::next_due(conn) {
-        Ok(Some(due)) => {
-            let ms = due.saturating_sub(app.clock.now_ms()).max(0);
-            Duration::from_millis(u64::try_from(ms).unwrap_or(0)).min(max_idle)
-        }
-        Ok(None) => max_idle,
-        Err(e) => {
-            tracing::error!(error = %e, "delivery pool: cannot read the next due time");
-            ERROR_PAUSE
-        }
-    }
 }
 
 /// Shutdown: claimed tasks not yet sent go back to `pending` at once; sends in flight get the

@@ -28,6 +28,8 @@ pub struct Target {
     /// The endpoint's own headers.
     pub headers: Vec<(String, String)>,
     pub secret: Option<String>,
+    /// The secret of before the last rotation and when it stops signing (epoch ms).
+    pub previous_secret: Option<(String, i64)>,
     pub timeout: Duration,
     pub policy: RetryPolicy,
 }
@@ -44,9 +46,28 @@ impl Target {
                 .filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_string())))
                 .collect(),
             secret: endpoint.secret.clone(),
+            previous_secret: endpoint
+                .previous_secret
+                .clone()
+                .zip(endpoint.previous_secret_expires_at),
             timeout: Duration::from_millis(u64::try_from(endpoint.timeout_ms).unwrap_or(1).max(1)),
             policy,
         }
+    }
+
+    /// The secrets that sign an attempt starting at `now_ms`: the current one, then the previous
+    /// one while its overlap lasts.
+    pub fn secrets_at(&self, now_ms: i64) -> Vec<&str> {
+        let Some(current) = self.secret.as_deref() else {
+            return Vec::new();
+        };
+        let mut secrets = vec![current];
+        if let Some((previous, until)) = &self.previous_secret
+            && now_ms < *until
+        {
+            secrets.push(previous.as_str());
+        }
+        secrets
     }
 
     /// POST, PUT and PATCH carry the payload; GET and DELETE send no body.
@@ -82,9 +103,11 @@ pub fn agent(config: &Config) -> ureq::Agent {
 
 /// The webhookd headers of one attempt (contract §6), besides the endpoint's own and
 /// `Content-Type`. `body` is what is sent (empty for GET/DELETE); both signatures cover it.
+/// With several `secrets` (a rotation's overlap, newest first) each header carries one
+/// signature per secret: `v1,<new> v1,<old>` and `<new hex>,<old hex>`.
 pub fn delivery_headers(
     task: &Claimed,
-    secret: Option<&str>,
+    secrets: &[&str],
     timestamp: i64,
     body: &[u8],
 ) -> Vec<(&'static str, String)> {
@@ -99,15 +122,19 @@ pub fn delivery_headers(
     } else if let Some(schedule_id) = task.schedule_id {
         headers.push(("X-Service-Schedule-Id", schedule_id.to_string()));
     }
-    if let Some(secret) = secret {
-        headers.push((
-            "X-Service-Signature",
-            signing::hmac_hex(secret.as_bytes(), &ts, body),
-        ));
-        headers.push((
-            "webhook-signature",
-            signing::standard_webhooks_signature(secret, &webhook_id, timestamp, body),
-        ));
+    if !secrets.is_empty() {
+        let hex: Vec<String> = secrets
+            .iter()
+            .map(|secret| signing::hmac_hex(secret.as_bytes(), &ts, body))
+            .collect();
+        let standard: Vec<String> = secrets
+            .iter()
+            .map(|secret| {
+                signing::standard_webhooks_signature(secret, &webhook_id, timestamp, body)
+            })
+            .collect();
+        headers.push(("X-Service-Signature", hex.join(",")));
+        headers.push(("webhook-signature", standard.join(" ")));
     }
     headers.push(("webhook-id", webhook_id));
     headers.push(("webhook-timestamp", ts));
@@ -146,7 +173,7 @@ pub fn send(agent: &ureq::Agent, target: &Target, task: &Claimed, started_at: i6
     };
     let headers = delivery_headers(
         task,
-        target.secret.as_deref(),
+        &target.secrets_at(started_at),
         started_at.div_euclid(1000),
         body,
     );
@@ -322,7 +349,7 @@ mod tests {
     #[test]
     fn headers_carry_ids_timestamps_and_both_signatures() {
         let body = br#"{"a":1}"#;
-        let headers = delivery_headers(&task(2, 5), Some("s3cret"), 1_700_000_000, body);
+        let headers = delivery_headers(&task(2, 5), &["s3cret"], 1_700_000_000, body);
         assert_eq!(header(&headers, "X-Service-Task-Id"), Some("42"));
         assert_eq!(header(&headers, "X-Service-Attempt"), Some("2"));
         assert_eq!(header(&headers, "X-Service-Timestamp"), Some("1700000000"));
@@ -341,12 +368,46 @@ mod tests {
     }
 
     #[test]
+    fn an_overlap_signs_with_the_new_secret_then_the_old() {
+        let body = br#"{"a":1}"#;
+        let headers = delivery_headers(&task(1, 5), &["new", "old"], 1_700_000_000, body);
+        let sig = |s| signing::standard_webhooks_signature(s, "task_42", 1_700_000_000, body);
+        assert_eq!(
+            header(&headers, "webhook-signature").unwrap(),
+            format!("{} {}", sig("new"), sig("old"))
+        );
+        let hex = |s: &str| signing::hmac_hex(s.as_bytes(), "1700000000", body);
+        assert_eq!(
+            header(&headers, "X-Service-Signature").unwrap(),
+            format!("{},{}", hex("new"), hex("old"))
+        );
+    }
+
+    #[test]
+    fn the_previous_secret_signs_only_until_its_overlap_ends() {
+        let mut target = Target {
+            endpoint_id: 1,
+            url: "http://127.0.0.1/".into(),
+            method: "POST".into(),
+            headers: Vec::new(),
+            secret: Some("new".into()),
+            previous_secret: Some(("old".into(), 2_000)),
+            timeout: Duration::from_secs(1),
+            policy: RetryPolicy::DEFAULT,
+        };
+        assert_eq!(target.secrets_at(1_999), ["new", "old"]);
+        assert_eq!(target.secrets_at(2_000), ["new"]);
+        target.secret = None;
+        assert!(target.secrets_at(0).is_empty(), "no secret, no signature");
+    }
+
+    #[test]
     fn headers_without_secret_have_no_signatures_and_name_the_schedule() {
         let mut t = task(1, 5);
         t.event_id = None;
         t.event_name = None;
         t.schedule_id = Some(9);
-        let headers = delivery_headers(&t, None, 1, b"");
+        let headers = delivery_headers(&t, &[], 1, b"");
         assert_eq!(header(&headers, "X-Service-Schedule-Id"), Some("9"));
         assert_eq!(header(&headers, "X-Service-Event"), None);
         assert_eq!(header(&headers, "X-Service-Signature"), None);

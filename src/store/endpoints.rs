@@ -20,6 +20,15 @@ pub struct Endpoint {
     pub retry_policy_id: Option<i64>,
     pub filter_events: Option<String>,
     pub status: String,
+    /// Deliveries start at most this often a second, on average (burst 1); `None`: no limit.
+    pub rate_limit_per_sec: Option<f64>,
+    /// Most deliveries at once; 1 also means in order. `None`: the server's default cap.
+    pub max_in_flight: Option<i64>,
+    /// The secret before the last rotation; it signs too until `previous_secret_expires_at`.
+    #[serde(skip)]
+    pub previous_secret: Option<String>,
+    #[serde(serialize_with = "ser_opt_ms")]
+    pub previous_secret_expires_at: Option<i64>,
     #[serde(serialize_with = "ser_ms")]
     pub created_at: i64,
     #[serde(serialize_with = "ser_ms")]
@@ -36,7 +45,7 @@ pub struct Endpoint {
     pub consecutive_failures: i64,
 }
 
-const COLUMNS: &str = "id, app_id, name, url, method, headers, secret, timeout_ms, retry_policy_id, filter_events, status, created_at, updated_at, disabled_reason, last_success_at, last_failure_at, consecutive_failures";
+const COLUMNS: &str = "id, app_id, name, url, method, headers, secret, timeout_ms, retry_policy_id, filter_events, status, created_at, updated_at, rate_limit_per_sec, max_in_flight, previous_secret, previous_secret_expires_at, disabled_reason, last_success_at, last_failure_at, consecutive_failures";
 
 /// Why an endpoint is disabled (contract §11 `disabled_reason`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -73,12 +82,16 @@ fn from_row(r: &Row<'_>) -> rusqlite::Result<Endpoint> {
         retry_policy_id: r.get(8)?,
         filter_events: r.get(9)?,
         status: r.get(10)?,
+        rate_limit_per_sec: r.get(13)?,
+        max_in_flight: r.get(14)?,
+        previous_secret: r.get(15)?,
+        previous_secret_expires_at: r.get(16)?,
         created_at: r.get(11)?,
         updated_at: r.get(12)?,
-        disabled_reason: r.get(13)?,
-        last_success_at: r.get(14)?,
-        last_failure_at: r.get(15)?,
-        consecutive_failures: r.get(16)?,
+        disabled_reason: r.get(17)?,
+        last_success_at: r.get(18)?,
+        last_failure_at: r.get(19)?,
+        consecutive_failures: r.get(20)?,
     })
 }
 
@@ -89,8 +102,9 @@ fn headers_json(ep: &Endpoint) -> String {
 /// Inserts `ep` (its `id` is ignored) and returns the stored record.
 pub fn insert(conn: &Connection, ep: &Endpoint) -> rusqlite::Result<Endpoint> {
     conn.prepare_cached(
-        "INSERT INTO endpoints (app_id, name, url, method, headers, secret, timeout_ms, retry_policy_id, filter_events, status, created_at, updated_at)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)",
+        "INSERT INTO endpoints (app_id, name, url, method, headers, secret, timeout_ms, retry_policy_id, filter_events, status, created_at, updated_at,
+                                rate_limit_per_sec, max_in_flight, previous_secret, previous_secret_expires_at)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16)",
     )?
     .execute(params![
         ep.app_id,
@@ -104,7 +118,11 @@ pub fn insert(conn: &Connection, ep: &Endpoint) -> rusqlite::Result<Endpoint> {
         ep.filter_events,
         ep.status,
         ep.created_at,
-        ep.updated_at
+        ep.updated_at,
+        ep.rate_limit_per_sec,
+        ep.max_in_flight,
+        ep.previous_secret,
+        ep.previous_secret_expires_at
     ])?;
     Ok(Endpoint {
         id: conn.last_insert_rowid(),
@@ -118,7 +136,8 @@ pub fn insert(conn: &Connection, ep: &Endpoint) -> rusqlite::Result<Endpoint> {
 pub fn update(conn: &Connection, ep: &Endpoint) -> rusqlite::Result<()> {
     conn.prepare_cached(
         "UPDATE endpoints SET name = ?3, url = ?4, method = ?5, headers = ?6, secret = ?7, timeout_ms = ?8,
-         retry_policy_id = ?9, filter_events = ?10, updated_at = ?11
+         retry_policy_id = ?9, filter_events = ?10, updated_at = ?11,
+         rate_limit_per_sec = ?12, max_in_flight = ?13, previous_secret = ?14, previous_secret_expires_at = ?15
          WHERE app_id = ?1 AND id = ?2",
     )?
     .execute(params![
@@ -132,7 +151,11 @@ pub fn update(conn: &Connection, ep: &Endpoint) -> rusqlite::Result<()> {
         ep.timeout_ms,
         ep.retry_policy_id,
         ep.filter_events,
-        ep.updated_at
+        ep.updated_at,
+        ep.rate_limit_per_sec,
+        ep.max_in_flight,
+        ep.previous_secret,
+        ep.previous_secret_expires_at
     ])?;
     Ok(())
 }
@@ -150,6 +173,29 @@ pub fn get_any(conn: &Connection, id: i64) -> rusqlite::Result<Option<Endpoint>>
     conn.prepare_cached(&format!("SELECT {COLUMNS} FROM endpoints WHERE id = ?1"))?
         .query_row(params![id], from_row)
         .optional()
+}
+
+/// What the delivery pool's claim needs to know of an endpoint before taking its tasks.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Limits {
+    pub enabled: bool,
+    pub rate_limit_per_sec: Option<f64>,
+    pub max_in_flight: Option<i64>,
+}
+
+/// The limits of any endpoint by id, whatever its app; `None` when it is gone.
+pub fn limits_any(conn: &Connection, id: i64) -> rusqlite::Result<Option<Limits>> {
+    conn.prepare_cached(
+        "SELECT status = 'enabled', rate_limit_per_sec, max_in_flight FROM endpoints WHERE id = ?1",
+    )?
+    .query_row(params![id], |r| {
+        Ok(Limits {
+            enabled: r.get(0)?,
+            rate_limit_per_sec: r.get(1)?,
+            max_in_flight: r.get(2)?,
+        })
+    })
+    .optional()
 }
 
 /// `POST /endpoints/{id}/enable` and `/disable`: enabling clears `disabled_reason` and resets

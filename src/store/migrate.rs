@@ -14,6 +14,8 @@ const UPGRADES: &[&str] = &[
     include_str!("../../schema.sql"),
     include_str!("../../migrations/health.sql"),
     include_str!("../../migrations/schedule_catchup_overlap.sql"),
+    include_str!("../../migrations/delivery_controls.sql"),
+    include_str!("../../migrations/replay_guard.sql"),
     include_str!("../../migrations/visibility.sql"),
 ];
 

@@ -7,8 +7,11 @@ pub mod endpoints;
 pub mod events;
 pub mod keys;
 mod migrate;
+
+pub use migrate::check_is_ours;
 pub mod policies;
 pub mod postgres;
+pub mod replay;
 pub mod retention;
 pub mod schedules;
 pub mod tasks;
@@ -52,10 +55,13 @@ pub fn open(path: &Path, size: u32) -> anyhow::Result<Pool> {
         .context("cannot build the database connection pool")
 }
 
+/// How long a statement waits for another process's lock before failing with "busy".
+const BUSY_TIMEOUT: Duration = Duration::from_secs(10);
+
 /// Per-connection settings. `synchronous=NORMAL` in WAL mode survives a crash of the process;
 /// after a power loss the last few commits may be lost, never corrupted (see README).
 fn configure_connection(conn: &mut Connection) -> rusqlite::Result<()> {
-    conn.busy_timeout(Duration::from_secs(10))?;
+    conn.busy_timeout(BUSY_TIMEOUT)?;
     conn.pragma_update(None, "synchronous", "NORMAL")?;
     conn.pragma_update(None, "temp_store", "MEMORY")?;
     conn.pragma_update(None, "cache_size", -16_000)?;
@@ -107,6 +113,29 @@ fn create_private_file(path: &Path) -> anyhow::Result<()> {
 /// or writers). The server calls it a few times a second from one background thread.
 pub fn checkpoint(conn: &Connection) -> rusqlite::Result<()> {
     conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |_| Ok(()))
+}
+
+/// The `-wal` file beside a database file.
+pub fn wal_path(db: &Path) -> std::path::PathBuf {
+    let mut name = db.as_os_str().to_owned();
+    name.push("-wal");
+    name.into()
+}
+
+/// Copies every WAL page back and truncates the `-wal` file to zero, holding the in-process
+/// writer lock meanwhile (writers wait, readers go on). PASSIVE checkpoints alone cannot bound
+/// the WAL under sustained load: SQLite only rewinds it when a writer starts while no reader is
+/// still using it, which never happens while requests keep coming (BENCHMARKS.md). Waits at
+/// most `wait` for readers on older snapshots; returns whether the WAL was emptied.
+pub fn checkpoint_truncate(conn: &Connection, wait: Duration) -> rusqlite::Result<bool> {
+    let lock = writer_lock(conn);
+    let _queued = lock.lock().unwrap_or_else(|e| e.into_inner());
+    conn.busy_timeout(wait)?;
+    let busy = conn.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |r| {
+        r.get::<_, i64>(0)
+    });
+    conn.busy_timeout(BUSY_TIMEOUT)?;
+    Ok(busy? == 0)
 }
 
 /// The lock in-process writers of one database file queue on before `BEGIN IMMEDIATE`.

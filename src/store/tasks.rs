@@ -166,54 +166,93 @@ pub struct Claimed {
     pub max_attempts: i64,
 }
 
-/// Marks up to `limit` due tasks (pending, `next_attempt_at <= now`, endpoint enabled) as
-/// `running` and returns them, earliest first, in one statement: concurrent claimers never get
-/// the same task. `attempts` is only counted when the attempt's result is recorded, so a claim
-/// lost to a crash costs no attempt.
+/// What a claim returns of each task; `claimed_from` reads it in this order.
+const CLAIM_RETURNING: &str = "RETURNING id, endpoint_id, schedule_id, event_id,
+    (SELECT event_name FROM events WHERE events.id = tasks.event_id),
+    payload, attempts + 1, max_attempts, next_attempt_at, run_at";
+
+fn claimed_from(r: &Row<'_>) -> rusqlite::Result<((i64, i64), Claimed)> {
+    Ok((
+        (r.get(8)?, r.get(9)?),
+        Claimed {
+            id: r.get(0)?,
+            endpoint_id: r.get(1)?,
+            schedule_id: r.get(2)?,
+            event_id: r.get(3)?,
+            event_name: r.get(4)?,
+            payload: r.get(5)?,
+            attempt: r.get(6)?,
+            max_attempts: r.get(7)?,
+        },
+    ))
+}
+
+/// The first endpoint after `after` (by id) that has pending tasks, and when its earliest one
+/// is due: one seek in `tasks_endpoint_due`, so walking every endpoint with pending work costs
+/// one seek per endpoint, however many tasks each holds.
+pub fn next_endpoint_with_pending(
+    conn: &Connection,
+    after: i64,
+) -> rusqlite::Result<Option<(i64, i64)>> {
+    conn.prepare_cached(
+        "SELECT endpoint_id, next_attempt_at FROM tasks INDEXED BY tasks_endpoint_due
+         WHERE status = 'pending' AND endpoint_id > ?1 AND next_attempt_at IS NOT NULL
+         ORDER BY endpoint_id, next_attempt_at LIMIT 1",
+    )?
+    .query_row(params![after], |r| Ok((r.get(0)?, r.get(1)?)))
+    .optional()
+}
+
+/// The head of an in-order endpoint: its pending task that became due first (ties by id), and
+/// when it is due now (later than the others when it waits to retry).
+pub fn in_order_head(conn: &Connection, endpoint_id: i64) -> rusqlite::Result<Option<(i64, i64)>> {
+    conn.prepare_cached(
+        "SELECT id, next_attempt_at FROM tasks INDEXED BY tasks_endpoint_order
+         WHERE status = 'pending' AND endpoint_id = ?1 ORDER BY run_at, id LIMIT 1",
+    )?
+    .query_row(params![endpoint_id], |r| {
+        Ok((r.get(0)?, r.get::<_, Option<i64>>(1)?.unwrap_or(i64::MAX)))
+    })
+    .optional()
+}
+
+/// Marks up to `limit` due tasks of one endpoint `running` and returns them, earliest due first
+/// (ties by id). `attempts` is only counted when the attempt's result is recorded, so a claim
+/// lost to a crash costs no attempt. The caller has checked the endpoint is enabled.
 ///
-/// `LIMIT ?2 + 0`, not `LIMIT ?2`: SQLite plans with the value bound to a bare `LIMIT`
+/// `LIMIT ?3 + 0`, not `LIMIT ?3`: SQLite plans with the value bound to a bare `LIMIT`
 /// parameter, so rebinding it re-prepares the statement on every run.
-pub fn claim_due(conn: &Connection, now_ms: i64, limit: usize) -> rusqlite::Result<Vec<Claimed>> {
+pub fn claim_endpoint(
+    conn: &Connection,
+    endpoint_id: i64,
+    now_ms: i64,
+    limit: usize,
+) -> rusqlite::Result<Vec<Claimed>> {
     let limit = i64::try_from(limit).unwrap_or(i64::MAX);
     let mut claimed = conn
-        .prepare_cached(
-            "UPDATE tasks SET status = 'running', updated_at = ?1
-             WHERE id IN (SELECT t.id FROM tasks t JOIN endpoints e ON e.id = t.endpoint_id
-                          WHERE t.status = 'pending' AND t.next_attempt_at <= ?1 AND e.status = 'enabled'
-                          ORDER BY t.next_attempt_at LIMIT ?2 + 0)
-             RETURNING id, endpoint_id, schedule_id, event_id,
-                       (SELECT event_name FROM events WHERE events.id = tasks.event_id),
-                       payload, attempts + 1, max_attempts, next_attempt_at",
-        )?
-        .query_map(params![now_ms, limit], |r| {
-            Ok((
-                r.get::<_, i64>(8)?,
-                Claimed {
-                    id: r.get(0)?,
-                    endpoint_id: r.get(1)?,
-                    schedule_id: r.get(2)?,
-                    event_id: r.get(3)?,
-                    event_name: r.get(4)?,
-                    payload: r.get(5)?,
-                    attempt: r.get(6)?,
-                    max_attempts: r.get(7)?,
-                },
-            ))
-        })?
+        .prepare_cached(&format!(
+            "UPDATE tasks SET status = 'running', updated_at = ?2
+             WHERE id IN (SELECT id FROM tasks INDEXED BY tasks_endpoint_due
+                          WHERE status = 'pending' AND endpoint_id = ?1 AND next_attempt_at <= ?2
+                          ORDER BY next_attempt_at, id LIMIT ?3 + 0)
+             {CLAIM_RETURNING}"
+        ))?
+        .query_map(params![endpoint_id, now_ms, limit], claimed_from)?
         .collect::<rusqlite::Result<Vec<_>>>()?;
-    claimed.sort_by_key(|(due, c)| (*due, c.id));
+    claimed.sort_by_key(|((due, _), c)| (*due, c.id));
     Ok(claimed.into_iter().map(|(_, c)| c).collect())
 }
 
-/// When the earliest claimable task (pending, endpoint enabled) is due, if there is one.
-pub fn next_due(conn: &Connection) -> rusqlite::Result<Option<i64>> {
-    conn.prepare_cached(
-        "SELECT t.next_attempt_at FROM tasks t JOIN endpoints e ON e.id = t.endpoint_id
-         WHERE t.status = 'pending' AND e.status = 'enabled' AND t.next_attempt_at IS NOT NULL
-         ORDER BY t.next_attempt_at LIMIT 1",
-    )?
-    .query_row([], |r| r.get(0))
+/// Claims one task by id if it is still pending and due (an in-order endpoint's head).
+pub fn claim_one(conn: &Connection, id: i64, now_ms: i64) -> rusqlite::Result<Option<Claimed>> {
+    conn.prepare_cached(&format!(
+        "UPDATE tasks SET status = 'running', updated_at = ?2
+         WHERE id = ?1 AND status = 'pending' AND next_attempt_at <= ?2
+         {CLAIM_RETURNING}"
+    ))?
+    .query_row(params![id, now_ms], claimed_from)
     .optional()
+    .map(|c| c.map(|(_, c)| c))
 }
 
 /// The state an attempt leaves its task in.

@@ -3,7 +3,7 @@
 
 use std::process::{Command, Output};
 
-fn webhookd(args: &[&str]) -> Output {
+pub fn webhookd(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_webhookd"))
         .args(args)
         .env_remove("WEBHOOKD_DB")
@@ -11,7 +11,7 @@ fn webhookd(args: &[&str]) -> Output {
         .expect("binary runs")
 }
 
-fn text(bytes: &[u8]) -> String {
+pub fn text(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).into_owned()
 }
 
@@ -167,19 +167,46 @@ fn database_file_is_private() {
     assert_eq!(mode & 0o777, 0o600);
 }
 
-/// Starts the real binary on a free port; returns it with its URL and the first-start key.
-fn spawn_server(db: &str) -> (std::process::Child, String, String, String) {
+/// A `webhookd serve` subprocess, read until it says it listens (or exits).
+pub struct Spawned {
+    pub child: std::process::Child,
+    pub url: String,
+    /// The first-start key, empty when none was printed.
+    pub key_id: String,
+    pub secret: String,
+    /// What it wrote on stderr up to the "listening" line.
+    pub stderr: String,
+}
+
+impl Drop for Spawned {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Starts `webhookd serve --db DB --listen <free port> ARGS` with extra environment variables.
+pub fn spawn_with(db: &str, args: &[&str], envs: &[(&str, &str)]) -> Spawned {
+    spawn_on(db, &crate::support::free_local_addr(), args, envs)
+}
+
+/// Starts `webhookd serve --db DB --listen LISTEN ARGS`; its URL reaches `:PORT` on 127.0.0.1.
+pub fn spawn_on(db: &str, listen: &str, args: &[&str], envs: &[(&str, &str)]) -> Spawned {
     use std::io::{BufRead, BufReader};
-    let listen = crate::support::free_local_addr();
     let mut child = Command::new(env!("CARGO_BIN_EXE_webhookd"))
-        .args(["serve", "--db", db, "--listen", &listen])
+        .args(["serve", "--db", db, "--listen", listen])
+        .args(args)
+        .envs(envs.iter().copied())
+        .env_remove("WEBHOOKD_DB")
         .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
     let stderr = BufReader::new(child.stderr.take().unwrap());
-    let (mut key_id, mut secret) = (String::new(), String::new());
+    let (mut key_id, mut secret, mut seen) = (String::new(), String::new(), String::new());
     for line in stderr.lines() {
         let line = line.unwrap();
+        seen.push_str(&line);
+        seen.push('\n');
         if let Some(v) = line.trim().strip_prefix("key id: ") {
             key_id = v.to_string();
         }
@@ -190,19 +217,27 @@ fn spawn_server(db: &str) -> (std::process::Child, String, String, String) {
             break;
         }
     }
-    (child, format!("http://{listen}"), key_id, secret)
+    Spawned {
+        child,
+        url: match listen.strip_prefix(':') {
+            Some(port) => format!("http://127.0.0.1:{port}"),
+            None => format!("http://{listen}"),
+        },
+        key_id,
+        secret,
+        stderr: seen,
+    }
 }
 
 #[test]
 fn first_start_prints_a_key_and_api_uses_it() {
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("first.sqlite");
-    let (mut child, url, key_id, secret) = spawn_server(db.to_str().unwrap());
+    let server = spawn_with(db.to_str().unwrap(), &[], &[]);
+    let (url, key_id, secret) = (&server.url, &server.key_id, &server.secret);
     assert!(key_id.starts_with("whk_") && !secret.is_empty());
     let api = |args: &[&str]| {
-        let mut full = vec![
-            "api", "--url", &url, "--key-id", &key_id, "--secret", &secret,
-        ];
+        let mut full = vec!["api", "--url", url, "--key-id", key_id, "--secret", secret];
         full.extend_from_slice(args);
         webhookd(&full)
     };
@@ -219,6 +254,4 @@ fn first_start_prints_a_key_and_api_uses_it() {
     assert_eq!(out.status.code(), Some(1));
     let reply: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(reply["code"], 40401);
-    child.kill().unwrap();
-    child.wait().unwrap();
 }

@@ -807,7 +807,8 @@ fn the_validator_catches_what_it_checks() {
     let good = json!({"code": 0, "message": "success", "request_id": "r", "data": {
         "id": 1, "app_id": "a", "name": "n", "url": "https://x.example/h", "method": "POST",
         "headers": {}, "secret": null, "timeout_ms": 30000, "retry_policy_id": null,
-        "filter_events": null, "status": "enabled",
+        "filter_events": null, "status": "enabled", "rate_limit_per_sec": null,
+        "max_in_flight": null, "previous_secret_expires_at": null,
         "created_at": "2026-11-21T21:00:00Z", "updated_at": "2026-11-21T21:00:00Z",
         "disabled_reason": null, "last_success_at": null, "last_failure_at": null,
         "consecutive_failures": 0}});
@@ -819,6 +820,8 @@ fn the_validator_catches_what_it_checks() {
         ("/data/timeout_ms", json!(0)),
         ("/data/created_at", json!("2026-11-21T21:00:00.123+01:00")),
         ("/data/secret", json!(5)),
+        ("/data/max_in_flight", json!(0)),
+        ("/data/rate_limit_per_sec", json!(0.001)),
         ("/data/url", json!("not a url")),
         ("/data/headers", json!({"X": 1})),
         ("/data/headers", json!({"X Y": "1"})),

@@ -36,6 +36,7 @@ fn sqlite_shape() -> (Columns, Indexes) {
                 let kind = match r.get::<_, String>(1)?.to_ascii_uppercase().as_str() {
                     "INTEGER" => "int".to_string(),
                     "TEXT" => "text".to_string(),
+                    "REAL" => "real".to_string(),
                     other => other.to_string(),
                 };
                 let pk = r.get::<_, i64>(3)? > 0;
@@ -97,6 +98,7 @@ fn postgres_shape(client: &mut postgres::Client) -> (Columns, Indexes) {
         let column: String = row.get(1);
         let kind = match row.get::<_, &str>(2) {
             "bigint" => "int".to_string(),
+            "double precision" => "real".to_string(),
             other => other.to_string(),
         };
         let is_pk = pk.contains(&(table.clone(), column.clone()));

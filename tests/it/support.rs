@@ -54,9 +54,23 @@ impl TestServer {
     /// Stops this server and starts a new one on the same database file, with a manual clock
     /// at `start` and the same key: a restart after downtime.
     pub fn restart_manual(
-        mut self,
+        self,
         start: DateTime<Utc>,
         adjust: impl FnOnce(&mut Config),
+    ) -> TestServer {
+        self.relaunch(adjust, Some(Arc::new(ManualClock::new(start))))
+    }
+
+    /// Stops this server gracefully and starts a new one on the same database file, real
+    /// clock, same key.
+    pub fn restart(self, adjust: impl FnOnce(&mut Config)) -> TestServer {
+        self.relaunch(adjust, None)
+    }
+
+    fn relaunch(
+        mut self,
+        adjust: impl FnOnce(&mut Config),
+        manual: Option<Arc<ManualClock>>,
     ) -> TestServer {
         if let Some(running) = self.running.take() {
             self.runtime
@@ -65,12 +79,7 @@ impl TestServer {
         }
         let dir = std::mem::replace(&mut self.dir, tempfile::tempdir().expect("temp dir"));
         let key = (self.key_id.clone(), self.secret.clone());
-        Self::launch_in(
-            dir,
-            Some(key),
-            adjust,
-            Some(Arc::new(ManualClock::new(start))),
-        )
+        Self::launch_in(dir, Some(key), adjust, manual)
     }
 
     fn launch_in(
@@ -252,6 +261,9 @@ pub struct Received {
     pub headers: Vec<(String, String)>,
     pub body: Vec<u8>,
     pub at: Instant,
+    /// Requests being served when this one arrived, itself included (a request counts until
+    /// its answer starts being written).
+    pub concurrent: usize,
 }
 
 impl Received {
@@ -309,6 +321,8 @@ struct ReceiverState {
     /// Answers used in order; when empty, `default` answers.
     script: VecDeque<Answer>,
     default: Option<Answer>,
+    /// Requests received and not yet answered.
+    active: usize,
 }
 
 /// A loopback HTTP receiver that records every request and answers as scripted (200 by default).
@@ -345,6 +359,15 @@ impl Receiver {
 
     pub fn received(&self) -> Vec<Received> {
         self.state.0.lock().unwrap().received.clone()
+    }
+
+    /// The most requests it was serving at once.
+    pub fn max_concurrent(&self) -> usize {
+        self.received()
+            .iter()
+            .map(|r| r.concurrent)
+            .max()
+            .unwrap_or(0)
     }
 
     /// Waits until at least `n` requests arrived; returns them all.
@@ -395,12 +418,15 @@ fn serve_connection(stream: TcpStream, state: &Arc<(Mutex<ReceiverState>, Condva
         let answer = {
             let (lock, cond) = &**state;
             let mut s = lock.lock().unwrap();
+            s.active += 1;
+            let concurrent = s.active;
             s.received.push(Received {
                 method,
                 path,
                 headers,
                 body,
                 at: Instant::now(),
+                concurrent,
             });
             cond.notify_all();
             s.script
@@ -409,6 +435,9 @@ fn serve_connection(stream: TcpStream, state: &Arc<(Mutex<ReceiverState>, Condva
                 .unwrap_or_else(|| Answer::status(200))
         };
         std::thread::sleep(answer.delay);
+        // Counted as done before the answer is written, so the count never includes a request
+        // whose sender may already have moved on.
+        state.0.lock().unwrap().active -= 1;
         let mut head = format!(
             "HTTP/1.1 {} X\r\nContent-Length: {}\r\n",
             answer.status,

@@ -88,6 +88,33 @@ fn health_fields_follow_failures_a_success_and_a_410() {
     );
 }
 
+/// Endpoints with delivery controls (in order at `max_in_flight: 1`, a rate limit) are claimed
+/// through the fair gate's own paths; their results still land in the health fields.
+#[test]
+fn health_fields_follow_deliveries_of_limited_endpoints() {
+    let server = TestServer::start();
+    let c = server.client();
+    let rx = Receiver::start();
+    rx.set_default(Answer::status(500));
+    let p = policy(&c, 1, "fixed", 0, 0);
+    for limits in [
+        json!({ "max_in_flight": 1 }),
+        json!({ "rate_limit_per_sec": 50 }),
+    ] {
+        let mut fields = limits.clone();
+        fields["retry_policy_id"] = json!(p);
+        let ep = endpoint(&c, &rx.url, fields);
+        let tasks: Vec<i64> = (0..3).map(|_| task_id(&c, ep)).collect();
+        for t in &tasks {
+            wait_status(&c, *t, "failed");
+        }
+        let e = get_endpoint(&c, ep);
+        assert_eq!(e["consecutive_failures"], 3, "{limits}: {e}");
+        assert!(e["last_failure_at"].is_string(), "{limits}: {e}");
+        assert_eq!(e["last_success_at"], Value::Null);
+    }
+}
+
 #[test]
 fn manual_disable_and_enable_set_the_reason_and_reset_the_streak() {
     let server = TestServer::start();
@@ -667,6 +694,63 @@ fn test_delivers_now_to_enabled_disabled_and_unreachable_endpoints() {
     assert!(watcher_rx.received().is_empty());
 
     err(&c, "POST", "/endpoints/999999/test", None, 404, 40401);
+}
+
+/// A test delivery signs like a pool delivery during a secret rotation's overlap: with the new
+/// and the old secret.
+#[test]
+fn test_delivery_carries_both_signatures_during_a_rotation() {
+    let server = TestServer::start();
+    let c = server.client();
+    let rx = Receiver::start();
+    let old = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
+    let ep = endpoint(&c, &rx.url, json!({ "secret": old }));
+    let rotated = ok(
+        &c,
+        "POST",
+        &format!("/endpoints/{ep}/rotate-secret"),
+        Some(json!({ "overlap_secs": 3600 })),
+    );
+    let new = rotated["secret"].as_str().unwrap().to_string();
+    assert_ne!(new, old);
+
+    let reply = ok(&c, "POST", &format!("/endpoints/{ep}/test"), None);
+    assert_eq!(reply["attempt"]["status_code"], 200);
+    let task_id = reply["task_id"].as_i64().unwrap();
+    let got = rx.received();
+    assert_eq!(got.len(), 1);
+    let r = &got[0];
+    let ts = r.header("x-service-timestamp").unwrap();
+    let hex: Vec<&str> = r
+        .header("x-service-signature")
+        .unwrap()
+        .split(',')
+        .collect();
+    assert_eq!(hex.len(), 2, "new and old during the overlap");
+    assert!(webhookd::signing::verify_hex(
+        new.as_bytes(),
+        ts,
+        &r.body,
+        hex[0]
+    ));
+    assert!(webhookd::signing::verify_hex(
+        old.as_bytes(),
+        ts,
+        &r.body,
+        hex[1]
+    ));
+    let standard = |secret: &str| {
+        webhookd::signing::standard_webhooks_signature(
+            secret,
+            &format!("task_{task_id}"),
+            ts.parse().unwrap(),
+            &r.body,
+        )
+    };
+    assert_eq!(
+        r.header("webhook-signature"),
+        Some(format!("{} {}", standard(&new), standard(old)).as_str())
+    );
 }
 
 #[test]

@@ -20,6 +20,8 @@ const UPGRADES: &[&str] = &[
     include_str!("../../../migrations/postgres/schema.sql"),
     include_str!("../../../migrations/postgres/health.sql"),
     include_str!("../../../migrations/postgres/schedule_catchup_overlap.sql"),
+    include_str!("../../../migrations/postgres/delivery_controls.sql"),
+    include_str!("../../../migrations/postgres/replay_guard.sql"),
     include_str!("../../../migrations/postgres/visibility.sql"),
 ];
 

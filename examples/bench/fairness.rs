@@ -1,0 +1,220 @@
+//! `fairness` and `ratelimit`: delivery to a healthy endpoint next to a bad neighbour.
+//!
+//! - `fairness`: an endpoint that accepts connections and never answers (`timeout_ms` 30000)
+//!   gets a backlog of 5,000 tasks; then events to a healthy endpoint are published at a paced
+//!   rate and their publish→delivery latency is measured (target: p99 under 1 s). Also
+//!   reported: how many connections the hanging endpoint held at once (its in-flight cap).
+//! - `ratelimit`: the delivered/s of an unlimited endpoint alone, then again while another
+//!   endpoint limited to 1/s has a backlog (target: within 10% of the figure alone).
+
+use crate::load::{Until, drive, expect_ok};
+use crate::publish::create_endpoints;
+use crate::report::{Report, Stats, Target as Goal};
+use crate::{Bench, now_us};
+use serde_json::json;
+use std::collections::HashSet;
+use std::net::{TcpListener, TcpStream};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use webhookd::client::Client;
+
+/// A loopback listener that accepts every connection and never answers; dropping it closes
+/// them all.
+struct Hanging {
+    url: String,
+    held: Arc<Mutex<Vec<TcpStream>>>,
+    stop: Arc<AtomicBool>,
+}
+
+impl Hanging {
+    fn start() -> anyhow::Result<Hanging> {
+        let listener = TcpListener::bind("127.0.0.1:0")?;
+        listener.set_nonblocking(true)?;
+        let url = format!("http://{}/", listener.local_addr()?);
+        let held: Arc<Mutex<Vec<TcpStream>>> = Arc::default();
+        let stop = Arc::new(AtomicBool::new(false));
+        let (h, s) = (held.clone(), stop.clone());
+        std::thread::spawn(move || {
+            while !s.load(Ordering::Relaxed) {
+                match listener.accept() {
+                    Ok((stream, _)) => h.lock().unwrap_or_else(|e| e.into_inner()).push(stream),
+                    Err(_) => std::thread::sleep(Duration::from_millis(5)),
+                }
+            }
+        });
+        Ok(Hanging { url, held, stop })
+    }
+
+    /// Connections accepted so far (the server holds each for the whole timeout).
+    fn accepted(&self) -> usize {
+        self.held.lock().unwrap_or_else(|e| e.into_inner()).len()
+    }
+}
+
+impl Drop for Hanging {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        self.held.lock().unwrap_or_else(|e| e.into_inner()).clear();
+    }
+}
+
+/// Publishes `events` events named `event_name` from `clients` (paced at `rate` when given),
+/// each carrying its send time.
+fn publish(
+    clients: &[Client],
+    event_name: &str,
+    events: u64,
+    rate: Option<f64>,
+) -> crate::load::Outcome {
+    drive(clients, Until::Count(events), rate, |client, n| {
+        let body = json!({"event_name": event_name, "payload": {"sent_us": now_us(), "seq": n}});
+        expect_ok(client.send("POST", "/v1/events", Some(&body))).map(|_| ())
+    })
+}
+
+/// A backlog of `n` tasks on a new endpoint with the given extra fields.
+fn backlog(
+    bench: &Bench,
+    clients: &[Client],
+    url: &str,
+    extra: serde_json::Value,
+    n: u64,
+) -> anyhow::Result<()> {
+    let (tag, _) = bench.receiver.new_run();
+    let event_name = format!("bench.backlog{tag}");
+    let mut body =
+        json!({"name": format!("backlog-{tag}"), "url": url, "filter_events": event_name});
+    if let (Some(body), Some(extra)) = (body.as_object_mut(), extra.as_object()) {
+        body.extend(extra.clone());
+    }
+    expect_ok(clients[0].send("POST", "/v1/endpoints", Some(&body)))
+        .map_err(|e| anyhow::anyhow!("cannot create the backlog endpoint: {e}"))?;
+    let outcome = publish(clients, &event_name, n, None);
+    if outcome.errors > 0 {
+        anyhow::bail!("backlog publish errors: {:?}", outcome.first_error);
+    }
+    Ok(())
+}
+
+/// Publishes to one new healthy endpoint and waits for its deliveries: (received, latency,
+/// delivered/s from the first publish to the last delivery).
+fn healthy_run(
+    bench: &Bench,
+    clients: &[Client],
+    events: u64,
+    rate: Option<f64>,
+) -> anyhow::Result<(u64, Stats, f64)> {
+    let eps = create_endpoints(&clients[0], &bench.receiver, 1)?;
+    let outcome = publish(clients, &eps.event_name, events, rate);
+    let deliveries = bench.receiver.wait_for(
+        eps.tag,
+        outcome.ok as usize,
+        bench.settings.stall(),
+        Instant::now() + Duration::from_secs(600),
+    );
+    let unique: HashSet<i64> = deliveries.iter().filter_map(|d| d.task_id).collect();
+    let latency = Stats::new(
+        deliveries
+            .iter()
+            .filter_map(|d| d.sent_us.map(|sent| (d.at_us - sent).max(0) as u64))
+            .collect(),
+    );
+    let last_us = deliveries.iter().map(|d| d.at_us).max().unwrap_or(0);
+    let span_s = (last_us - outcome.start_us) as f64 / 1e6;
+    let per_s = if span_s > 0.0 {
+        unique.len() as f64 / span_s
+    } else {
+        0.0
+    };
+    Ok((unique.len() as u64, latency, per_s))
+}
+
+/// The `fairness` scenario.
+pub fn fairness(bench: &mut Bench) -> anyhow::Result<()> {
+    let quick = bench.settings.quick;
+    let (stuck_tasks, events, rate) = if quick {
+        (200, 40, 40.0)
+    } else {
+        (5_000, 1_000, 100.0)
+    };
+    let target = bench.target(|_| Ok(()))?;
+    let clients = target.clients(bench.settings.publish_clients())?;
+    let hanging = Hanging::start()?;
+    bench.progress(&format!(
+        "fairness: {stuck_tasks} tasks to an endpoint that never answers (timeout 30 s)"
+    ));
+    backlog(
+        bench,
+        &clients,
+        &hanging.url,
+        json!({"timeout_ms": 30_000}),
+        stuck_tasks,
+    )?;
+    std::thread::sleep(Duration::from_millis(300));
+    bench.progress(&format!(
+        "fairness: {events} events to a healthy endpoint at {rate} events/s"
+    ));
+    let (received, latency, _) = healthy_run(bench, &clients, events, Some(rate))?;
+    let held = hanging.accepted();
+    drop(hanging);
+    target.stop();
+    let mut r = Report::new("fairness");
+    r.param("hanging_tasks", stuck_tasks)
+        .param("events", events)
+        .param("rate", rate);
+    if let Some(w) = bench.settings.workers {
+        r.param("workers", w);
+    }
+    r.add("healthy_expected", events as f64, "")
+        .add("healthy_received", received as f64, "")
+        .add("hanging_connections_held", held as f64, "");
+    r.add_latency("healthy_latency", &latency, Some(Goal::AtMost(1000.0)));
+    if received < events {
+        r.note(format!(
+            "only {received} of {events} healthy deliveries arrived"
+        ));
+    }
+    bench.emit(r);
+    Ok(())
+}
+
+/// The `ratelimit` scenario.
+pub fn ratelimit(bench: &mut Bench) -> anyhow::Result<()> {
+    let events = bench.settings.publish_events(1);
+    let limited_backlog = if bench.settings.quick { 100 } else { 1_000 };
+    let target = bench.target(|_| Ok(()))?;
+    let clients = target.clients(bench.settings.publish_clients())?;
+    bench.progress(&format!(
+        "ratelimit: {events} events to an unlimited endpoint alone"
+    ));
+    let (alone_received, _, alone) = healthy_run(bench, &clients, events, None)?;
+    let (_, url) = bench.receiver.new_run();
+    backlog(
+        bench,
+        &clients,
+        &url,
+        json!({"rate_limit_per_sec": 1}),
+        limited_backlog,
+    )?;
+    bench.progress(&format!(
+        "ratelimit: {events} events to an unlimited endpoint next to one limited to 1/s"
+    ));
+    let (beside_received, _, beside) = healthy_run(bench, &clients, events, None)?;
+    target.stop();
+    let mut r = Report::new("ratelimit");
+    r.param("events", events)
+        .param("limited_backlog", limited_backlog);
+    r.add("alone_received", alone_received as f64, "")
+        .add("alone_delivered_per_s", alone, "del/s")
+        .add("beside_received", beside_received as f64, "")
+        .add("beside_delivered_per_s", beside, "del/s")
+        .add_target(
+            "beside_vs_alone",
+            if alone > 0.0 { beside / alone } else { 0.0 },
+            "x",
+            Goal::AtLeast(0.9),
+        );
+    bench.emit(r);
+    Ok(())
+}

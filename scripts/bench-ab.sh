@@ -1,0 +1,69 @@
+#!/usr/bin/env bash
+# A/B benchmark of two webhookd binaries with the bench harness, run back to back and
+# interleaved (A, B, A, B, ...) so that load from other work on the machine hits both alike.
+#
+#   scripts/bench-ab.sh ROUNDS BIN_A BIN_B BENCH_ARGS...
+#   scripts/bench-ab.sh 3 target/release/webhookd dist/webhookd-x86_64-unknown-linux-musl publish --fanout 1
+#
+# Each run starts the binary on a fresh database (key made with `webhookd keys create` before
+# the first start) and points `bench --url` at it. Prints, per figure, the median of each binary
+# and B/A. Needs the harness built: cargo build --release --example bench (or BENCH=path).
+# The key and the readiness check use BIN_B's CLI (TOOL=path to change), so that BIN_A may be
+# an older build without `healthcheck`.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+rounds=$1 a=$2 b=$3
+shift 3
+bench=${BENCH:-target/release/examples/bench}
+tool=${TOOL:-$b}
+[ -x "$bench" ] || { echo "bench-ab.sh: build the harness first: cargo build --release --example bench" >&2; exit 2; }
+out=$(mktemp -d)
+trap 'rm -rf "$out"' EXIT
+
+run() { # run LABEL BINARY: one bench run against BINARY, JSON lines appended to $out/LABEL
+    local label=$1 bin=$2 tmp port key pid
+    shift 2
+    tmp=$(mktemp -d)
+    key=$(WEBHOOKD_LOG=warn "$tool" keys create --db "$tmp/db.sqlite" --app bench --name ab --json)
+    port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+    WEBHOOKD_LOG=warn "$bin" serve --db "$tmp/db.sqlite" --listen "127.0.0.1:$port" 2>"$tmp/log" &
+    pid=$!
+    for _ in $(seq 1 100); do "$tool" healthcheck --url "http://127.0.0.1:$port" 2>/dev/null && break; sleep 0.1; done
+    "$bench" "$@" --json --url "http://127.0.0.1:$port" \
+        --key-id "$(echo "$key" | python3 -c 'import json,sys; print(json.load(sys.stdin)["key_id"])')" \
+        --secret "$(echo "$key" | python3 -c 'import json,sys; print(json.load(sys.stdin)["secret"])')" \
+        >>"$out/$label" 2>"$tmp/bench.log" || { cat "$tmp/bench.log" "$tmp/log" >&2; kill "$pid"; exit 1; }
+    kill "$pid"
+    wait "$pid" 2>/dev/null || true
+    rm -rf "$tmp"
+}
+
+for i in $(seq 1 "$rounds"); do
+    echo "round $i/$rounds: A $(basename "$a")" >&2
+    run A "$a" "$@"
+    echo "round $i/$rounds: B $(basename "$b")" >&2
+    run B "$b" "$@"
+done
+
+python3 - "$out/A" "$out/B" "$(basename "$a")" "$(basename "$b")" <<'PY'
+import json, statistics, sys
+def load(path):
+    figures = {}
+    for line in open(path):
+        line = line.strip()
+        if not line.startswith("{"):
+            continue
+        rec = json.loads(line)
+        for k, v in rec.items():  # figures and numeric params, side by side
+            if isinstance(v, (int, float)) and not isinstance(v, bool):
+                figures.setdefault((rec["scenario"], k), []).append(v)
+    return figures
+a, b = load(sys.argv[1]), load(sys.argv[2])
+print(f"{'scenario':10} {'figure':36} {'A: ' + sys.argv[3]:>24} {'B: ' + sys.argv[4]:>24} {'B/A':>6}")
+for key in a:
+    if key not in b:
+        continue
+    ma, mb = statistics.median(a[key]), statistics.median(b[key])
+    ratio = f"{mb / ma:.2f}" if ma else "-"
+    print(f"{key[0]:10} {key[1]:36} {ma:>24.1f} {mb:>24.1f} {ratio:>6}   (A {a[key]}, B {b[key]})")
+PY

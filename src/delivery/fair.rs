@@ -1,0 +1,285 @@
+//! Fair claiming: which endpoints may start deliveries now, and how many.
+//!
+//! The dispatcher does not claim the oldest due tasks over everything (one endpoint with a
+//! backlog would then fill every worker). It walks the endpoints that have pending tasks in id
+//! order from a cursor that rotates round after round, and takes from each only what its
+//! limits allow:
+//! - **in flight**: at most `max_in_flight` of its tasks claimed and not yet recorded (the
+//!   endpoint's own value); under the server's default cap (a quarter of the workers) at most
+//!   that many sends at once, which the workers enforce, and a short queue of claimed tasks
+//!   behind them so one busy endpoint is not held to one batch per round;
+//! - **rate**: `rate_limit_per_sec` through a `governor` GCRA limiter per endpoint, burst 1;
+//! - **order**: with `max_in_flight: 1` only the head (first due, ties by id) may go, and only
+//!   once it is due itself, so a head waiting to retry holds the rest back.
+//!
+//! An endpoint that may not start now is skipped, its tasks stay `pending` in the database, and
+//! the walk tells the dispatcher when to look again (the earliest due time or rate-limit slot it
+//! saw; a full endpoint is woken by a worker's result). A slow endpoint therefore waits in the
+//! queue, never in a worker, and never delays others.
+
+use crate::clock::{Clock, GovernorClock};
+use crate::store::{self, endpoints::Limits, tasks::Claimed};
+use governor::clock::Reference as _;
+use governor::middleware::NoOpMiddleware;
+use governor::nanos::Nanos;
+use governor::{Quota, RateLimiter, state::InMemoryState, state::NotKeyed};
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+type Limiter = RateLimiter<NotKeyed, InMemoryState, GovernorClock, NoOpMiddleware<Nanos>>;
+
+/// What the dispatcher remembers of one endpoint between rounds.
+#[derive(Default)]
+struct EndpointState {
+    /// Claimed tasks whose result is not recorded yet.
+    in_flight: usize,
+    /// The rate it was built for, and the limiter.
+    limiter: Option<(f64, Limiter)>,
+    /// Epoch ms of its last claim: idle state is forgotten after a while.
+    last_claim_ms: i64,
+}
+
+/// The result of one walk.
+pub struct Walk {
+    pub claimed: Vec<Claimed>,
+    /// Most sends at once for each endpoint claimed from (the workers hold to it).
+    pub caps: HashMap<i64, usize>,
+    /// True when the walk stopped because `free` was used up: more may be claimable now.
+    pub out_of_room: bool,
+    /// The earliest instant (epoch ms) an endpoint it skipped may start again, if any.
+    pub wake_at: Option<i64>,
+}
+
+/// The per-endpoint accounting and the rotating cursor.
+pub struct Gate {
+    clock: Arc<dyn Clock>,
+    default_cap: usize,
+    /// The endpoint id the last walk stopped after; the next walk starts after it.
+    cursor: i64,
+    endpoints: HashMap<i64, EndpointState>,
+}
+
+/// How many tasks an endpoint under the default cap may have claimed, per send it may have
+/// under way (the pool as a whole claims 4 per worker).
+const DEFAULT_QUEUE_FACTOR: usize = 4;
+
+/// Idle endpoint state (nothing in flight, no claim this long) is dropped; a rate limit's slot
+/// is never longer than 100 s (0.01/s), so nothing is lost by forgetting it.
+const FORGET_AFTER_MS: i64 = 200_000;
+
+impl Gate {
+    pub fn new(clock: Arc<dyn Clock>, default_cap: usize) -> Self {
+        Gate {
+            clock,
+            default_cap: default_cap.max(1),
+            cursor: 0,
+            endpoints: HashMap::new(),
+        }
+    }
+
+    /// A task of `endpoint_id` was recorded (or handed back): one fewer in flight.
+    pub fn release(&mut self, endpoint_id: i64) {
+        if let Some(state) = self.endpoints.get_mut(&endpoint_id) {
+            state.in_flight = state.in_flight.saturating_sub(1);
+        }
+    }
+
+    /// Claims up to `free` tasks, endpoint by endpoint from the cursor, within each endpoint's
+    /// limits. Runs inside the dispatcher's write transaction.
+    pub fn walk(
+        &mut self,
+        tx: &rusqlite::Connection,
+        now_ms: i64,
+        free: usize,
+    ) -> rusqlite::Result<Walk> {
+        let mut walk = Walk {
+            claimed: Vec::new(),
+            caps: HashMap::new(),
+            out_of_room: false,
+            wake_at: None,
+        };
+        if free == 0 {
+            walk.out_of_room = true;
+            return Ok(walk);
+        }
+        let start = self.cursor;
+        let mut after = start;
+        let mut wrapped = false;
+        loop {
+            let Some((endpoint_id, earliest_due)) =
+                store::tasks::next_endpoint_with_pending(tx, after)?
+            else {
+                if wrapped || start == 0 {
+                    break;
+                }
+                wrapped = true;
+                after = 0;
+                continue;
+            };
+            if wrapped && endpoint_id > start {
+                break; // every endpoint had its turn
+            }
+            after = endpoint_id;
+            if earliest_due > now_ms {
+                wake(&mut walk.wake_at, earliest_due);
+                continue;
+            }
+            let Some(limits) = store::endpoints::limits_any(tx, endpoint_id)? else {
+                continue; // deleted: its tasks are canceled in the delete's transaction
+            };
+            if !limits.enabled {
+                continue; // enabling it wakes the dispatcher
+            }
+            let room = free - walk.claimed.len();
+            let claimed = self.claim_from(tx, endpoint_id, &limits, now_ms, room, &mut walk)?;
+            if claimed > 0 {
+                self.cursor = endpoint_id;
+            }
+            if walk.claimed.len() >= free {
+                walk.out_of_room = true;
+                break;
+            }
+        }
+        self.forget_idle(now_ms);
+        Ok(walk)
+    }
+
+    /// Claims what one due, enabled endpoint may start now (at most `room`); returns how many.
+    fn claim_from(
+        &mut self,
+        tx: &rusqlite::Connection,
+        endpoint_id: i64,
+        limits: &Limits,
+        now_ms: i64,
+        room: usize,
+        walk: &mut Walk,
+    ) -> rusqlite::Result<usize> {
+        let cap = limits
+            .max_in_flight
+            .and_then(|n| usize::try_from(n).ok())
+            .unwrap_or(self.default_cap)
+            .max(1);
+        // An endpoint with limits of its own has at most `cap` claimed. One under the default
+        // cap may have a few more claimed, waiting in memory for a worker that the workers
+        // give it only while fewer than `cap` of its sends are under way: without that queue,
+        // one busy endpoint could take no more than `cap` tasks per dispatcher round.
+        let own_limits = limits.max_in_flight.is_some() || limits.rate_limit_per_sec.is_some();
+        let claim_cap = if own_limits {
+            cap
+        } else {
+            cap * DEFAULT_QUEUE_FACTOR
+        };
+        let clock = self.clock.clone();
+        let state = self.endpoints.entry(endpoint_id).or_default();
+        let mut allowed = claim_cap.saturating_sub(state.in_flight).min(room);
+        if allowed == 0 {
+            return Ok(0); // a worker's result wakes the dispatcher
+        }
+        // In order only when the endpoint asks for one at a time, not under a default cap of 1
+        // (fewer than 8 workers): that cap limits sends, never their order.
+        let in_order = limits.max_in_flight == Some(1);
+        let head = if in_order {
+            match store::tasks::in_order_head(tx, endpoint_id)? {
+                Some((_, due)) if due > now_ms => {
+                    wake(&mut walk.wake_at, due); // the head waits to retry: all wait
+                    return Ok(0);
+                }
+                Some((id, _)) => Some(id),
+                None => return Ok(0),
+            }
+        } else {
+            None
+        };
+        if let Some(rate) = limits.rate_limit_per_sec {
+            let limiter = limiter_for(state, rate, clock);
+            let mut granted = 0;
+            while granted < allowed {
+                match limiter.check() {
+                    Ok(()) => granted += 1,
+                    Err(not_until) => {
+                        let at = not_until.earliest_possible();
+                        let ms = at
+                            .duration_since(Nanos::from(0))
+                            .as_u64()
+                            .div_ceil(1_000_000);
+                        wake(&mut walk.wake_at, i64::try_from(ms).unwrap_or(i64::MAX));
+                        break;
+                    }
+                }
+            }
+            allowed = granted;
+        } else {
+            state.limiter = None;
+        }
+        if allowed == 0 {
+            return Ok(0);
+        }
+        let claimed = match head {
+            Some(id) => store::tasks::claim_one(tx, id, now_ms)?
+                .into_iter()
+                .collect(),
+            None => store::tasks::claim_endpoint(tx, endpoint_id, now_ms, allowed)?,
+        };
+        let n = claimed.len();
+        walk.caps.insert(endpoint_id, cap);
+        state.in_flight += n;
+        state.last_claim_ms = now_ms;
+        walk.claimed.extend(claimed);
+        Ok(n)
+    }
+
+    /// Endpoints seen `n` claims ago that are idle now need no memory.
+    fn forget_idle(&mut self, now_ms: i64) {
+        if self.endpoints.len() > 1024 {
+            self.endpoints
+                .retain(|_, s| s.in_flight > 0 || now_ms - s.last_claim_ms < FORGET_AFTER_MS);
+        }
+    }
+}
+
+/// The endpoint's limiter, rebuilt when its rate changed.
+fn limiter_for(state: &mut EndpointState, rate: f64, clock: Arc<dyn Clock>) -> &Limiter {
+    if state.limiter.as_ref().is_none_or(|(r, _)| *r != rate) {
+        let period = Duration::from_secs_f64(1.0 / rate.clamp(0.01, 10_000.0));
+        // `with_period` is burst 1: one start, then one more per period.
+        let quota = Quota::with_period(period).expect("a positive period");
+        state.limiter = Some((
+            rate,
+            RateLimiter::direct_with_clock(quota, GovernorClock(clock)),
+        ));
+    }
+    &state.limiter.as_ref().expect("set above").1
+}
+
+fn wake(at: &mut Option<i64>, candidate: i64) {
+    *at = Some(at.map_or(candidate, |a| a.min(candidate)));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::clock::ManualClock;
+    use chrono::TimeZone;
+
+    #[test]
+    fn the_limiter_spaces_starts_by_the_period_with_a_burst_of_one() {
+        let clock = Arc::new(ManualClock::new(
+            chrono::Utc.timestamp_opt(1_700_000_000, 0).unwrap(),
+        ));
+        let mut state = EndpointState::default();
+        let limiter = limiter_for(&mut state, 2.0, clock.clone());
+        assert!(limiter.check().is_ok());
+        let not_until = limiter.check().expect_err("burst of one");
+        let at = not_until.earliest_possible().as_u64() / 1_000_000;
+        assert_eq!(
+            at, 1_700_000_000_500,
+            "the next slot is half a second later"
+        );
+        clock.advance(chrono::Duration::milliseconds(499));
+        assert!(limiter_for(&mut state, 2.0, clock.clone()).check().is_err());
+        clock.advance(chrono::Duration::milliseconds(1));
+        assert!(limiter_for(&mut state, 2.0, clock.clone()).check().is_ok());
+        assert!(limiter_for(&mut state, 2.0, clock.clone()).check().is_err());
+    }
+}
