@@ -82,16 +82,17 @@ pub fn rfc3339(ms: i64) -> String {
 /// The latest instant a reply can show: RFC 3339 has four-digit years, and chrono writes a
 /// later one as `+10000-…`, which no RFC 3339 parser reads.
 pub const LATEST_INSTANT_MS: i64 = 253_402_300_799_000; // 9999-12-31T23:59:59Z
-/// The earliest such instant: the year 0000 (chrono writes earlier years with a minus sign).
-pub const EARLIEST_INSTANT_MS: i64 = -62_167_219_200_000; // 0000-01-01T00:00:00Z
+/// The earliest such instant: the first of the year 0001 (the year 0000 is refused too: it is
+/// RFC 3339 but no real calendar year, and chrono writes earlier years with a minus sign).
+pub const EARLIEST_INSTANT_MS: i64 = -62_135_596_800_000; // 0001-01-01T00:00:00Z
 
-/// Whether an instant can be written as RFC 3339 (years 0000 to 9999).
+/// Whether an instant can be written as RFC 3339 (years 0001 to 9999).
 pub fn is_expressible(t: &DateTime<Utc>) -> bool {
     (EARLIEST_INSTANT_MS..=LATEST_INSTANT_MS).contains(&t.timestamp_millis())
 }
 
 /// Parses a time given in a request: an RFC 3339 string or epoch seconds (number or digits),
-/// between the years 0000 and 9999 (so that every reply can show it as RFC 3339).
+/// between the years 0001 and 9999 (so that every reply can show it as RFC 3339).
 pub fn parse_instant(value: &serde_json::Value) -> Option<DateTime<Utc>> {
     parse_any_instant(value).filter(is_expressible)
 }

@@ -281,7 +281,7 @@ pub fn preview(ctx: &mut Ctx<'_>, req: &Request) -> ApiResult<Value> {
         None | Some(Value::Null) => from_ms(ctx.now_ms),
         Some(value) => parse_instant(value).ok_or_else(|| {
             ApiError::validation(
-                "from: must be an RFC 3339 instant or epoch seconds, in the years 0000 to 9999",
+                "from: must be an RFC 3339 instant or epoch seconds, in the years 0001 to 9999",
             )
         })?,
     };

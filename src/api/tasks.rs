@@ -213,7 +213,7 @@ fn body_instant(body: &Body, field: &str) -> ApiResult<Option<i64>> {
             .map(|t| Some(t.timestamp_millis()))
             .ok_or_else(|| {
                 ApiError::validation(format!(
-                    "{field}: must be an RFC 3339 time (2026-11-21T21:00:00Z) or epoch seconds, in the years 0000 to 9999"
+                    "{field}: must be an RFC 3339 time (2026-11-21T21:00:00Z) or epoch seconds, in the years 0001 to 9999"
                 ))
             }),
     }

@@ -201,7 +201,7 @@ fn invalid_urls_are_refused_on_create_and_patch() {
 }
 
 #[test]
-fn instants_outside_years_0_to_9999_are_refused() {
+fn instants_outside_years_1_to_9999_are_refused() {
     let server = TestServer::start();
     let client = server.client();
     let ep = ok(
@@ -215,7 +215,8 @@ fn instants_outside_years_0_to_9999_are_refused() {
     for run_at in [
         json!(253_402_300_800i64),
         json!("253402300800"),
-        json!(-62_167_219_201i64),
+        json!(-62_135_596_801i64),
+        json!("0000-06-01T00:00:00Z"),
     ] {
         expect_field_errors(
             &client,
@@ -232,7 +233,11 @@ fn instants_outside_years_0_to_9999_are_refused() {
         Some(json!({"endpoint_id": ep, "run_at": 253_402_300_799i64})),
     );
     assert_eq!(task["run_at"], "9999-12-31T23:59:59Z");
-    for from in [json!(-62_167_219_201i64), json!(253_402_300_800i64)] {
+    for from in [
+        json!(-62_135_596_801i64),
+        json!("0000-01-01T00:00:00Z"),
+        json!(253_402_300_800i64),
+    ] {
         expect_field_errors(
             &client,
             "POST",
