@@ -13,6 +13,7 @@ use crate::store::{
     self,
     schedules::{CATCHUP, OVERLAP, Schedule},
 };
+use chrono::Datelike;
 use serde_json::{Value, json};
 
 /// Most target endpoints one schedule may name.
@@ -287,11 +288,12 @@ pub fn preview(ctx: &mut Ctx<'_>, req: &Request) -> ApiResult<Value> {
     };
     let cron = parse_cron(&cron_expr, &timezone)?;
     body.finish()?;
-    // An instant past 9999-12-31 cannot be written as RFC 3339; the lists end before it.
+    // An instant past 9999-12-31 cannot be written as RFC 3339, in UTC or on the zone's wall
+    // clock (9999-12-31T10:00Z is +10000-01-01 at +14:00); both lists end before the first.
     let upcoming: Vec<_> = cron
         .upcoming(from, usize::try_from(count).unwrap_or(5))
         .into_iter()
-        .take_while(is_expressible)
+        .take_while(|t| is_expressible(t) && t.with_timezone(&cron.timezone()).year() <= 9999)
         .collect();
     let next_runs: Vec<String> = upcoming
         .iter()

@@ -321,6 +321,16 @@ fn local_times_in_four_zones_around_dst_changes() {
     assert_eq!(ktm["next_runs_local"], json!(["2027-03-29T00:00:00+05:45"]));
     let utc = preview("0 0 * * *", "UTC", "2027-03-28T00:00:00Z", 1);
     assert_eq!(utc["next_runs_local"], json!(["2027-03-29T00:00:00+00:00"]));
+    // 9999-12-31T10:00Z is 10000-01-01 at +14:00, which RFC 3339 cannot write: both lists end
+    // before it, in step.
+    let kiritimati = preview("0 0 * * *", "Pacific/Kiritimati", "9999-12-29T00:00:00Z", 5);
+    assert_eq!(
+        (&kiritimati["next_runs"], &kiritimati["next_runs_local"]),
+        (
+            &json!(["9999-12-29T10:00:00Z", "9999-12-30T10:00:00Z"]),
+            &json!(["9999-12-30T00:00:00+14:00", "9999-12-31T00:00:00+14:00"])
+        )
+    );
 }
 
 #[test]
