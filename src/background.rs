@@ -91,8 +91,8 @@ impl Checkpointer {
     }
 }
 
-/// A PASSIVE checkpoint when `passive`; and when the `-wal` file has passed `--wal-limit-mb`,
-/// one that holds the writers until the WAL is copied back and truncated.
+/// A PASSIVE checkpoint when `passive` or over the limit; and when the `-wal` file has passed
+/// `--wal-limit-mb`, then one that holds the writers until the WAL is copied back and truncated.
 fn checkpoint(app: &App, passive: bool) -> anyhow::Result<()> {
     let wal = store::wal_path(&app.config.db);
     let size = std::fs::metadata(&wal).map(|m| m.len()).unwrap_or(0);
@@ -101,9 +101,9 @@ fn checkpoint(app: &App, passive: bool) -> anyhow::Result<()> {
         return Ok(());
     }
     let conn = app.pool.get()?;
-    if passive {
-        store::checkpoint(&conn)?;
-    }
+    // Over the limit, a PASSIVE checkpoint first copies back what it can while writers go on,
+    // so that the truncating one, which holds them, has only the last frames left to copy.
+    store::checkpoint(&conn)?;
     if over {
         let emptied = store::checkpoint_truncate(&conn, TRUNCATE_WAIT)?;
         if emptied {
