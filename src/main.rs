@@ -261,16 +261,22 @@ fn keys(command: KeysCommand) -> anyhow::Result<()> {
         KeysCommand::List { db, json } => {
             let conn = open_for_keys(&db, false)?;
             let keys = store::keys::list(&conn)?;
-            if json {
-                println!("{}", serde_json::to_string(&keys)?);
+            let text = if json {
+                serde_json::to_string(&keys)?
             } else {
-                for k in keys {
-                    let state = if k.revoked { "revoked" } else { "active" };
-                    println!(
-                        "{}\t{}\t{}\t{}\t{}",
-                        k.key_id, k.app_id, k.name, k.created_at, state
-                    );
-                }
+                keys.iter()
+                    .map(|k| {
+                        let state = if k.revoked { "revoked" } else { "active" };
+                        format!(
+                            "{}\t{}\t{}\t{}\t{}",
+                            k.key_id, k.app_id, k.name, k.created_at, state
+                        )
+                    })
+                    .collect::<Vec<_>>()
+                    .join("\n")
+            };
+            if !text.is_empty() {
+                print_out(&text)?;
             }
         }
         KeysCommand::Revoke { db, key_id } => {
@@ -284,6 +290,17 @@ fn keys(command: KeysCommand) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Prints `text` and a newline on stdout. A reader that went away (`webhookd api … | head`) is
+/// not an error: the output was simply not wanted any more (`println!` would panic).
+fn print_out(text: &str) -> anyhow::Result<()> {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    match writeln!(out, "{text}").and_then(|()| out.flush()) {
+        Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => Err(e.into()),
+        _ => Ok(()),
+    }
+}
+
 fn api(args: ApiArgs) -> anyhow::Result<ExitCode> {
     let client = webhookd::client::Client::new(&args.url, &args.key_id, &args.secret);
     let body = args
@@ -295,7 +312,7 @@ fn api(args: ApiArgs) -> anyhow::Result<ExitCode> {
         })
         .transpose()?;
     let reply = client.send(&args.method.to_ascii_uppercase(), &args.path, body.as_ref())?;
-    println!("{}", serde_json::to_string_pretty(&reply.body)?);
+    print_out(&serde_json::to_string_pretty(&reply.body)?)?;
     Ok(if reply.code() == 0 {
         ExitCode::SUCCESS
     } else {

@@ -255,3 +255,31 @@ fn first_start_prints_a_key_and_api_uses_it() {
     let reply: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(reply["code"], 40401);
 }
+
+/// `webhookd api … | head`: the reader goes away before the reply (the OpenAPI document,
+/// larger than a pipe's buffer) is written out; the command ends without a panic.
+#[test]
+fn api_output_into_a_closed_pipe_does_not_panic() {
+    let server = crate::support::TestServer::start();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_webhookd"))
+        .args([
+            "api",
+            "--url",
+            &server.url,
+            "--key-id",
+            &server.key_id,
+            "--secret",
+            &server.secret,
+            "GET",
+            "/v1/openapi.json",
+        ])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("run webhookd api");
+    drop(child.stdout.take());
+    let out = child.wait_with_output().expect("wait for webhookd api");
+    let stderr = text(&out.stderr);
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    assert_ne!(out.status.code(), Some(101), "{stderr}");
+}
