@@ -52,7 +52,7 @@ fn first_preview(client: &Client, cron_expr: &str, timezone: &str, from: DateTim
 
 /// The tasks of a schedule, read from the database, oldest first.
 pub(crate) fn tasks_of(server: &TestServer, schedule_id: i64) -> Vec<Task> {
-    let pool = webhookd::store::open(&server.db, 1).unwrap();
+    let pool = webhookd::store::open(server.db.as_ref(), 1).unwrap();
     let filter = TaskFilter {
         schedule_id: Some(schedule_id),
         ..TaskFilter::default()
@@ -636,14 +636,10 @@ fn firing_twice_for_one_instant_creates_one_set_of_tasks() {
     assert_eq!(tasks_of(&server, minutely).len(), 2);
 
     // As if the move of next_run_at had been lost: the loop meets 12:00 again and skips it.
-    let pool = webhookd::store::open(&server.db, 1).unwrap();
-    pool.get()
-        .unwrap()
-        .execute(
-            "UPDATE schedules SET next_run_at = ?1 WHERE id = ?2",
-            (at(12, 0, 0).timestamp_millis(), minutely),
-        )
-        .unwrap();
+    crate::support::Db::open(&server.db).execute(
+        "UPDATE schedules SET next_run_at = ?1 WHERE id = ?2",
+        &[&at(12, 0, 0).timestamp_millis(), &minutely],
+    );
     server.advance(TimeDelta::seconds(2));
     wait_next_run(&client, minutely, at(12, 1, 0));
     assert_eq!(tasks_of(&server, minutely).len(), 2);
