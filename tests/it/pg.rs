@@ -334,7 +334,10 @@ impl PgServer {
             dir = shell_quote(&self.dir.path().to_string_lossy()),
         );
         // Never waited for: it ends only after this process has.
-        #[expect(clippy::zombie_processes, reason = "the watchdog outlives this process")]
+        #[expect(
+            clippy::zombie_processes,
+            reason = "the watchdog outlives this process"
+        )]
         Command::new("sh")
             .args(["-c", &script])
             .stdin(std::process::Stdio::null())
