@@ -1,5 +1,6 @@
 //! The real binary as a subprocess: killed with SIGKILL while tasks are pending and in flight,
-//! it delivers every task after a restart on the same file; SIGTERM shuts it down cleanly.
+//! it delivers every task after a restart on the same database (on PostgreSQL once the killed
+//! node's leases run out); SIGTERM shuts it down cleanly.
 
 use crate::delivery::endpoint;
 use crate::support::{Answer, Backend, Db, Receiver, backend, free_local_addr, ok, wait_for};
@@ -89,6 +90,21 @@ fn statuses(db: &str) -> Vec<(String, i64)> {
         .collect()
 }
 
+/// The endpoints' delivery timeout here: short, so that on PostgreSQL the lease of a task a
+/// killed node had claimed (the timeout plus a 30 s margin, contract §16) runs out soon.
+const TIMEOUT_MS: u64 = 2_000;
+
+/// How long a restarted server may take to deliver what a SIGKILL interrupted. SQLite: one
+/// process owns the file and requeues every `running` task at start. PostgreSQL: other nodes'
+/// `running` tasks are alive as far as a node knows, so the killed node's claims wait for their
+/// lease to run out.
+fn redelivery_within(base: Duration) -> Duration {
+    match backend() {
+        Backend::Sqlite => base,
+        Backend::Postgres => base + Duration::from_millis(TIMEOUT_MS) + Duration::from_secs(30),
+    }
+}
+
 /// The task ids (`X-Service-Task-Id`) the receiver has seen.
 fn delivered_task_ids(rx: &Receiver) -> BTreeSet<String> {
     rx.received()
@@ -105,7 +121,7 @@ fn sigkill_while_delivering_loses_no_task() {
     rx.set_default(Answer::status(200).delayed(Duration::from_millis(300)));
     let server = Served::start(&db, &[]);
     let c = server.client(&db);
-    let ep = endpoint(&c, &rx.url, json!({}));
+    let ep = endpoint(&c, &rx.url, json!({ "timeout_ms": TIMEOUT_MS }));
     let ids: BTreeSet<String> = (0..40)
         .map(|i| {
             ok(
@@ -135,7 +151,7 @@ fn sigkill_while_delivering_loses_no_task() {
 
     rx.set_default(Answer::status(200));
     let _restarted = Served::start(&db, &[]);
-    let all_done = wait_for(Duration::from_secs(15), || {
+    let all_done = wait_for(redelivery_within(Duration::from_secs(15)), || {
         let s = statuses(&db);
         (s == vec![("success".to_string(), 40)]).then_some(())
     });
@@ -159,7 +175,7 @@ fn sigterm_finishes_in_flight_deliveries_and_exits_zero() {
     rx.set_default(Answer::status(200).delayed(Duration::from_millis(800)));
     let mut server = Served::start(&db, &["--shutdown-grace-secs", "5"]);
     let c = server.client(&db);
-    let ep = endpoint(&c, &rx.url, json!({}));
+    let ep = endpoint(&c, &rx.url, json!({ "timeout_ms": TIMEOUT_MS }));
     let id = ok(&c, "POST", "/tasks", Some(json!({ "endpoint_id": ep })))["id"]
         .as_i64()
         .unwrap();
@@ -221,7 +237,7 @@ fn random_sigkills_under_load_lose_nothing_and_fire_nothing_twice() {
     let server = Served::start(&db, &["--misfire-grace-secs", "300"]);
     let (key_id, secret) = Served::key(&db);
     let c = Client::new(&server.url, &key_id, &secret);
-    let ep = endpoint(&c, &rx.url, json!({}));
+    let ep = endpoint(&c, &rx.url, json!({ "timeout_ms": TIMEOUT_MS }));
     for i in 0..20 {
         ok(
             &c,
@@ -315,7 +331,7 @@ fn random_sigkills_under_load_lose_nothing_and_fire_nothing_twice() {
         expected.insert(tasks[0].to_string());
     }
     drop(conn);
-    let delivered = wait_for(Duration::from_secs(30), || {
+    let delivered = wait_for(redelivery_within(Duration::from_secs(30)), || {
         expected.is_subset(&delivered_task_ids(&rx)).then_some(())
     });
     let got = delivered_task_ids(&rx);
