@@ -16,7 +16,7 @@ type Indexes = BTreeMap<String, (String, bool, Vec<String>)>;
 
 fn sqlite_shape() -> (Columns, Indexes) {
     let dir = tempfile::tempdir().unwrap();
-    let pool = store::open(&dir.path().join("shape.sqlite"), 1).unwrap();
+    let pool = store::sqlite::open(&dir.path().join("shape.sqlite"), 1).unwrap();
     let conn = pool.get().unwrap();
     let tables: Vec<String> = conn
         .prepare("SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'")
