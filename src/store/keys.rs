@@ -21,6 +21,17 @@ pub struct NewKey {
     pub app_id: String,
 }
 
+impl NewKey {
+    /// A fresh key id and secret for `app_id` (the same on both stores; not yet stored).
+    pub fn generate(app_id: &str) -> Self {
+        NewKey {
+            key_id: format!("whk_{}", random_hex(8)),
+            secret: format!("whs_{}", random_hex(24)),
+            app_id: app_id.to_string(),
+        }
+    }
+}
+
 fn random_hex(bytes: usize) -> String {
     (0..bytes)
         .map(|_| format!("{:02x}", rand::random::<u8>()))
@@ -33,11 +44,7 @@ pub fn create(
     name: &str,
     now_ms: i64,
 ) -> rusqlite::Result<NewKey> {
-    let key = NewKey {
-        key_id: format!("whk_{}", random_hex(8)),
-        secret: format!("whs_{}", random_hex(24)),
-        app_id: app_id.to_string(),
-    };
+    let key = NewKey::generate(app_id);
     conn.execute(
         "INSERT INTO api_keys (key_id, secret, app_id, name, created_at) VALUES (?1, ?2, ?3, ?4, ?5)",
         params![key.key_id, key.secret, key.app_id, name, now_ms],
