@@ -21,6 +21,7 @@ mod operations;
 mod packaging;
 mod pg;
 mod pg_store;
+mod pg_tables;
 mod reliability;
 mod schedules;
 mod support;

@@ -1,12 +1,22 @@
 //! PostgreSQL storage, the groundwork of contract §16: a pool of blocking connections
 //! (`postgres` + `r2d2_postgres`, so the blocking delivery model stays) and the versioned
-//! schema. The record operations still live only in the SQLite store; `docs/dev/storage.md`
-//! describes the `Store` interface both will implement and what remains to build.
+//! schema, and the record operations as free functions over any `postgres::GenericClient`, one
+//! file per table, twins of the SQLite ones (same names and parameters, `$n` placeholders,
+//! `RETURNING id`). `docs/dev/storage.md` describes the `Store` interface both will implement.
 //!
 //! The `postgres` client runs its own small runtime and blocks: call it from plain threads or
 //! `spawn_blocking`, never directly inside an async task.
 
+pub mod attempts;
+pub mod endpoints;
+pub mod events;
+pub mod health;
+pub mod keys;
+pub mod list;
 mod migrate;
+pub mod policies;
+pub mod replay;
+pub mod retention;
 mod url;
 
 pub use migrate::{SCHEMA_VERSION, upgrade_with_extra};
