@@ -7,6 +7,8 @@
 //! `spawn_blocking`, never directly inside an async task.
 
 mod migrate;
+pub mod schedules;
+pub mod tasks;
 mod url;
 
 pub use migrate::{SCHEMA_VERSION, upgrade_with_extra};
