@@ -119,6 +119,20 @@ fn concurrent_claims_take_disjoint_tasks_covering_all() {
         .unwrap()
         .get(0);
     assert_eq!(running, 200);
+
+    // A claim in a transaction not yet committed holds its rows: another node takes the next
+    // ones at once instead of waiting for it (a blocked claim would hit the statement timeout).
+    let e = endpoints[0];
+    let fresh: Vec<i64> = (0..3).map(|i| task(&mut c, e, NOW + i)).collect();
+    let mut a = server.client(&url);
+    let mut ta = a.transaction().unwrap();
+    let first = tasks::claim_endpoint(&mut ta, "node-a", e, NOW + 10, 1).unwrap();
+    let mut b = server.client(&url);
+    b.batch_execute("SET statement_timeout = '3s'").unwrap();
+    let rest = tasks::claim_endpoint(&mut b, "node-b", e, NOW + 10, 10).unwrap();
+    ta.commit().unwrap();
+    assert_eq!(first[0].id, fresh[0]);
+    assert_eq!(rest.iter().map(|t| t.id).collect::<Vec<_>>(), &fresh[1..]);
 }
 
 #[test]
@@ -308,6 +322,79 @@ fn an_in_order_endpoint_never_runs_two_tasks_across_nodes() {
             &mut c,
             "node-a",
             y,
+            1,
+            AfterAttempt::Success,
+            Some(200),
+            None,
+            NOW
+        )
+        .unwrap()
+    );
+
+    // A task made pending again (retried, rescued) while another node's claim of a later task
+    // is not committed yet: the endpoint lock makes the second claimer wait and then see it.
+    let (p, q) = (task(&mut c, e, NOW - 20), task(&mut c, e, NOW - 19));
+    tasks::claim_one(&mut c, "node-a", p, NOW).unwrap().unwrap();
+    assert!(
+        tasks::finish_attempt(
+            &mut c,
+            "node-a",
+            p,
+            1,
+            AfterAttempt::Failed,
+            Some(500),
+            None,
+            NOW
+        )
+        .unwrap()
+    );
+    let mut a = server.client(&url);
+    let mut ta = a.transaction().unwrap();
+    assert_eq!(
+        tasks::claim_one(&mut ta, "node-a", q, NOW)
+            .unwrap()
+            .unwrap()
+            .id,
+        q
+    );
+    assert_eq!(tasks::retry(&mut c, "app", &[p], NOW).unwrap(), [p]);
+    let mut b = server.client(&url);
+    let waiting = std::thread::spawn(move || {
+        let claimed = tasks::claim_one(&mut b, "node-b", p, NOW).unwrap();
+        (b, claimed)
+    });
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    ta.commit().unwrap();
+    let (mut b, claimed) = waiting.join().unwrap();
+    assert_eq!(
+        claimed, None,
+        "claimed while the endpoint's task {q} was running"
+    );
+    assert!(
+        tasks::finish_attempt(
+            &mut a,
+            "node-a",
+            q,
+            1,
+            AfterAttempt::Success,
+            Some(200),
+            None,
+            NOW
+        )
+        .unwrap()
+    );
+    assert_eq!(
+        tasks::claim_one(&mut b, "node-b", p, NOW)
+            .unwrap()
+            .unwrap()
+            .id,
+        p
+    );
+    assert!(
+        tasks::finish_attempt(
+            &mut b,
+            "node-b",
+            p,
             1,
             AfterAttempt::Success,
             Some(200),
