@@ -20,6 +20,7 @@ mod openapi;
 mod operations;
 mod packaging;
 mod pg;
+mod pg_delivery;
 mod pg_store;
 mod pg_tables;
 mod reliability;

@@ -17,6 +17,8 @@ mod migrate;
 pub mod policies;
 pub mod replay;
 pub mod retention;
+pub mod schedules;
+pub mod tasks;
 mod url;
 
 pub use migrate::{SCHEMA_VERSION, upgrade_with_extra};

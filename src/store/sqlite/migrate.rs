@@ -17,6 +17,7 @@ const UPGRADES: &[&str] = &[
     include_str!("../../../migrations/delivery_controls.sql"),
     include_str!("../../../migrations/replay_guard.sql"),
     include_str!("../../../migrations/visibility.sql"),
+    include_str!("../../../migrations/lease.sql"),
 ];
 
 /// The schema version this binary writes.
