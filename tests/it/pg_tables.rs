@@ -233,6 +233,25 @@ fn keys_policies_events_attempts_and_the_probe_round_trip() {
         (total, items.iter().map(|e| e.id).collect::<Vec<_>>()),
         (3, vec![e3, e2, e1])
     );
+    // the list builder's other filters, as the tasks list uses them
+    let filters = pg::list::Filters::app("a")
+        .eq_known("event_name", Some("order.paid"), &["order.paid"])
+        .cmp("created_at", ">=", 6_000_i64)
+        .always("event_key IS NULL");
+    assert!(filters.condition().contains("event_name = 'order.paid'"));
+    let listed = pg::list::list_page(&mut c, "events", "id", &filters, page(1, 10), |r| {
+        r.try_get(0)
+    })
+    .unwrap();
+    assert_eq!(listed, (1, vec![e3]));
+    let bound =
+        pg::list::Filters::app("a").eq_known("event_name", Some("order.sent"), &["order.paid"]);
+    assert!(bound.condition().ends_with("event_name = $2"));
+    let listed = pg::list::list_page(&mut c, "events", "id", &bound, page(1, 10), |r| {
+        r.try_get(0)
+    })
+    .unwrap();
+    assert_eq!(listed, (1, vec![e2]));
     let mut tx = c.transaction().unwrap();
     let found = pg::events::find_by_key(&mut tx, "a", "order.paid", "k1", 5_000).unwrap();
     assert_eq!(found.map(|e| e.id), Some(e1));
@@ -567,17 +586,16 @@ fn deleting_an_endpoint_cancels_its_tasks_and_pauses_schedules_left_without_targ
         ("active".into(), Some(60_000), None, format!("[{gone}]"), 0)
     );
 
-    let task_row = |c: &mut postgres::Client,
-                    id: i64|
-     -> (String, Option<i64>, Option<i64>, Option<String>) {
-        let r = c
+    let task_row =
+        |c: &mut postgres::Client, id: i64| -> (String, Option<i64>, Option<i64>, Option<String>) {
+            let r = c
             .query_one(
                 "SELECT status, finished_at, next_attempt_at, last_error FROM tasks WHERE id = $1",
                 &[&id],
             )
             .unwrap();
-        (r.get(0), r.get(1), r.get(2), r.get(3))
-    };
+            (r.get(0), r.get(1), r.get(2), r.get(3))
+        };
     assert_eq!(
         task_row(&mut c, pending),
         (
@@ -717,4 +735,31 @@ fn two_nodes_publishing_one_key_at_once_create_one_event() {
     let ids: Vec<i64> = publishers.into_iter().map(|p| p.join().unwrap()).collect();
     assert_eq!(ids[0], ids[1]);
     assert_eq!(count(&mut c, "SELECT count(*) FROM events"), 1);
+}
+
+/// Two nodes accepting the same signed request at once: exactly one sees a first use (the
+/// second waits on the primary key for the first's commit, then finds a live row).
+#[test]
+fn a_signature_used_on_two_nodes_at_once_is_accepted_once() {
+    let Some((server, url, mut c)) = opened("replay_race") else {
+        return;
+    };
+    let barrier = Arc::new(Barrier::new(2));
+    let nodes: Vec<_> = (0..2)
+        .map(|_| {
+            let mut node = server.client(&url);
+            let barrier = barrier.clone();
+            std::thread::spawn(move || {
+                barrier.wait();
+                let mut tx = node.transaction().unwrap();
+                let first = pg::replay::first_use(&mut tx, "whk_1", "sig", 10_000, 1_000).unwrap();
+                std::thread::sleep(Duration::from_millis(200));
+                tx.commit().unwrap();
+                first
+            })
+        })
+        .collect();
+    let firsts: Vec<bool> = nodes.into_iter().map(|n| n.join().unwrap()).collect();
+    assert_eq!(firsts.iter().filter(|&&f| f).count(), 1, "{firsts:?}");
+    assert_eq!(pg::replay::count(&mut c).unwrap(), 1);
 }
