@@ -138,7 +138,6 @@ fn config_from(args: ServeArgs) -> anyhow::Result<Config> {
 /// Starts the server. The listener is bound before the database is opened and the first-start
 /// key made: a start that fails (port taken, bad file) creates and prints no key.
 fn serve(args: ServeArgs) -> anyhow::Result<()> {
-    refuse_postgres(&args.db)?;
     let config = config_from(args)?;
     let clock = Arc::new(SystemClock);
     let listener = std::net::TcpListener::bind(config.listen).map_err(|e| {
@@ -197,21 +196,20 @@ async fn shutdown_signal() {
     tracing::info!("shutting down: finishing in-flight deliveries");
 }
 
-/// `--db` given a `postgres://` URL: refused (exit 2) until the PostgreSQL store is complete
-/// (contract §16, docs/dev/storage.md), rather than taken for a file path named "postgres:".
-fn refuse_postgres(db: &str) -> Result<(), UsageError> {
+/// `webhookd backup` given a `postgres://` URL: refused (contract §16), a PostgreSQL database
+/// is copied with its own tools.
+fn refuse_postgres_backup(db: &str) -> Result<(), UsageError> {
     if store::postgres::is_url(db) {
         return Err(UsageError(format!(
-            "--db {}",
-            store::NotInThisBuild(store::postgres::redact(db))
+            "--db {}: backup copies SQLite files only; back up a PostgreSQL database with pg_dump (e.g. pg_dump --format=custom --file webhookd.dump <url>)",
+            store::postgres::redact(db)
         )));
     }
     Ok(())
 }
 
 fn open_for_keys(db: &str, create: bool) -> anyhow::Result<Arc<dyn store::Store>> {
-    refuse_postgres(db)?;
-    if !create && !Path::new(db).exists() {
+    if !create && !store::postgres::is_url(db) && !Path::new(db).exists() {
         return Err(UsageError(format!(
             "--db (env WEBHOOKD_DB): {db} does not exist; start `webhookd serve --db {db}` once, or check the path"
         ))
@@ -350,7 +348,7 @@ fn healthcheck(url: &str) -> anyhow::Result<()> {
 /// commit made before it started is in the copy. The file is created first, exclusively and
 /// with mode 0600 (it holds the key secrets), so an existing file is never overwritten.
 fn backup(db: &str, out: &Path) -> anyhow::Result<()> {
-    refuse_postgres(db)?;
+    refuse_postgres_backup(db)?;
     let source = store::open_existing(db)
         .map_err(|e| UsageError(format!("--db (env WEBHOOKD_DB): {e:#}")))?;
     {

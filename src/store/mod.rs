@@ -195,7 +195,7 @@ pub fn open(db: &str, pool_size: u32) -> anyhow::Result<Arc<dyn Store>> {
 /// [`open`] with every option.
 pub fn open_with(db: &str, options: OpenOptions) -> anyhow::Result<Arc<dyn Store>> {
     if postgres::is_url(db) {
-        return Err(NotInThisBuild(postgres::redact(db)).into());
+        return Ok(Arc::new(postgres::PgStore::open(db, options.pool_size)?));
     }
     Ok(Arc::new(sqlite::SqliteStore::open(Path::new(db), options)?))
 }
@@ -204,27 +204,10 @@ pub fn open_with(db: &str, options: OpenOptions) -> anyhow::Result<Arc<dyn Store
 /// nothing and upgrades nothing.
 pub fn open_existing(db: &str) -> anyhow::Result<Arc<dyn Store>> {
     if postgres::is_url(db) {
-        return Err(NotInThisBuild(postgres::redact(db)).into());
+        return Ok(Arc::new(postgres::PgStore::open(db, 1)?));
     }
     Ok(Arc::new(sqlite::SqliteStore::open_existing(Path::new(db))?))
 }
-
-/// `--db` given a PostgreSQL URL while the PostgreSQL store is not complete in this build.
-/// Callers turn it into a usage error (exit 2).
-#[derive(Debug)]
-pub struct NotInThisBuild(pub String);
-
-impl std::fmt::Display for NotInThisBuild {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(
-            f,
-            "{}: the PostgreSQL store is not complete in this build (its schema and pool exist, the records do not yet live there); give --db a SQLite file path",
-            self.0
-        )
-    }
-}
-
-impl std::error::Error for NotInThisBuild {}
 
 /// `LIMIT`/`OFFSET` for a 1-based page.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

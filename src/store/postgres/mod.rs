@@ -18,10 +18,12 @@ pub mod policies;
 pub mod replay;
 pub mod retention;
 pub mod schedules;
+mod store;
 pub mod tasks;
 mod url;
 
 pub use migrate::{SCHEMA_VERSION, upgrade_with_extra};
+pub use store::{PgStore, PgTx};
 pub use url::{PgUrl, is_url, redact};
 
 use anyhow::Context;
@@ -30,7 +32,9 @@ use r2d2_postgres::PostgresConnectionManager;
 use std::time::Duration;
 
 /// The shared PostgreSQL connection pool.
-pub type PgPool = r2d2::Pool<PostgresConnectionManager<NoTls>>;
+pub type PgPool = r2d2::Pool<Manager>;
+/// The pool's connection manager (no TLS yet: `docs/dev/storage.md`).
+pub type Manager = PostgresConnectionManager<NoTls>;
 
 /// Connects once to `url` (a `postgres://` / `postgresql://` URL), refuses a database of another
 /// program or of a newer webhookd untouched, applies pending schema upgrades, and returns a pool
