@@ -2,7 +2,7 @@
 //! lease that lets several nodes share one database (contract §16, docs/dev/storage.md).
 //!
 //! A claim marks a task `running` with `claimed_by` = the claiming node and `lease_until` = now
-//! + the endpoint's timeout + [`LEASE_MARGIN_MS`]. Claims lock with `FOR UPDATE SKIP LOCKED`, so
+//! plus the endpoint's timeout plus [`LEASE_MARGIN_MS`]. Claims lock with `FOR UPDATE SKIP LOCKED`, so
 //! concurrent nodes take disjoint rows without waiting on each other. A result is recorded only
 //! by the node that still holds the claim; a running task whose lease ran out goes back to
 //! `pending` ([`rescue_expired_leases`]) and another node may take it.
