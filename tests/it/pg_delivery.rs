@@ -186,7 +186,7 @@ fn an_expired_lease_is_rescued_and_the_late_node_records_nothing() {
     assert_eq!(state(&mut c, id).1.as_deref(), Some("node-b"));
 
     // A's late result is refused; B's counts.
-    let finish = |c: &mut Client, node: &str| {
+    let record = |c: &mut Client, node: &str| {
         tasks::finish_attempt(
             c,
             node,
@@ -199,9 +199,9 @@ fn an_expired_lease_is_rescued_and_the_late_node_records_nothing() {
         )
         .unwrap()
     };
-    assert!(!finish(&mut c, "node-a"));
+    assert!(!record(&mut c, "node-a"));
     assert_eq!(state(&mut c, id).0, "running");
-    assert!(finish(&mut c, "node-b"));
+    assert!(record(&mut c, "node-b"));
     assert_eq!(state(&mut c, id), ("success".into(), None, None, None));
     let t = tasks::get(&mut c, "app", id).unwrap().unwrap();
     assert_eq!(
@@ -209,7 +209,7 @@ fn an_expired_lease_is_rescued_and_the_late_node_records_nothing() {
         (1, Some(200), Some(lease_end + 5))
     );
     // Finished twice: refused.
-    assert!(!finish(&mut c, "node-b"));
+    assert!(!record(&mut c, "node-b"));
 }
 
 #[test]
@@ -283,19 +283,7 @@ fn an_in_order_endpoint_never_runs_two_tasks_across_nodes() {
     assert_eq!(tasks::claim_one(&mut c, "node-b", y, NOW).unwrap(), None);
     let again = tasks::claim_one(&mut c, "node-b", x, NOW).unwrap().unwrap();
     assert_eq!((again.id, again.attempt), (x, 2));
-    assert!(
-        tasks::finish_attempt(
-            &mut c,
-            "node-b",
-            x,
-            2,
-            AfterAttempt::Success,
-            Some(200),
-            None,
-            NOW
-        )
-        .unwrap()
-    );
+    assert!(finish(&mut c, "node-b", x, 2, AfterAttempt::Success));
     // Not claimed yet: nothing to record.
     assert!(
         !tasks::finish_attempt(
@@ -317,19 +305,7 @@ fn an_in_order_endpoint_never_runs_two_tasks_across_nodes() {
             .id,
         y
     );
-    assert!(
-        tasks::finish_attempt(
-            &mut c,
-            "node-a",
-            y,
-            1,
-            AfterAttempt::Success,
-            Some(200),
-            None,
-            NOW
-        )
-        .unwrap()
-    );
+    assert!(finish(&mut c, "node-a", y, 1, AfterAttempt::Success));
 
     // A task made pending again (retried, rescued) while another node's claim of a later task
     // is not committed yet: the endpoint lock makes the second claimer wait and then see it.
@@ -370,19 +346,7 @@ fn an_in_order_endpoint_never_runs_two_tasks_across_nodes() {
         claimed, None,
         "claimed while the endpoint's task {q} was running"
     );
-    assert!(
-        tasks::finish_attempt(
-            &mut a,
-            "node-a",
-            q,
-            1,
-            AfterAttempt::Success,
-            Some(200),
-            None,
-            NOW
-        )
-        .unwrap()
-    );
+    assert!(finish(&mut a, "node-a", q, 1, AfterAttempt::Success));
     assert_eq!(
         tasks::claim_one(&mut b, "node-b", p, NOW)
             .unwrap()
@@ -390,19 +354,7 @@ fn an_in_order_endpoint_never_runs_two_tasks_across_nodes() {
             .id,
         p
     );
-    assert!(
-        tasks::finish_attempt(
-            &mut b,
-            "node-b",
-            p,
-            1,
-            AfterAttempt::Success,
-            Some(200),
-            None,
-            NOW
-        )
-        .unwrap()
-    );
+    assert!(finish(&mut b, "node-b", p, 1, AfterAttempt::Success));
 
     // Two nodes racing on 40 tasks, every fifth failing once: one at a time, in order.
     let ids: Vec<i64> = (0..40).map(|i| task(&mut c, e, NOW + i)).collect();
@@ -486,6 +438,17 @@ fn an_in_order_endpoint_never_runs_two_tasks_across_nodes() {
         ids,
         "delivered out of order or twice"
     );
+}
+
+/// Node `node` records a 200 for attempt `attempt` of task `id` at `NOW`.
+fn finish(
+    c: &mut impl GenericClient,
+    node: &str,
+    id: i64,
+    attempt: i64,
+    after: AfterAttempt,
+) -> bool {
+    tasks::finish_attempt(c, node, id, attempt, after, Some(200), None, NOW).unwrap()
 }
 
 fn schedule(next_run_at: i64, endpoint_ids: Vec<i64>) -> Schedule {

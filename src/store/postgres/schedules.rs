@@ -4,7 +4,7 @@
 //! is the once-per-(schedule, instant) guarantee (it also holds when an API update moved
 //! `next_run_at` on another node mid-tick).
 
-use super::tasks::Where;
+use super::tasks::{Where, get_of_app};
 use crate::store::Page;
 use crate::store::schedules::{Firing, Schedule};
 use postgres::GenericClient;
@@ -129,12 +129,7 @@ pub fn get(
     app_id: &str,
     id: i64,
 ) -> Result<Option<Schedule>, postgres::Error> {
-    Ok(c.query_opt(
-        &format!("SELECT {COLUMNS} FROM schedules WHERE app_id = $1 AND id = $2"),
-        &[&app_id, &id],
-    )?
-    .as_ref()
-    .map(from_row))
+    get_of_app(c, "schedules", COLUMNS, app_id, id, from_row)
 }
 
 /// One page of an app's schedules that are not deleted, newest first, and the total count.

@@ -2,7 +2,7 @@
 //! lease that lets several nodes share one database (contract §16, docs/dev/storage.md).
 //!
 //! A claim marks a task `running` with `claimed_by` = the claiming node and `lease_until` = now
-//! + the endpoint's timeout + [`LEASE_MARGIN_MS`]. Claims lock with `FOR UPDATE SKIP LOCKED`, so
+//! plus the endpoint's timeout plus [`LEASE_MARGIN_MS`]. Claims lock with `FOR UPDATE SKIP LOCKED`, so
 //! concurrent nodes take disjoint rows without waiting on each other. A result is recorded only
 //! by the node that still holds the claim; a running task whose lease ran out goes back to
 //! `pending` ([`rescue_expired_leases`]) and another node may take it.
@@ -144,6 +144,23 @@ impl Where {
     }
 }
 
+/// The row `id` of `table` if it belongs to `app_id`.
+pub(super) fn get_of_app<T>(
+    c: &mut impl GenericClient,
+    table: &str,
+    columns: &str,
+    app_id: &str,
+    id: i64,
+    from_row: impl Fn(&Row) -> T,
+) -> Result<Option<T>, postgres::Error> {
+    Ok(c.query_opt(
+        &format!("SELECT {columns} FROM {table} WHERE app_id = $1 AND id = $2"),
+        &[&app_id, &id],
+    )?
+    .as_ref()
+    .map(from_row))
+}
+
 fn limit_of(limit: usize) -> i64 {
     i64::try_from(limit).unwrap_or(i64::MAX)
 }
@@ -175,12 +192,7 @@ pub fn get(
     app_id: &str,
     id: i64,
 ) -> Result<Option<Task>, postgres::Error> {
-    Ok(c.query_opt(
-        &format!("SELECT {COLUMNS} FROM tasks WHERE app_id = $1 AND id = $2"),
-        &[&app_id, &id],
-    )?
-    .as_ref()
-    .map(from_row))
+    get_of_app(c, "tasks", COLUMNS, app_id, id, from_row)
 }
 
 /// One page, newest first, and the total count of matches (`retrying` = pending tasks that
