@@ -100,17 +100,26 @@ fn run(app: &App, stop: &AtomicBool) {
     }
 }
 
+/// How long the scheduler waits before looking again when schedules are due but another node
+/// is firing them.
+const BUSY_ELSEWHERE_PAUSE: Duration = Duration::from_millis(20);
+
 /// Fires one batch of due schedules. Returns how long to sleep before the next is due, or
 /// `None` when the batch was full and more may be due already.
 fn tick(app: &App, crons: &mut CronCache) -> anyhow::Result<Option<Duration>> {
     let now = app.clock.now();
-    let (tasks, lag_ms, full) = app.store.write(|tx| {
+    let (tasks, lag_ms, full, none_due) = app.store.write(|tx| {
         let due = tx.due_schedules(now.timestamp_millis(), BATCH)?;
         let mut batch = Batch::new(tx, app, now);
         for firing in &due {
             batch.fire_due(crons, firing)?;
         }
-        Ok::<_, StoreError>((batch.tasks, batch.lag_ms, due.len() == BATCH))
+        Ok::<_, StoreError>((
+            batch.tasks,
+            batch.lag_ms,
+            due.len() == BATCH,
+            due.is_empty(),
+        ))
     })?;
     if tasks > 0 {
         app.delivery_wake.notify();
@@ -127,7 +136,14 @@ fn tick(app: &App, crons: &mut CronCache) -> anyhow::Result<Option<Duration>> {
     Ok(Some(match app.store.read(|tx| tx.earliest_next_run())? {
         Some(at) => {
             let wait = u64::try_from(at - now.timestamp_millis()).unwrap_or(0);
-            Duration::from_millis(wait).min(idle)
+            // Due but not ours to fire: another node holds those schedules in its open batch
+            // (PostgreSQL skips locked rows). Look again shortly instead of spinning.
+            let floor = if none_due {
+                BUSY_ELSEWHERE_PAUSE
+            } else {
+                Duration::ZERO
+            };
+            Duration::from_millis(wait).max(floor).min(idle)
         }
         None => idle,
     }))

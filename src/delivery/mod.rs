@@ -42,9 +42,16 @@ const ERROR_PAUSE: Duration = Duration::from_millis(500);
 /// How often a round also takes back tasks whose lease expired (`Tx::rescue_expired_leases`).
 const RESCUE_EVERY_MS: i64 = 1000;
 
+/// A claimed task that waited longer than this for a worker has its lease renewed before it is
+/// sent (`Tx::renew_leases`). A lease is the endpoint's timeout plus 30 s, so a task sent within
+/// this long of its claim still holds 20 s more than its send can take.
+const RENEW_AFTER_MS: i64 = 10_000;
+
 /// A claimed task and where it goes.
 struct Job {
     task: Claimed,
+    /// Epoch ms of the claim (the lease started then).
+    claimed_at: i64,
     target: Arc<Target>,
     /// Most sends to this endpoint at once: a worker skips the job while that many are under
     /// way, so a slow endpoint never holds more workers than its share.
@@ -80,6 +87,9 @@ struct Shared {
     queue: Mutex<JobQueue>,
     queue_ready: Condvar,
     results: Mutex<Vec<Done>>,
+    /// Endpoints of jobs dropped unsent because their lease was lost (`still_ours`): the
+    /// dispatcher releases their place in the fair gate as it does for results.
+    dropped: Mutex<Vec<i64>>,
     /// Claimed tasks whose result is not committed yet: queued, being sent, or reported.
     in_flight: AtomicUsize,
     stopping: AtomicBool,
@@ -105,6 +115,7 @@ impl DeliveryPool {
             queue: Mutex::default(),
             queue_ready: Condvar::new(),
             results: Mutex::default(),
+            dropped: Mutex::default(),
             in_flight: AtomicUsize::new(0),
             stopping: AtomicBool::new(false),
         });
@@ -156,6 +167,13 @@ impl DeliveryPool {
 fn work(shared: &Shared) {
     let app = &shared.app;
     while let Some(job) = next_job(shared) {
+        if !still_ours(app, &job) {
+            sent_one(shared, job.target.endpoint_id);
+            lock(&shared.dropped).push(job.target.endpoint_id);
+            shared.in_flight.fetch_sub(1, Ordering::SeqCst);
+            app.delivery_wake.notify();
+            continue;
+        }
         let quiet = job
             .task
             .event_name
@@ -165,6 +183,24 @@ fn work(shared: &Shared) {
         sent_one(shared, done.endpoint_id);
         lock(&shared.results).push(done);
         app.delivery_wake.notify();
+    }
+}
+
+/// Whether a job that waited in the queue may still be sent: its lease is renewed when it waited
+/// more than [`RENEW_AFTER_MS`]. Not ours any more (another node took it back after the lease
+/// ran out, or the database cannot be reached to say): the job is dropped unsent; the task's
+/// current holder, or the next rescue, delivers it.
+fn still_ours(app: &App, job: &Job) -> bool {
+    let now = app.clock.now_ms();
+    if now - job.claimed_at < RENEW_AFTER_MS {
+        return true;
+    }
+    match app.store.write(|tx| tx.renew_leases(&[job.task.id], now)) {
+        Ok(held) => held.contains(&job.task.id),
+        Err(e) => {
+            tracing::warn!(error = %e, task_id = job.task.id, "cannot renew a task's lease; not sending it");
+            false
+        }
     }
 }
 
@@ -280,6 +316,9 @@ fn dispatch(shared: &Shared) {
         for d in &done {
             gate.release(d.endpoint_id);
         }
+        for endpoint_id in std::mem::take(&mut *lock(&shared.dropped)) {
+            gate.release(endpoint_id);
+        }
         let rescue = now >= next_rescue_ms;
         let round = app.store.write(|tx| {
             record(tx, &done, &rules)?;
@@ -294,7 +333,7 @@ fn dispatch(shared: &Shared) {
                 }
             }
             let walk = gate.walk(tx, now, free)?;
-            let jobs = targets(tx, walk.claimed, &walk.caps)?;
+            let jobs = targets(tx, walk.claimed, &walk.caps, now)?;
             Ok::<_, StoreError>((jobs, walk.out_of_room, walk.wake_at))
         });
         let (claimed, out_of_room, wake_at) = match round {
@@ -510,6 +549,7 @@ fn targets(
     tx: &mut dyn Tx,
     claimed: Vec<Claimed>,
     caps: &HashMap<i64, usize>,
+    now_ms: i64,
 ) -> Result<Vec<Job>, StoreError> {
     let mut targets: HashMap<i64, Option<Arc<Target>>> = HashMap::new();
     let mut jobs = Vec::with_capacity(claimed.len());
@@ -531,7 +571,12 @@ fn targets(
         match target {
             Some(target) => {
                 let cap = caps.get(&task.endpoint_id).copied().unwrap_or(1);
-                jobs.push(Job { task, target, cap });
+                jobs.push(Job {
+                    task,
+                    claimed_at: now_ms,
+                    target,
+                    cap,
+                });
             }
             // Cannot happen: the claim joins on the endpoint in this same transaction. Left
             // `running`, the task is handed back at the next start.

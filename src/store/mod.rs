@@ -517,6 +517,11 @@ pub trait Tx {
     /// Hands every `running` task back to `pending` (start-up after a crash, or shutdown after the
     /// grace): the attempt it was in is made again. Returns how many.
     fn requeue_running_tasks(&mut self, now_ms: i64) -> Result<usize, StoreError>;
+    /// Extends this node's leases on claimed tasks that waited in memory for a worker, just
+    /// before they are sent; returns the ids still held. A task missing from the answer was
+    /// taken back after its lease ran out and must not be sent (PostgreSQL). SQLite: every id
+    /// (one process owns the file; there are no leases to lose).
+    fn renew_leases(&mut self, ids: &[i64], now_ms: i64) -> Result<Vec<i64>, StoreError>;
     /// Cancels pending tasks whose endpoint no longer exists (they could never be delivered).
     fn cancel_orphan_tasks(&mut self, now_ms: i64) -> Result<usize, StoreError>;
     /// `POST /tasks/{id}/cancel`: a pending task becomes `canceled`. Returns false when the task

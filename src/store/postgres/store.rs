@@ -704,6 +704,10 @@ impl<C: GenericClient> Tx for PgTx<'_, C> {
         Ok(n)
     }
 
+    fn renew_leases(&mut self, ids: &[i64], now_ms: i64) -> Result<Vec<i64>, StoreError> {
+        Ok(pg_tasks::renew_leases(self.c, self.node, ids, now_ms)?)
+    }
+
     fn cancel_orphan_tasks(&mut self, now_ms: i64) -> Result<usize, StoreError> {
         Ok(pg_tasks::cancel_orphans(self.c, now_ms)?)
     }

@@ -427,6 +427,10 @@ impl Tx for SqliteTx<'_> {
         Ok(sql::tasks::requeue_running(self.0, now_ms)?)
     }
 
+    fn renew_leases(&mut self, ids: &[i64], _now_ms: i64) -> Result<Vec<i64>, StoreError> {
+        Ok(ids.to_vec())
+    }
+
     fn cancel_orphan_tasks(&mut self, now_ms: i64) -> Result<usize, StoreError> {
         Ok(sql::tasks::cancel_orphans(self.0, now_ms)?)
     }
