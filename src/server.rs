@@ -482,7 +482,7 @@ pub async fn start_on(
         stopped_background?;
         result
     });
-    tracing::info!(%addr, "webhookd listening");
+    tracing::info!(%addr, store = %app.store.describe(), "webhookd listening");
     Ok(Running {
         addr,
         app,

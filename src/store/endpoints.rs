@@ -35,7 +35,7 @@ pub struct Endpoint {
     /// Why the endpoint is disabled ([`DisabledReason`]); `None` while enabled.
     pub disabled_reason: Option<String>,
     /// The health fields below are written only by the delivery pool's result commit
-    /// ([`record_health`]) and by enable/disable, never by PATCH.
+    /// ([`Tx::record_endpoint_health`](super::Tx::record_endpoint_health)) and by enable/disable, never by PATCH.
     #[serde(serialize_with = "ser_opt_ms")]
     pub last_success_at: Option<i64>,
     #[serde(serialize_with = "ser_opt_ms")]

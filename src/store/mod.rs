@@ -239,13 +239,16 @@ pub trait Tx {
     fn rescue_expired_leases(&mut self, now_ms: i64) -> Result<usize, StoreError>;
 
     // --- keys ---
+    /// Creates a key for `app_id` (a fresh id and secret, `keys::NewKey::generate`).
     fn create_key(
         &mut self,
         app_id: &str,
         name: &str,
         now_ms: i64,
     ) -> Result<keys::NewKey, StoreError>;
+    /// How many keys exist, revoked ones included (first start makes one when none).
     fn count_keys(&mut self) -> Result<i64, StoreError>;
+    /// Every key, oldest first, without secrets.
     fn list_keys(&mut self) -> Result<Vec<keys::KeyInfo>, StoreError>;
     /// Marks a key revoked; false when no live key has that id.
     fn revoke_key(&mut self, key_id: &str, now_ms: i64) -> Result<bool, StoreError>;
@@ -255,7 +258,7 @@ pub trait Tx {
     // --- replay ---
     /// Records the pair as used until `expires_ms`. False when it is already recorded and has not
     /// expired: a replay. An expired row is taken over, so no separate clean-up has to run first.
-    /// Must run inside a write transaction (`store::write_tx`): it is the durable half of the
+    /// Must run inside a write transaction (`Store::write`): it is the durable half of the
     /// check, committed before the request is acted on.
     fn first_use_of_signature(
         &mut self,
@@ -270,17 +273,22 @@ pub trait Tx {
     fn count_replay(&mut self) -> Result<i64, StoreError>;
 
     // --- policies ---
+    /// Inserts `p` (its `id` is ignored) and returns the stored record.
     fn insert_policy(&mut self, p: &policies::Policy) -> Result<policies::Policy, StoreError>;
+    /// Writes every field a PATCH may change back.
     fn update_policy(&mut self, p: &policies::Policy) -> Result<(), StoreError>;
+    /// A policy of an app.
     fn get_policy(&mut self, app_id: &str, id: i64)
     -> Result<Option<policies::Policy>, StoreError>;
     /// Any policy by id, whatever its app (for the delivery pool).
     fn get_policy_any(&mut self, id: i64) -> Result<Option<policies::Policy>, StoreError>;
+    /// One page of an app's policies, newest first, and the total count.
     fn list_policies(
         &mut self,
         app_id: &str,
         page: Page,
     ) -> Result<(i64, Vec<policies::Policy>), StoreError>;
+    /// Deletes a policy of an app; false when there was none.
     fn delete_policy(&mut self, app_id: &str, id: i64) -> Result<bool, StoreError>;
 
     // --- endpoints ---
@@ -293,6 +301,7 @@ pub trait Tx {
     /// their own statements ([`Tx::set_endpoint_status`], [`Tx::record_endpoint_health`]), so a PATCH racing the delivery
     /// pool cannot undo a disabling.
     fn update_endpoint(&mut self, ep: &endpoints::Endpoint) -> Result<(), StoreError>;
+    /// An endpoint of an app.
     fn get_endpoint(
         &mut self,
         app_id: &str,
@@ -353,6 +362,7 @@ pub trait Tx {
         app_id: &str,
         ids: &[i64],
     ) -> Result<Vec<(i64, String)>, StoreError>;
+    /// Deletes the endpoint row only (see `delete_endpoint_cascade`); false when there was none.
     fn delete_endpoint(&mut self, app_id: &str, id: i64) -> Result<bool, StoreError>;
     /// How many endpoints use a retry policy.
     fn count_endpoints_using_policy(&mut self, policy_id: i64) -> Result<i64, StoreError>;
@@ -388,6 +398,7 @@ pub trait Tx {
         event_key: &str,
         since_ms: i64,
     ) -> Result<Option<events::Event>, StoreError>;
+    /// An event of an app.
     fn get_event(&mut self, app_id: &str, id: i64) -> Result<Option<events::Event>, StoreError>;
     /// The name of an event, whatever its app (for the `X-Service-Event` delivery header).
     fn event_name_of(&mut self, id: i64) -> Result<Option<String>, StoreError>;
@@ -467,6 +478,7 @@ pub trait Tx {
     /// Inserts a pending task and returns its id. Use inside the caller's transaction when
     /// creating several (fan-out), so they commit together.
     fn insert_task(&mut self, t: &tasks::NewTask<'_>) -> Result<i64, StoreError>;
+    /// A task of an app.
     fn get_task(&mut self, app_id: &str, id: i64) -> Result<Option<tasks::Task>, StoreError>;
     /// One page, newest first, and the total count of matches.
     fn list_tasks(

@@ -42,10 +42,10 @@ pub struct Schedule {
     /// Runs not fired: missed instants that `catchup` did not fire, and instants at which
     /// `overlap: skip` held back the task of at least one endpoint.
     pub skipped_runs: i64,
-    /// Endpoint id → name for `endpoint_ids`; not stored, filled by [`fill_names`].
+    /// Endpoint id → name for `endpoint_ids`; not stored, filled by [`Tx::fill_schedule_names`](super::Tx::fill_schedule_names).
     pub endpoint_names: BTreeMap<String, String>,
     /// `next_run_at` on the schedule's wall clock, RFC 3339 with offset; not stored, filled
-    /// by [`fill_names`].
+    /// by [`Tx::fill_schedule_names`](super::Tx::fill_schedule_names).
     pub next_run_at_local: Option<String>,
 }
 

@@ -472,6 +472,37 @@ mod tests {
         rusqlite::Error::SqliteFailure(rusqlite::ffi::Error::new(code), None)
     }
 
+    /// `Store::write` commits when its closure succeeds, rolls back and returns the caller's
+    /// own error when it fails; `read` sees only what was committed.
+    #[test]
+    fn write_commits_on_ok_and_rolls_back_on_the_callers_error() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = dir.path().join("t.sqlite");
+        let store = crate::store::open(db.to_str().unwrap(), 2).unwrap();
+        #[derive(Debug, PartialEq)]
+        enum Mine {
+            Refused,
+            Store(String),
+        }
+        impl From<StoreError> for Mine {
+            fn from(e: StoreError) -> Self {
+                Mine::Store(e.to_string())
+            }
+        }
+        let refused = store.write(|tx| {
+            tx.create_key("app1", "k", 1)?;
+            Err::<(), _>(Mine::Refused)
+        });
+        assert_eq!(refused, Err(Mine::Refused));
+        assert_eq!(store.read(|tx| tx.count_keys()).unwrap(), 0);
+        let key = store.write(|tx| tx.create_key("app1", "k", 1)).unwrap();
+        assert_eq!(store.read(|tx| tx.count_keys()).unwrap(), 1);
+        let found = store.read(|tx| tx.lookup_key(&key.key_id)).unwrap();
+        assert_eq!(found, Some((key.secret, "app1".to_string())));
+        assert_eq!(store.read(|tx| tx.rescue_expired_leases(0)).unwrap(), 0);
+        assert_eq!(store.backend(), "sqlite");
+    }
+
     #[test]
     fn unwritable_database_errors_map_to_their_causes() {
         let full = StoreError::from(sqlite(rusqlite::ffi::SQLITE_FULL));
