@@ -302,7 +302,7 @@ fn version_1_database(dir: &std::path::Path) -> String {
 fn a_version_1_database_upgrades_with_the_default_modes() {
     let dir = tempfile::tempdir().unwrap();
     let db = version_1_database(dir.path());
-    drop(webhookd::store::open(db.as_ref(), 1).unwrap());
+    drop(webhookd::store::open(&db, 1).unwrap());
     let mut conn = crate::support::Db::open(&db);
     let s = conn.rows(
         "SELECT catchup, overlap, skipped_runs FROM schedules WHERE id = 1",

@@ -24,7 +24,7 @@ fn keys_create_json_prints_one_object_and_list_hides_secrets() {
     assert_eq!(missing.status.code(), Some(2));
     let db = crate::support::test_db(dir.path());
     let db = db.as_str();
-    webhookd::store::open(db.as_ref(), 1).unwrap();
+    webhookd::store::open(db, 1).unwrap();
 
     let out = webhookd(&[
         "keys", "create", "--db", db, "--app", "shop", "--name", "ci", "--json",
@@ -99,7 +99,7 @@ fn foreign_and_newer_databases_are_refused_unchanged() {
     {
         // Set the newer version through the pool's one connection and checkpoint it into the
         // file, so nothing is left in the WAL for a later close to write back after `before`.
-        let pool = webhookd::store::open(&newer, 1).unwrap();
+        let pool = webhookd::store::sqlite::open(&newer, 1).unwrap();
         let conn = pool.get().unwrap();
         conn.pragma_update(None, "user_version", webhookd::store::SCHEMA_VERSION + 1)
             .unwrap();
@@ -169,7 +169,7 @@ fn database_file_is_private() {
     use std::os::unix::fs::PermissionsExt;
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("p.sqlite");
-    webhookd::store::open(&db, 1).unwrap();
+    webhookd::store::sqlite::open(&db, 1).unwrap();
     let mode = std::fs::metadata(&db).unwrap().permissions().mode();
     assert_eq!(mode & 0o777, 0o600);
 }

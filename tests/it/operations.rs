@@ -253,7 +253,7 @@ fn a_start_that_cannot_listen_creates_and_prints_no_key() {
 
     // An existing database without keys (the schema, no rows): still no key.
     let empty = test_db(dir.path());
-    webhookd::store::open(empty.as_ref(), 1).unwrap();
+    webhookd::store::open(&empty, 1).unwrap();
     let out = webhookd(&["serve", "--db", &empty, "--listen", &addr]);
     assert_eq!(out.status.code(), Some(2));
     assert!(!text(&out.stderr).contains("key id"));

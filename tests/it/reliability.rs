@@ -79,7 +79,7 @@ fn the_wal_stays_bounded_under_sustained_publishing() {
         .as_i64()
         .unwrap();
     assert!(ep > 0);
-    let wal = webhookd::store::wal_path(server.db.as_ref());
+    let wal = webhookd::store::sqlite::wal_path(server.db.as_ref());
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     let published = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
     // Readers too, each on a pooled connection: the WAL must be emptied while they go on.

@@ -52,7 +52,7 @@ fn first_preview(client: &Client, cron_expr: &str, timezone: &str, from: DateTim
 
 /// The tasks of a schedule, read from the database, oldest first.
 pub(crate) fn tasks_of(server: &TestServer, schedule_id: i64) -> Vec<Task> {
-    let pool = webhookd::store::open(server.db.as_ref(), 1).unwrap();
+    let store = webhookd::store::open(&server.db, 1).unwrap();
     let filter = TaskFilter {
         schedule_id: Some(schedule_id),
         ..TaskFilter::default()
@@ -61,8 +61,9 @@ pub(crate) fn tasks_of(server: &TestServer, schedule_id: i64) -> Vec<Task> {
         page: 1,
         page_size: 1000,
     };
-    let (_, mut tasks) =
-        webhookd::store::tasks::list(&pool.get().unwrap(), "app1", &filter, page).unwrap();
+    let (_, mut tasks) = store
+        .read::<_, webhookd::store::StoreError>(|tx| tx.list_tasks("app1", &filter, page))
+        .unwrap();
     tasks.reverse();
     tasks
 }

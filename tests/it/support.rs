@@ -179,7 +179,7 @@ impl TestServer {
         config.workers = 4;
         config.shutdown_grace_secs = 2;
         adjust(&mut config);
-        let db = config.db.to_str().expect("utf-8").to_string();
+        let db = config.db.clone();
         let (key_id, secret) = key.unwrap_or_else(|| create_key(&db, "app1"));
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
@@ -254,10 +254,11 @@ impl Drop for TestServer {
 
 /// Creates an API key directly in the database (as `webhookd keys create` does).
 pub fn create_key(db: &str, app_id: &str) -> (String, String) {
-    let pool = webhookd::store::open(Path::new(db), 1).expect("open db");
-    let conn = pool.get().unwrap();
-    let key = webhookd::store::keys::create(&conn, app_id, "test", Utc::now().timestamp_millis())
-        .unwrap();
+    let store = webhookd::store::open(db, 1).expect("open db");
+    let now = Utc::now().timestamp_millis();
+    let key = store
+        .write::<_, webhookd::store::StoreError>(|tx| tx.create_key(app_id, "test", now))
+        .expect("create a key");
     (key.key_id, key.secret)
 }
 
