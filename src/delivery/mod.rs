@@ -297,6 +297,16 @@ fn dispatch(shared: &Shared) {
     let mut gate = fair::Gate::new(app.clock.clone(), app.config.default_endpoint_cap());
     let mut last_round: Option<Instant> = None;
     let mut next_rescue_ms = i64::MIN;
+    // On a shared database another node may die holding leases, and nothing wakes this one
+    // when they run out: look at least once per rescue period, or its tasks would wait up to
+    // `max_idle` more after their lease ended.
+    let idle = if app.store.backend() == "postgres" {
+        app.config
+            .max_idle
+            .min(Duration::from_millis(RESCUE_EVERY_MS.unsigned_abs()))
+    } else {
+        app.config.max_idle
+    };
     while !shared.stopping.load(Ordering::SeqCst) {
         if let Some(since) = last_round.map(|t| t.elapsed())
             && since < MIN_ROUND
@@ -359,12 +369,12 @@ fn dispatch(shared: &Shared) {
             continue; // more may be claimable now
         }
         let wait = match wake_at {
-            _ if free == 0 => app.config.max_idle, // a worker's result wakes us
+            _ if free == 0 => idle, // a worker's result wakes us
             Some(at) => {
                 let ms = at.saturating_sub(app.clock.now_ms()).max(0);
-                Duration::from_millis(u64::try_from(ms).unwrap_or(0)).min(app.config.max_idle)
+                Duration::from_millis(u64::try_from(ms).unwrap_or(0)).min(idle)
             }
-            None => app.config.max_idle,
+            None => idle,
         };
         app.delivery_wake.wait(wait);
     }

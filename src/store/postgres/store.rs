@@ -64,7 +64,10 @@ impl PgStore {
     }
 
     fn client(&self) -> Result<r2d2::PooledConnection<super::Manager>, StoreError> {
-        let pool = self.pool.as_ref().expect("the pool lives as long as the store");
+        let pool = self
+            .pool
+            .as_ref()
+            .expect("the pool lives as long as the store");
         pool.get().map_err(|e| {
             tracing::warn!(error = %e, db = %self.url, "no PostgreSQL connection");
             StoreError::Unwritable(format!(
