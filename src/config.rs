@@ -45,6 +45,11 @@ pub struct Config {
     /// When the `-wal` file grows past this many bytes, the next checkpoint briefly holds the
     /// writers and empties it (PASSIVE checkpoints alone cannot bound it under steady load).
     pub wal_limit_bytes: u64,
+    /// PostgreSQL: the cap on the scheduler's and delivery pool's idle sleep while no LISTEN
+    /// connection brings other nodes' changes (`store::postgres::listen::IdleCap`).
+    pub pg_poll: Duration,
+    /// PostgreSQL: never LISTEN; always poll every `pg_poll`.
+    pub pg_poll_only: bool,
 }
 
 impl Config {
@@ -68,6 +73,8 @@ impl Config {
             max_idle: Duration::from_secs(60),
             wal_limit_bytes: 64 * 1024 * 1024,
             bulk_retry_max: 100_000,
+            pg_poll: Duration::from_millis(1000),
+            pg_poll_only: false,
         }
     }
 
@@ -100,6 +107,11 @@ impl Config {
         }
         if self.retention_days == 0 {
             return Err("--retention-days (env WEBHOOKD_RETENTION_DAYS) must be at least 1".into());
+        }
+        if !(Duration::from_millis(10)..=Duration::from_secs(3600)).contains(&self.pg_poll) {
+            return Err(
+                "--pg-poll-ms (env WEBHOOKD_PG_POLL_MS) must be between 10 and 3600000".into(),
+            );
         }
         let hours = self.disable_failing_after_hours;
         if !hours.is_finite() || !(0.0..=1_000_000.0).contains(&hours) {

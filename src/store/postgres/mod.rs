@@ -6,6 +6,8 @@
 //! The `postgres` client runs its own small runtime and blocks: call it from plain threads or
 //! `spawn_blocking`, never directly inside an async task.
 
+pub mod copy;
+pub mod listen;
 mod migrate;
 mod url;
 
