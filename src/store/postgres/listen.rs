@@ -5,7 +5,7 @@
 //! `--pg-poll-only`) the delivery pool and the scheduler cap their idle sleep at
 //! `--pg-poll-ms` through an [`IdleCap`], so a missed notice costs at most that much delay.
 
-use super::{PgUrl, connect};
+use super::{PgUrl, connect_with};
 use postgres::GenericClient;
 use postgres::fallible_iterator::FallibleIterator;
 use std::sync::Arc;
@@ -183,9 +183,17 @@ fn run(url: &PgUrl, wakers: &Wakers, stop: &AtomicBool, listening: &AtomicBool) 
     }
 }
 
+/// The `application_name` of the listener's connection, unless the URL sets one: operators
+/// see it in `pg_stat_activity`.
+pub const APPLICATION_NAME: &str = "webhookd-listener";
+
 /// A new connection listening on both channels.
 fn subscribe(url: &PgUrl) -> anyhow::Result<postgres::Client> {
-    let mut client = connect(url)?;
+    let mut config = url.config().clone();
+    if config.get_application_name().is_none() {
+        config.application_name(APPLICATION_NAME);
+    }
+    let mut client = connect_with(url, config)?;
     client.batch_execute(&format!(
         "LISTEN {}; LISTEN {}",
         Channel::Tasks.name(),
