@@ -193,6 +193,25 @@ mod tests {
     use super::*;
 
     #[test]
+    fn pg_poll_range() {
+        let mut config = Config::new("x.sqlite");
+        assert!(config.validate().is_ok());
+        for (ms, fine) in [
+            (9, false),
+            (10, true),
+            (3_600_000, true),
+            (3_600_001, false),
+        ] {
+            config.pg_poll = Duration::from_millis(ms);
+            let checked = config.validate();
+            assert_eq!(checked.is_ok(), fine, "{ms}: {checked:?}");
+            if let Err(e) = checked {
+                assert!(e.contains("--pg-poll-ms"), "{e}");
+            }
+        }
+    }
+
+    #[test]
     fn cidr_contains() {
         let link_local: Cidr = "169.254.0.0/16".parse().unwrap();
         assert!(link_local.contains("169.254.169.254".parse().unwrap()));

@@ -439,11 +439,12 @@ fn migrate(args: MigrateArgs) -> anyhow::Result<()> {
     let target = store::postgres::open(&args.to, 1)?;
     let mut target = target.get()?;
     let started = std::time::Instant::now();
-    let copied = store::postgres::copy::copy(&source, &mut target, SystemClock.now_ms())
-        .map_err(|e| match e.downcast::<store::postgres::copy::NotEmpty>() {
+    let copied = store::postgres::copy::copy(&source, &mut target, SystemClock.now_ms()).map_err(
+        |e| match e.downcast::<store::postgres::copy::NotEmpty>() {
             Ok(full) => UsageError(format!("--to {to}: {full}")).into(),
             Err(e) => e.context(format!("migrating {} to {to}", from.display())),
-        })?;
+        },
+    )?;
     let lines: Vec<String> = copied
         .tables
         .iter()

@@ -37,7 +37,9 @@ type Dump = BTreeMap<String, Vec<String>>;
 fn normalise(value: Value) -> Value {
     match value {
         Value::Number(n) => json!(n.as_f64().unwrap()),
-        Value::Object(map) => Value::Object(map.into_iter().map(|(k, v)| (k, normalise(v))).collect()),
+        Value::Object(map) => {
+            Value::Object(map.into_iter().map(|(k, v)| (k, normalise(v))).collect())
+        }
         other => other,
     }
 }
@@ -122,7 +124,11 @@ fn filled_database() -> (tempfile::TempDir, std::path::PathBuf, i64) {
     let once = policy(&c, 1, "fixed", 0, 0);
     let failing = endpoint(&c, NOWHERE, json!({ "retry_policy_id": once }));
     let slow = policy(&c, 3, "fixed", 3600, 3600);
-    let retrying = endpoint(&c, NOWHERE, json!({ "retry_policy_id": slow, "max_in_flight": 2 }));
+    let retrying = endpoint(
+        &c,
+        NOWHERE,
+        json!({ "retry_policy_id": slow, "max_in_flight": 2 }),
+    );
     endpoint(&other, &receiver.url, json!({}));
 
     let succeeded = task_id(&c, good);
@@ -132,8 +138,12 @@ fn filled_database() -> (tempfile::TempDir, std::path::PathBuf, i64) {
     let retried = task_id(&c, retrying);
     wait_attempts(&c, retried, 1);
     let later = (start + TimeDelta::hours(1)).to_rfc3339();
-    let pending = task(&c, good, json!({ "run_at": later }))["id"].as_i64().unwrap();
-    let canceled = task(&c, good, json!({ "run_at": later }))["id"].as_i64().unwrap();
+    let pending = task(&c, good, json!({ "run_at": later }))["id"]
+        .as_i64()
+        .unwrap();
+    let canceled = task(&c, good, json!({ "run_at": later }))["id"]
+        .as_i64()
+        .unwrap();
     ok(&c, "POST", &format!("/tasks/{canceled}/cancel"), None);
     let running = task(&c, good, json!({ "run_at": later, "payload": {"n": 1} }))["id"]
         .as_i64()
@@ -160,7 +170,10 @@ fn filled_database() -> (tempfile::TempDir, std::path::PathBuf, i64) {
     .expect("the schedule fired");
     let (status, body) = get_text(&format!("{}/healthz", server.url));
     assert_eq!(status, 200, "{body}");
-    assert_eq!(ok(&c, "GET", &format!("/tasks/{pending}"), None)["status"], "pending");
+    assert_eq!(
+        ok(&c, "GET", &format!("/tasks/{pending}"), None)["status"],
+        "pending"
+    );
     // A consistent copy outlives the server's temp folder.
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("copy.sqlite");
@@ -176,7 +189,8 @@ fn filled_database() -> (tempfile::TempDir, std::path::PathBuf, i64) {
         rusqlite::params![running, claimed],
     )
     .unwrap();
-    conn.execute_batch("PRAGMA wal_checkpoint(TRUNCATE)").unwrap();
+    conn.execute_batch("PRAGMA wal_checkpoint(TRUNCATE)")
+        .unwrap();
     (dir, db, running)
 }
 
@@ -192,7 +206,12 @@ fn migrate_copies_every_row_with_its_id_and_refuses_a_non_empty_target() {
     }
     let statuses: BTreeSet<String> = before["tasks"]
         .iter()
-        .map(|r| serde_json::from_str::<Value>(r).unwrap()["status"].as_str().unwrap().to_string())
+        .map(|r| {
+            serde_json::from_str::<Value>(r).unwrap()["status"]
+                .as_str()
+                .unwrap()
+                .to_string()
+        })
         .collect();
     let every: BTreeSet<String> = ["pending", "running", "success", "failed", "canceled"]
         .map(String::from)
@@ -207,7 +226,10 @@ fn migrate_copies_every_row_with_its_id_and_refuses_a_non_empty_target() {
     let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
     assert!(out.status.success(), "{stdout}{stderr}");
     assert!(!stdout.contains(pg.password()) && !stderr.contains(pg.password()));
-    assert!(stderr.contains("1 tasks that were being delivered are pending again"), "{stderr}");
+    assert!(
+        stderr.contains("1 tasks that were being delivered are pending again"),
+        "{stderr}"
+    );
 
     // The printed counts are the tables' row counts.
     let printed: BTreeMap<String, usize> = stdout
@@ -217,8 +239,10 @@ fn migrate_copies_every_row_with_its_id_and_refuses_a_non_empty_target() {
             (table.to_string(), rows.parse().unwrap())
         })
         .collect();
-    let counts: BTreeMap<String, usize> =
-        before.iter().map(|(t, rows)| (t.clone(), rows.len())).collect();
+    let counts: BTreeMap<String, usize> = before
+        .iter()
+        .map(|(t, rows)| (t.clone(), rows.len()))
+        .collect();
     assert_eq!(printed, counts);
 
     // Every row arrived as it was, but the running task, which is pending again.
@@ -250,7 +274,11 @@ fn migrate_copies_every_row_with_its_id_and_refuses_a_non_empty_target() {
     let max_id = |table: &str| -> i64 {
         before[table]
             .iter()
-            .map(|r| serde_json::from_str::<Value>(r).unwrap()["id"].as_f64().unwrap() as i64)
+            .map(|r| {
+                serde_json::from_str::<Value>(r).unwrap()["id"]
+                    .as_f64()
+                    .unwrap() as i64
+            })
             .max()
             .unwrap()
     };
@@ -274,14 +302,19 @@ fn migrate_copies_every_row_with_its_id_and_refuses_a_non_empty_target() {
         .get(0);
     assert_eq!(task_next, max_id("tasks") + 1);
     client
-        .batch_execute("DELETE FROM events WHERE event_name = 'x'; DELETE FROM tasks WHERE run_at = 0")
+        .batch_execute(
+            "DELETE FROM events WHERE event_name = 'x'; DELETE FROM tasks WHERE run_at = 0",
+        )
         .unwrap();
 
     // Again: refused (exit 2), naming the filled tables; nothing changed.
     let out = webhookd(&["migrate", "--from", db_text, "--to", &url]);
     let stderr = text(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{stderr}");
-    assert!(stderr.contains("not empty") && stderr.contains("tasks:"), "{stderr}");
+    assert!(
+        stderr.contains("not empty") && stderr.contains("tasks:"),
+        "{stderr}"
+    );
     assert!(!stderr.contains(pg.password()), "{stderr}");
     assert!(out.stdout.is_empty());
     assert_eq!(postgres_dump(&mut client), after);
@@ -313,10 +346,19 @@ fn migrate_refuses_a_missing_source_and_a_non_url_target() {
 
     let db = dir.path().join("db.sqlite");
     create_key(&db, "app1");
-    let out = webhookd(&["migrate", "--from", db.to_str().unwrap(), "--to", "other.sqlite"]);
+    let out = webhookd(&[
+        "migrate",
+        "--from",
+        db.to_str().unwrap(),
+        "--to",
+        "other.sqlite",
+    ]);
     let stderr = text(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{stderr}");
-    assert!(stderr.contains("--to") && stderr.contains("postgres://"), "{stderr}");
+    assert!(
+        stderr.contains("--to") && stderr.contains("postgres://"),
+        "{stderr}"
+    );
 }
 
 #[test]
@@ -333,6 +375,9 @@ fn backup_refuses_a_postgres_url_and_points_to_pg_dump() {
     let stderr = text(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{stderr}");
     assert!(stderr.contains("pg_dump"), "{stderr}");
-    assert!(!stderr.contains("hunter2") && stderr.contains("webhookd:***@"), "{stderr}");
+    assert!(
+        !stderr.contains("hunter2") && stderr.contains("webhookd:***@"),
+        "{stderr}"
+    );
     assert!(!out_file.exists());
 }

@@ -4,8 +4,8 @@
 //! listener reconnects and fires both wakes once. While it cannot listen, the idle cap polls.
 
 use crate::pg::PgServer;
-use std::sync::mpsc::{Receiver, Sender, channel};
 use std::sync::Mutex;
+use std::sync::mpsc::{Receiver, Sender, channel};
 use std::time::{Duration, Instant};
 use webhookd::store::postgres::PgUrl;
 use webhookd::store::postgres::listen::{self, Channel, IdleCap, Listener, Wakers};
@@ -40,7 +40,8 @@ fn wait_listening(cap: &IdleCap) {
 fn expect_both(rx: &Receiver<Channel>, within: Duration) {
     let mut got = vec![
         rx.recv_timeout(within).expect("a wake after connecting"),
-        rx.recv_timeout(within).expect("the second wake after connecting"),
+        rx.recv_timeout(within)
+            .expect("the second wake after connecting"),
     ];
     got.sort_by_key(|c| c.name());
     assert_eq!(got, [Channel::Schedules, Channel::Tasks]);
@@ -75,7 +76,11 @@ fn a_notice_wakes_the_listener_within_a_second_and_a_rollback_sends_none() {
         let sent = Instant::now();
         listen::notify(&mut other, channel, "1700000000000").unwrap();
         assert_eq!(rx.recv_timeout(Duration::from_secs(1)), Ok(channel));
-        assert!(sent.elapsed() < Duration::from_secs(1), "{:?}", sent.elapsed());
+        assert!(
+            sent.elapsed() < Duration::from_secs(1),
+            "{:?}",
+            sent.elapsed()
+        );
     }
 
     // Rolled back: never sent. The committed notice after it is the next one to arrive.

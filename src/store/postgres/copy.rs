@@ -88,13 +88,16 @@ pub fn copy(
         return Err(NotEmpty(filled).into());
     }
     // One read snapshot of the source: a server still writing to it cannot tear the copy.
-    let snapshot = rusqlite::Transaction::new_unchecked(source, rusqlite::TransactionBehavior::Deferred)?;
+    let snapshot =
+        rusqlite::Transaction::new_unchecked(source, rusqlite::TransactionBehavior::Deferred)?;
     let mut copied = Copied::default();
     for table in &tables {
         let columns = matching_columns(&snapshot, &mut tx, table)?;
         let rows = copy_table(&snapshot, &mut tx, table, &columns, now_ms, &mut copied)?;
         let expected: i64 =
-            snapshot.query_row(&format!("SELECT count(*) FROM \"{table}\""), [], |r| r.get(0))?;
+            snapshot.query_row(&format!("SELECT count(*) FROM \"{table}\""), [], |r| {
+                r.get(0)
+            })?;
         let landed: i64 = tx
             .query_one(&format!("SELECT count(*) FROM {table}"), &[])?
             .get(0);
@@ -119,7 +122,9 @@ fn matching_tables(
     target: &mut Transaction<'_>,
 ) -> anyhow::Result<Vec<&'static str>> {
     let in_source: BTreeSet<String> = source
-        .prepare("SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'")?
+        .prepare(
+            "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'",
+        )?
         .query_map([], |r| r.get(0))?
         .collect::<Result<_, _>>()?;
     let in_target: BTreeSet<String> = target
@@ -212,7 +217,12 @@ impl Cell {
     /// SQLite's value converted to the target column's type; a value that does not fit (text
     /// in an integer column) is an error naming the column, never a silent change.
     fn from_sqlite(value: ValueRef<'_>, kind: &Type, column: &str) -> anyhow::Result<Cell> {
-        let unfit = || anyhow::anyhow!("{column}: a {:?} value does not fit {kind}", value.data_type());
+        let unfit = || {
+            anyhow::anyhow!(
+                "{column}: a {:?} value does not fit {kind}",
+                value.data_type()
+            )
+        };
         Ok(match *kind {
             Type::INT8 | Type::INT4 | Type::INT2 => Cell::Int(match value {
                 ValueRef::Null => None,
@@ -255,10 +265,14 @@ fn copy_table(
     let names: Vec<String> = columns.iter().map(|c| format!("\"{}\"", c.name)).collect();
     let names = names.join(", ");
     let types: Vec<Type> = columns.iter().map(|c| c.kind.clone()).collect();
-    let requeue = (table == "tasks").then(|| Requeue::new(columns)).transpose()?;
+    let requeue = (table == "tasks")
+        .then(|| Requeue::new(columns))
+        .transpose()?;
     let mut select = source.prepare(&format!("SELECT {names} FROM \"{table}\""))?;
     let mut rows = select.query([])?;
-    let sink = target.copy_in(&format!("COPY {table} ({names}) FROM STDIN (FORMAT binary)"))?;
+    let sink = target.copy_in(&format!(
+        "COPY {table} ({names}) FROM STDIN (FORMAT binary)"
+    ))?;
     let mut writer = BinaryCopyInWriter::new(sink, &types);
     let mut cells = Vec::with_capacity(columns.len());
     while let Some(row) = rows.next()? {
@@ -277,7 +291,7 @@ fn copy_table(
             .write(&values)
             .with_context(|| format!("copying {table}"))?;
     }
-    Ok(writer.finish().with_context(|| format!("copying {table}"))?)
+    writer.finish().with_context(|| format!("copying {table}"))
 }
 
 /// Positions of the task columns a `running` task's copy changes.

@@ -203,11 +203,7 @@ fn subscribe(url: &PgUrl) -> anyhow::Result<postgres::Client> {
 }
 
 /// Calls the wakes for notices until `stop` (Ok) or the connection fails (Err).
-fn listen(
-    client: &mut postgres::Client,
-    wakers: &Wakers,
-    stop: &AtomicBool,
-) -> anyhow::Result<()> {
+fn listen(client: &mut postgres::Client, wakers: &Wakers, stop: &AtomicBool) -> anyhow::Result<()> {
     let mut checked = Instant::now();
     while !stop.load(Ordering::Acquire) {
         let mut heard = false;
