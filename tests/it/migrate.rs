@@ -52,33 +52,32 @@ fn sorted(rows: impl Iterator<Item = String>) -> Vec<String> {
     rows
 }
 
-fn sqlite_dump(db: &Path) -> Dump {
-    let conn = rusqlite::Connection::open(db).unwrap();
-    let tables: Vec<String> = conn
-        .prepare("SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'")
+/// The first column of every row `sql` selects, as text.
+pub(crate) fn sqlite_strings(
+    conn: &rusqlite::Connection,
+    sql: &str,
+    params: impl rusqlite::Params,
+) -> Vec<String> {
+    conn.prepare(sql)
         .unwrap()
-        .query_map([], |r| r.get(0))
+        .query_map(params, |r| r.get(0))
         .unwrap()
         .collect::<Result<_, _>>()
-        .unwrap();
+        .unwrap()
+}
+
+/// webhookd's tables in a SQLite database (not SQLite's own).
+pub(crate) const SQLITE_TABLES: &str =
+    "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'";
+
+fn sqlite_dump(db: &Path) -> Dump {
+    let conn = rusqlite::Connection::open(db).unwrap();
     let mut dump = Dump::new();
-    for table in tables {
-        let columns: Vec<String> = conn
-            .prepare("SELECT name FROM pragma_table_info(?1)")
-            .unwrap()
-            .query_map([&table], |r| r.get(0))
-            .unwrap()
-            .collect::<Result<_, _>>()
-            .unwrap();
+    for table in sqlite_strings(&conn, SQLITE_TABLES, []) {
+        let columns = sqlite_strings(&conn, "SELECT name FROM pragma_table_info(?1)", [&table]);
         let pairs: Vec<String> = columns.iter().map(|c| format!("'{c}', \"{c}\"")).collect();
         let sql = format!("SELECT json_object({}) FROM \"{table}\"", pairs.join(", "));
-        let rows: Vec<String> = conn
-            .prepare(&sql)
-            .unwrap()
-            .query_map([], |r| r.get(0))
-            .unwrap()
-            .collect::<Result<_, _>>()
-            .unwrap();
+        let rows = sqlite_strings(&conn, &sql, []);
         dump.insert(table, sorted(rows.into_iter()));
     }
     dump
@@ -321,40 +320,45 @@ fn migrate_copies_every_row_with_its_id_and_refuses_a_non_empty_target() {
 
     // A wrong password: an error, the password it was given nowhere in it.
     let wrong = pg.url_with_password("migrated", "not-the-Pa55word");
-    let out = webhookd(&["migrate", "--from", db_text, "--to", &wrong]);
-    let stderr = text(&out.stderr);
-    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    let (code, stderr) = migrate(&db, &wrong);
+    assert_eq!(code, Some(1), "{stderr}");
     assert!(!stderr.contains("not-the-Pa55word"), "{stderr}");
     assert!(stderr.contains("webhookd:***@127.0.0.1"), "{stderr}");
     assert_eq!(postgres_dump(&mut client), after);
 }
 
+/// `webhookd migrate --from FROM --to TO`: its exit code and stderr.
+fn migrate(from: &Path, to: &str) -> (Option<i32>, String) {
+    let out = webhookd(&["migrate", "--from", from.to_str().unwrap(), "--to", to]);
+    (out.status.code(), text(&out.stderr))
+}
+
 #[test]
-fn migrate_refuses_a_missing_source_and_a_non_url_target() {
+fn migrate_refuses_a_missing_source_a_foreign_file_and_a_non_url_target() {
+    // No server listens on port 1: these are refused before any connection.
+    const UNUSED: &str = "postgres://u:secret-pw@127.0.0.1:1/x";
     let dir = tempfile::tempdir().unwrap();
     let missing = dir.path().join("none.sqlite");
-    let out = webhookd(&[
-        "migrate",
-        "--from",
-        missing.to_str().unwrap(),
-        "--to",
-        "postgres://u:secret-pw@127.0.0.1:1/x",
-    ]);
-    let stderr = text(&out.stderr);
-    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    let (code, stderr) = migrate(&missing, UNUSED);
+    assert_eq!(code, Some(2), "{stderr}");
     assert!(stderr.contains("--from") && !missing.exists(), "{stderr}");
+
+    // Another program's SQLite file: refused as `serve` refuses it, and left unchanged.
+    let foreign = dir.path().join("foreign.sqlite");
+    rusqlite::Connection::open(&foreign)
+        .unwrap()
+        .execute_batch("CREATE TABLE notes (body TEXT)")
+        .unwrap();
+    let untouched = std::fs::read(&foreign).unwrap();
+    let (code, stderr) = migrate(&foreign, UNUSED);
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(stderr.contains("another program"), "{stderr}");
+    assert_eq!(std::fs::read(&foreign).unwrap(), untouched);
 
     let db = dir.path().join("db.sqlite");
     create_key(&db, "app1");
-    let out = webhookd(&[
-        "migrate",
-        "--from",
-        db.to_str().unwrap(),
-        "--to",
-        "other.sqlite",
-    ]);
-    let stderr = text(&out.stderr);
-    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    let (code, stderr) = migrate(&db, "other.sqlite");
+    assert_eq!(code, Some(2), "{stderr}");
     assert!(
         stderr.contains("--to") && stderr.contains("postgres://"),
         "{stderr}"
