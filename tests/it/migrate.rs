@@ -107,8 +107,15 @@ fn postgres_dump(client: &mut postgres::Client) -> Dump {
 /// A SQLite database written by a real server: keys (one revoked, two apps), policies,
 /// endpoints (one disabled), a schedule that fired, an event, tasks in every status with their
 /// attempts, replay records and the health probe. One task is left `running`, as a crash
-/// would leave it; returns the database (in the kept folder) and that task's id.
-fn filled_database() -> (tempfile::TempDir, std::path::PathBuf, i64) {
+/// would leave it; returns the database (in the kept folder), that task's id, the first key
+/// (id, secret) and the revoked key's id.
+fn filled_database() -> (
+    tempfile::TempDir,
+    std::path::PathBuf,
+    i64,
+    (String, String),
+    String,
+) {
     let start = Utc::now().trunc_subsecs(0);
     let server = TestServer::start_manual(start, wide_skew);
     let c = server.client();
@@ -178,6 +185,7 @@ fn filled_database() -> (tempfile::TempDir, std::path::PathBuf, i64) {
     let db = dir.path().join("copy.sqlite");
     let out = webhookd(&["backup", "--db", &db_text, "--out", db.to_str().unwrap()]);
     assert!(out.status.success(), "{}", text(&out.stderr));
+    let key = (server.key_id.clone(), server.secret.clone());
     server.stop();
 
     // What a crash mid-delivery leaves: the task `running`, claimed when it was due.
@@ -190,7 +198,17 @@ fn filled_database() -> (tempfile::TempDir, std::path::PathBuf, i64) {
     .unwrap();
     conn.execute_batch("PRAGMA wal_checkpoint(TRUNCATE)")
         .unwrap();
-    (dir, db, running)
+    (dir, db, running, key, revoked)
+}
+
+/// A child `webhookd serve`, killed when the test ends (also when it fails).
+struct Node(std::process::Child);
+
+impl Drop for Node {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
 }
 
 #[test]
@@ -198,7 +216,7 @@ fn migrate_copies_every_row_with_its_id_and_refuses_a_non_empty_target() {
     let Some(pg) = PgServer::start() else {
         return;
     };
-    let (_dir, db, running) = filled_database();
+    let (_dir, db, running, (key_id, secret), revoked) = filled_database();
     let before = sqlite_dump(&db);
     for (table, rows) in &before {
         assert!(!rows.is_empty(), "the test left {table} empty: fill it");
@@ -325,6 +343,47 @@ fn migrate_copies_every_row_with_its_id_and_refuses_a_non_empty_target() {
     assert!(!stderr.contains("not-the-Pa55word"), "{stderr}");
     assert!(stderr.contains("webhookd:***@127.0.0.1"), "{stderr}");
     assert_eq!(postgres_dump(&mut client), after);
+
+    // A node on the migrated database: the SQLite keys work (the revoked one does not) and the
+    // records are there under their ids.
+    let listen = crate::support::free_local_addr();
+    let _node = Node(
+        Command::new(env!("CARGO_BIN_EXE_webhookd"))
+            .args([
+                "serve",
+                "--db",
+                &url,
+                "--listen",
+                &listen,
+                "--max-skew-secs",
+                "31536000",
+            ])
+            .env("WEBHOOKD_LOG", "warn")
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("serve starts"),
+    );
+    let base = format!("http://{listen}");
+    let up = wait_for(Duration::from_secs(30), || {
+        std::net::TcpStream::connect(&listen).ok()?;
+        (get_text(&format!("{base}/healthz")).0 == 200).then_some(())
+    });
+    let c = webhookd::client::Client::new(&base, &key_id, &secret);
+    let read = up.and_then(|()| c.send("GET", &format!("/tasks/{running}"), None).ok());
+    let denied = webhookd::client::Client::new(&base, &revoked, &secret)
+        .send("GET", "/endpoints", None)
+        .map(|r| r.status);
+    let read = read.expect("the node on the migrated database answers");
+    assert_eq!(read.status, 200, "{}", read.body);
+    // (Its status may move on: the node delivers it at once.)
+    assert_eq!(
+        read.body["data"]["payload"],
+        json!({"n": 1}),
+        "{}",
+        read.body
+    );
+    assert_eq!(denied.unwrap(), 401);
 }
 
 /// `webhookd migrate --from FROM --to TO`: its exit code and stderr.
