@@ -54,13 +54,15 @@ fn no_wake(rx: &Receiver<Channel>, during: Duration) {
 }
 
 /// A started listener on a new database of `pg`, its wake reports, and a second connection.
-fn started(pg: &PgServer, db: &str) -> (Listener, Receiver<Channel>, postgres::Client) {
+fn started(pg: &PgServer, db: &str) -> (Listener, IdleCap, Receiver<Channel>, postgres::Client) {
     let url = pg.create_database(db);
     let (wakers, rx) = wakers();
-    let listener = Listener::spawn(&PgUrl::parse(&url).unwrap(), wakers, POLL).unwrap();
-    wait_listening(&listener.idle_cap());
+    let cap = IdleCap::new(POLL);
+    assert_eq!(cap.cap(Duration::from_secs(60)), POLL);
+    let listener = Listener::spawn(&PgUrl::parse(&url).unwrap(), wakers, &cap).unwrap();
+    wait_listening(&cap);
     expect_both(&rx, Duration::from_secs(2));
-    (listener, rx, pg.client(&url))
+    (listener, cap, rx, pg.client(&url))
 }
 
 #[test]
@@ -68,8 +70,7 @@ fn a_notice_wakes_the_listener_within_a_second_and_a_rollback_sends_none() {
     let Some(pg) = PgServer::start() else {
         return;
     };
-    let (listener, rx, mut other) = started(&pg, "wakes");
-    let cap = listener.idle_cap();
+    let (listener, cap, rx, mut other) = started(&pg, "wakes");
     assert_eq!(cap.cap(Duration::from_secs(60)), Duration::from_secs(60));
 
     for channel in [Channel::Tasks, Channel::Schedules] {
@@ -111,7 +112,7 @@ fn a_terminated_listener_reconnects_and_fires_both_wakes() {
     let Some(pg) = PgServer::start() else {
         return;
     };
-    let (listener, rx, mut other) = started(&pg, "reconnect");
+    let (listener, cap, rx, mut other) = started(&pg, "reconnect");
     let backend = |c: &mut postgres::Client| -> Option<i32> {
         c.query_opt(
             "SELECT pid FROM pg_stat_activity WHERE application_name = $1",
@@ -129,7 +130,7 @@ fn a_terminated_listener_reconnects_and_fires_both_wakes() {
     // Detected within a tick, reconnected after a short pause: both wakes, once.
     expect_both(&rx, Duration::from_secs(5));
     no_wake(&rx, Duration::from_millis(300));
-    wait_listening(&listener.idle_cap());
+    wait_listening(&cap);
     let second = backend(&mut other).expect("a new backend");
     assert_ne!(first, second);
     listen::notify(&mut other, Channel::Tasks, "after").unwrap();
@@ -143,9 +144,9 @@ fn without_a_server_the_listener_keeps_trying_and_sleeps_are_capped() {
     let port = crate::support::free_local_addr();
     let url = PgUrl::parse(&format!("postgres://u:pw@{port}/db")).unwrap();
     let (wakers, rx) = wakers();
-    let listener = Listener::spawn(&url, wakers, POLL).unwrap();
+    let cap = IdleCap::new(POLL);
+    let listener = Listener::spawn(&url, wakers, &cap).unwrap();
     std::thread::sleep(Duration::from_millis(500));
-    let cap = listener.idle_cap();
     assert!(!cap.is_listening());
     assert_eq!(cap.cap(Duration::from_secs(60)), POLL);
     assert!(rx.try_recv().is_err(), "no wake without a connection");

@@ -73,8 +73,9 @@ const CHECK_EVERY: Duration = Duration::from_secs(15);
 const BACKOFF_MIN: Duration = Duration::from_millis(100);
 const BACKOFF_MAX: Duration = Duration::from_secs(10);
 
-/// The cap on the delivery pool's and the scheduler's idle sleep: none while the listener is
-/// connected (a notice wakes them), `poll` otherwise. Cheap to clone.
+/// The cap on the delivery pool's and the scheduler's idle sleep: none while a listener is
+/// connected (a notice wakes them), `poll` otherwise. Cheap to clone; the clones share the
+/// listening state, so the server can make one before it starts the [`Listener`].
 #[derive(Debug, Clone)]
 pub struct IdleCap {
     listening: Arc<AtomicBool>,
@@ -82,8 +83,10 @@ pub struct IdleCap {
 }
 
 impl IdleCap {
-    /// No listener at all (`--pg-poll-only`, or `LISTEN` impossible): always poll.
-    pub fn poll_only(poll: Duration) -> IdleCap {
+    /// Caps sleeps at `poll` until a [`Listener`] given this cap is connected; with no listener
+    /// (`--pg-poll-only`) always. `Duration::MAX` never caps (SQLite: one process, whose own
+    /// wakes cover every change).
+    pub fn new(poll: Duration) -> IdleCap {
         IdleCap {
             listening: Arc::new(AtomicBool::new(false)),
             poll,
@@ -108,27 +111,20 @@ impl IdleCap {
 /// The running `store-listener` thread.
 pub struct Listener {
     stop: Arc<AtomicBool>,
-    cap: IdleCap,
     thread: JoinHandle<()>,
 }
 
 impl Listener {
     /// Starts the `store-listener` thread on its own connection to `url`. It connects in the
-    /// background: until it is listening, [`IdleCap::cap`] caps sleeps at `poll`. Errors only
-    /// when the thread cannot be started.
-    pub fn spawn(url: &PgUrl, wakers: Wakers, poll: Duration) -> std::io::Result<Listener> {
+    /// background and marks `cap` listening while connected (so sleeps are capped until then
+    /// and whenever the connection is down). Errors only when the thread cannot be started.
+    pub fn spawn(url: &PgUrl, wakers: Wakers, cap: &IdleCap) -> std::io::Result<Listener> {
         let stop = Arc::new(AtomicBool::new(false));
-        let cap = IdleCap::poll_only(poll);
         let (url, stopping, listening) = (url.clone(), stop.clone(), cap.listening.clone());
         let thread = std::thread::Builder::new()
             .name("store-listener".into())
             .spawn(move || run(&url, &wakers, &stopping, &listening))?;
-        Ok(Listener { stop, cap, thread })
-    }
-
-    /// The idle cap for the delivery pool and the scheduler.
-    pub fn idle_cap(&self) -> IdleCap {
-        self.cap.clone()
+        Ok(Listener { stop, thread })
     }
 
     /// Stops the thread (within about a second) and waits for it.
@@ -251,7 +247,7 @@ mod tests {
 
     #[test]
     fn the_cap_applies_only_while_not_listening() {
-        let cap = IdleCap::poll_only(Duration::from_millis(1000));
+        let cap = IdleCap::new(Duration::from_millis(1000));
         assert_eq!(cap.cap(Duration::from_secs(60)), Duration::from_secs(1));
         assert_eq!(
             cap.cap(Duration::from_millis(200)),
@@ -260,6 +256,8 @@ mod tests {
         cap.listening.store(true, Ordering::Release);
         assert_eq!(cap.cap(Duration::from_secs(60)), Duration::from_secs(60));
         assert!(cap.is_listening());
+        let never = IdleCap::new(Duration::MAX);
+        assert_eq!(never.cap(Duration::from_secs(60)), Duration::from_secs(60));
     }
 
     #[test]
