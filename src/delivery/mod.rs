@@ -304,7 +304,7 @@ fn dispatch(shared: &Shared) {
     // On a shared database another node may die holding leases, and nothing wakes this one
     // when they run out: look at least once per rescue period, or its tasks would wait up to
     // `max_idle` more after their lease ended.
-    let idle = if app.store.backend() == "postgres" {
+    let longest_idle = if app.store.backend() == "postgres" {
         app.config
             .max_idle
             .min(Duration::from_millis(RESCUE_EVERY_MS.unsigned_abs()))
@@ -372,7 +372,7 @@ fn dispatch(shared: &Shared) {
         if out_of_room && free > 0 {
             continue; // more may be claimable now
         }
-        let idle = shared.idle_cap.cap(app.config.max_idle);
+        let idle = shared.idle_cap.cap(longest_idle);
         let wait = match wake_at {
             _ if free == 0 => idle, // a worker's result wakes us
             Some(at) => {
