@@ -13,6 +13,10 @@ use std::path::Path;
 use std::sync::Mutex;
 use std::time::Duration;
 
+/// How often each node takes back the tasks of nodes whose lease ran out: a dead node's tasks
+/// are delivered at most this long after their lease.
+const LEASE_RESCUE_EVERY: Duration = Duration::from_secs(1);
+
 /// A PostgreSQL database behind a pool of blocking connections.
 pub struct PgStore {
     /// Always `Some` until the store drops (see its `Drop`).
@@ -205,10 +209,14 @@ impl Store for PgStore {
     ) -> anyhow::Result<Watcher> {
         let cap = IdleCap::new(poll);
         if poll_only {
-            return Ok(Watcher::new(cap, None));
+            return Ok(Watcher::shared(cap, LEASE_RESCUE_EVERY, None));
         }
         let listener = super::listen::Listener::spawn(&self.url, wakers, &cap)?;
-        Ok(Watcher::new(cap, Some(Box::new(move || listener.stop()))))
+        Ok(Watcher::shared(
+            cap,
+            LEASE_RESCUE_EVERY,
+            Some(Box::new(move || listener.stop())),
+        ))
     }
 }
 
