@@ -4,7 +4,8 @@
 //! is the once-per-(schedule, instant) guarantee (it also holds when an API update moved
 //! `next_run_at` on another node mid-tick).
 
-use super::tasks::{Where, get_of_app};
+use super::list::{Filters, list_page};
+use super::tasks::get_of_app;
 use crate::store::Page;
 use crate::store::schedules::{Firing, Schedule};
 use postgres::GenericClient;
@@ -139,10 +140,12 @@ pub fn list(
     status: Option<&str>,
     page: Page,
 ) -> Result<(i64, Vec<Schedule>), postgres::Error> {
-    Where::app(app_id)
-        .always("status <> 'deleted'")
-        .eq_known("status", status, &["active", "paused"])
-        .page(c, "schedules", COLUMNS, page, from_row)
+    let filters = Filters::app(app_id).always("status <> 'deleted'").eq_known(
+        "status",
+        status,
+        &["active", "paused"],
+    );
+    list_page(c, "schedules", COLUMNS, &filters, page, |r| Ok(from_row(r)))
 }
 
 /// Fills `endpoint_names` (ids no longer found are left out) and `next_run_at_local`.

@@ -7,6 +7,7 @@
 //! by the node that still holds the claim; a running task whose lease ran out goes back to
 //! `pending` ([`rescue_expired_leases`]) and another node may take it.
 
+use super::list::{Filters, list_page};
 use crate::store::Page;
 use crate::store::tasks::{AfterAttempt, Claimed, NewTask, RetryFilter, STATUSES, TASK_TYPES};
 use crate::store::tasks::{Task, TaskFilter};
@@ -41,106 +42,6 @@ fn from_row(r: &Row) -> Task {
         finished_at: r.get(14),
         created_at: r.get(15),
         updated_at: r.get(16),
-    }
-}
-
-/// A bound parameter of a [`Where`].
-type Param = Box<dyn ToSql + Sync + Send>;
-
-/// The `WHERE` clause of a list request with `$n` parameters, built from the filters given (the
-/// twin of `store::Filters`). Private to this store until it folds into `postgres::list`.
-pub(super) struct Where {
-    clauses: Vec<String>,
-    values: Vec<Param>,
-}
-
-impl Where {
-    /// Rows of one app.
-    pub(super) fn app(app_id: &str) -> Self {
-        Where {
-            clauses: vec!["app_id = $1".into()],
-            values: vec![Box::new(app_id.to_string())],
-        }
-    }
-
-    /// Adds `column <op> $n`. `column` and `op` are the caller's constants.
-    pub(super) fn cmp(mut self, column: &str, op: &str, value: Param) -> Self {
-        self.values.push(value);
-        self.clauses
-            .push(format!("{column} {op} ${}", self.values.len()));
-        self
-    }
-
-    /// Adds `column = $n` when a value is given.
-    pub(super) fn eq(self, column: &str, value: Option<i64>) -> Self {
-        match value {
-            Some(v) => self.cmp(column, "=", Box::new(v)),
-            None => self,
-        }
-    }
-
-    /// Adds `column = 'value'` written into the SQL when it is one of `known` (so the planner
-    /// can use partial indexes on it), else bound like [`Where::eq`].
-    pub(super) fn eq_known(mut self, column: &str, value: Option<&str>, known: &[&str]) -> Self {
-        match value {
-            Some(v) if known.contains(&v) => {
-                self.clauses.push(format!("{column} = '{v}'"));
-                self
-            }
-            Some(v) => self.cmp(column, "=", Box::new(v.to_string())),
-            None => self,
-        }
-    }
-
-    /// Adds a fixed condition with no parameter.
-    pub(super) fn always(mut self, condition: &str) -> Self {
-        self.clauses.push(condition.to_string());
-        self
-    }
-
-    fn condition(&self) -> String {
-        self.clauses.join(" AND ")
-    }
-
-    fn params<'a>(&'a self, extra: &'a [&'a (dyn ToSql + Sync)]) -> Vec<&'a (dyn ToSql + Sync)> {
-        self.values
-            .iter()
-            .map(|v| v.as_ref() as &(dyn ToSql + Sync))
-            .chain(extra.iter().copied())
-            .collect()
-    }
-
-    /// One page of `table` (newest first) and the total count of matches.
-    pub(super) fn page<T>(
-        &self,
-        c: &mut impl GenericClient,
-        table: &str,
-        columns: &str,
-        page: Page,
-        from_row: impl Fn(&Row) -> T,
-    ) -> Result<(i64, Vec<T>), postgres::Error> {
-        let condition = self.condition();
-        let total = c
-            .query_one(
-                &format!("SELECT count(*) FROM {table} WHERE {condition}"),
-                &self.params(&[]),
-            )?
-            .get(0);
-        let n = self.values.len();
-        let (limit, offset) = (page.limit(), page.offset());
-        let items = c
-            .query(
-                &format!(
-                    "SELECT {columns} FROM {table} WHERE {condition} ORDER BY id DESC LIMIT ${} OFFSET ${}",
-                    n + 1,
-                    n + 2
-                ),
-                &self.params(&[&limit, &offset]),
-            )?
-            .iter()
-            .map(from_row)
-            .collect();
-        Ok((total, items))
     }
 }
 
@@ -207,17 +108,17 @@ pub fn list(
         Some("retrying") => (None, true),
         other => (other, false),
     };
-    let mut filters = Where::app(app_id);
+    let mut filters = Filters::app(app_id);
     if retrying {
         filters = filters.always("status = 'pending' AND attempts > 0");
     }
-    filters
+    let filters = filters
         .eq_known("status", status, &STATUSES)
         .eq("schedule_id", f.schedule_id)
         .eq("event_id", f.event_id)
         .eq("endpoint_id", f.endpoint_id)
-        .eq_known("task_type", f.task_type.as_deref(), &TASK_TYPES)
-        .page(c, "tasks", COLUMNS, page, from_row)
+        .eq_known("task_type", f.task_type.as_deref(), &TASK_TYPES);
+    list_page(c, "tasks", COLUMNS, &filters, page, |r| Ok(from_row(r)))
 }
 
 /// `SET` of a claim by node `$node` at `$now` (the parameter numbers are the caller's).
@@ -544,28 +445,27 @@ pub fn retryable_ids(
     f: &RetryFilter,
     limit: usize,
 ) -> Result<Vec<i64>, postgres::Error> {
-    let mut filters = Where::app(app_id)
+    let mut filters = Filters::app(app_id)
         .eq_known("status", Some(f.status), &["failed", "canceled"])
         .eq("endpoint_id", f.endpoint_id)
         .eq("schedule_id", f.schedule_id)
         .eq("event_id", f.event_id)
         .always("EXISTS (SELECT 1 FROM endpoints e WHERE e.id = tasks.endpoint_id)");
     if let Some(since) = f.since {
-        filters = filters.cmp("finished_at", ">=", Box::new(since));
+        filters = filters.cmp("finished_at", ">=", since);
     }
     if let Some(until) = f.until {
-        filters = filters.cmp("finished_at", "<", Box::new(until));
+        filters = filters.cmp("finished_at", "<", until);
     }
     let limit = limit_of(limit);
+    let mut params = filters.params();
     let sql = format!(
         "SELECT id FROM tasks WHERE {} ORDER BY id LIMIT ${}",
         filters.condition(),
-        filters.values.len() + 1
+        params.len() + 1
     );
-    Ok(c.query(&sql, &filters.params(&[&limit]))?
-        .iter()
-        .map(|r| r.get(0))
-        .collect())
+    params.push(&limit);
+    Ok(c.query(&sql, &params)?.iter().map(|r| r.get(0)).collect())
 }
 
 /// Whether a task of `schedule_id` for `endpoint_id` is still `pending` or `running`.
