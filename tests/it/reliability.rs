@@ -142,6 +142,58 @@ fn the_wal_stays_bounded_under_sustained_publishing() {
     );
 }
 
+/// A reader that keeps one snapshot open holds every rewind of the WAL back, so the file
+/// outgrows its limit; once it ends, the file is cut back to the limit (the WAL is rewound, not truncated to zero: `journal_size_limit` is the
+/// limit).
+#[test]
+fn a_wal_a_reader_held_back_is_cut_back_to_its_limit() {
+    const LIMIT: u64 = 4 * 1024 * 1024;
+    let server = TestServer::start_with(|c| c.wal_limit_bytes = LIMIT);
+    let client = server.client();
+    let wal = webhookd::store::sqlite::wal_path(&server.db);
+    let size = || std::fs::metadata(&wal).map(|m| m.len()).unwrap_or(0);
+    let publish = |n: usize| {
+        for i in 0..n {
+            let payload = json!({"blob": "x".repeat(2000), "i": i});
+            ok(
+                &client,
+                "POST",
+                "/events",
+                Some(json!({"event_name": "load.tick", "payload": payload})),
+            );
+        }
+    };
+    publish(1);
+    let reader = rusqlite::Connection::open(&server.db).unwrap();
+    reader.execute_batch("BEGIN").unwrap();
+    let _: i64 = reader
+        .query_row("SELECT count(*) FROM events", [], |r| r.get(0))
+        .unwrap();
+    let started = Instant::now();
+    let grown = wait_for(Duration::from_secs(90), || {
+        publish(20);
+        (size() > 3 * LIMIT).then_some(())
+    });
+    assert!(
+        grown.is_some(),
+        "the WAL did not outgrow its limit while a reader held it back ({} bytes)",
+        size()
+    );
+    let grew_in = started.elapsed();
+    reader.execute_batch("COMMIT").unwrap();
+    drop(reader);
+    let back = wait_for(Duration::from_secs(30), || {
+        publish(5);
+        (size() <= LIMIT).then_some(())
+    });
+    assert!(
+        back.is_some(),
+        "the -wal file is still {} bytes once the reader ended, over its limit of {LIMIT} (it \
+         outgrew the limit in {grew_in:?})",
+        size()
+    );
+}
+
 #[test]
 fn invalid_urls_are_refused_on_create_and_patch() {
     let server = TestServer::start();
