@@ -339,6 +339,44 @@ const REWIND_AT_DIVISOR: u64 = 2;
 /// the one before, until fewer than [`SMALL_REST`] frames came in meanwhile.
 const COPY_AHEAD_PASSES: u32 = 3;
 const SMALL_REST: u64 = 256;
+/// How far ahead the checkpointer looks: the WAL is watched at every tick (not only at the
+/// PASSIVE ones) while it could reach its rewind point within this time at its current pace.
+const LOOK_AHEAD: Duration = Duration::from_millis(500);
+
+/// Where the WAL stood at the last PASSIVE checkpoint, and whether it is near its rewind point.
+#[derive(Debug)]
+struct WalSeen {
+    written: u64,
+    at: std::time::Instant,
+    near: bool,
+}
+
+impl Default for WalSeen {
+    fn default() -> Self {
+        WalSeen {
+            written: 0,
+            at: std::time::Instant::now(),
+            near: false,
+        }
+    }
+}
+
+impl WalSeen {
+    /// Records `written` frames now. Near: at the pace since the last look, the WAL reaches
+    /// `rewind_at` bytes within [`LOOK_AHEAD`]; after a rewind the pace is unknown, so near.
+    fn update(&mut self, written: u64, bytes: impl Fn(u64) -> u64, rewind_at: u64) {
+        let now = std::time::Instant::now();
+        let elapsed = now.duration_since(self.at).as_secs_f64().max(1e-3);
+        let ahead = match written.checked_sub(self.written) {
+            Some(grew) => bytes(grew) as f64 * LOOK_AHEAD.as_secs_f64() / elapsed,
+            None => rewind_at as f64,
+        };
+        self.near = bytes(written) as f64 + ahead >= rewind_at as f64;
+        self.written = written;
+        self.at = now;
+    }
+}
+
 /// What one WAL frame takes beyond its page: its header.
 const FRAME_HEADER_BYTES: u64 = 24;
 
@@ -348,9 +386,9 @@ pub struct SqliteStore {
     path: PathBuf,
     health: DbHealth,
     checkpoint_wait: Duration,
-    /// Frames written to the WAL when it was last seen since its latest rewind
-    /// ([`SqliteStore::maintain`]), and `written` of the last rewinding checkpoint.
-    wal_seen: std::sync::atomic::AtomicU64,
+    /// The last PASSIVE checkpoint's look at the WAL ([`SqliteStore::maintain`]).
+    wal_seen: Mutex<WalSeen>,
+    /// `written` of the last rewinding checkpoint.
     rewound_at: std::sync::atomic::AtomicU64,
     /// Whether the last attempt to rewind the WAL found a reader in the way (one warning each time).
     held_back: std::sync::atomic::AtomicBool,
@@ -366,7 +404,7 @@ impl SqliteStore {
             path: path.to_path_buf(),
             health: DbHealth::new(path),
             checkpoint_wait: options.checkpoint_wait,
-            wal_seen: Default::default(),
+            wal_seen: Mutex::new(WalSeen::default()),
             rewound_at: Default::default(),
             held_back: Default::default(),
         })
@@ -396,7 +434,7 @@ impl SqliteStore {
             path: path.to_path_buf(),
             health: DbHealth::new(path),
             checkpoint_wait: CHECKPOINT_WAIT,
-            wal_seen: Default::default(),
+            wal_seen: Mutex::new(WalSeen::default()),
             rewound_at: Default::default(),
             held_back: Default::default(),
         })
@@ -444,7 +482,7 @@ impl crate::store::Store for SqliteStore {
     }
 
     /// A PASSIVE checkpoint when `passive`, and on the ticks between while the WAL nears the
-    /// point where it is rewound; past that point (half of `wal_limit_bytes` written since the
+    /// point where it is rewound (`WalSeen`); past that point (half of `wal_limit_bytes` written since the
     /// last rewind), PASSIVE passes copy back what they can while writers go on, then
     /// [`checkpoint_restart`] holds the writers for the last frames and the rewind. The file
     /// thus stays under the limit plus what is written during one check and checkpoint, and
@@ -452,7 +490,7 @@ impl crate::store::Store for SqliteStore {
     fn maintain(&self, passive: bool, wal_limit_bytes: u64) -> anyhow::Result<()> {
         use std::sync::atomic::Ordering::Relaxed;
         let rewind_at = wal_limit_bytes / REWIND_AT_DIVISOR;
-        let near = self.wal_seen.load(Relaxed) >= rewind_at / 2;
+        let near = self.wal_seen.lock().unwrap_or_else(|e| e.into_inner()).near;
         // What is written since the last rewind is never more than the file holds.
         let size = std::fs::metadata(wal_path(&self.path)).map_or(0, |m| m.len());
         if !passive && (!near || size <= rewind_at) {
@@ -463,7 +501,10 @@ impl crate::store::Store for SqliteStore {
         let frame = u64::from(page) + FRAME_HEADER_BYTES;
         let bytes = |frames: u64| frames.saturating_mul(frame);
         let mut state = checkpoint(&conn)?;
-        self.wal_seen.store(bytes(state.written), Relaxed);
+        self.wal_seen
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .update(state.written, bytes, rewind_at);
         if bytes(state.written) <= rewind_at
             || (state.copied == state.written && self.rewound_at.load(Relaxed) == state.written)
         {
