@@ -64,6 +64,17 @@ fn expired_replay_records_are_pruned() {
     assert!(pruned.is_some(), "{} records left", remembered());
 }
 
+/// Publishes one event with 2 kB of payload: load for the WAL.
+fn publish_2kb(client: &webhookd::client::Client, i: u64) {
+    let payload = json!({"blob": "x".repeat(2000), "i": i});
+    ok(
+        client,
+        "POST",
+        "/events",
+        Some(json!({"event_name": "load.tick", "payload": payload})),
+    );
+}
+
 #[test]
 fn the_wal_stays_bounded_under_sustained_publishing() {
     const LIMIT: u64 = 4 * 1024 * 1024;
@@ -94,13 +105,7 @@ fn the_wal_stays_bounded_under_sustained_publishing() {
                     if i == 3 {
                         ok(&client, "GET", "/tasks?page_size=50", None);
                     } else {
-                        let payload = json!({"blob": "x".repeat(2000), "i": sent});
-                        ok(
-                            &client,
-                            "POST",
-                            "/events",
-                            Some(json!({"event_name": "load.tick", "payload": payload})),
-                        );
+                        publish_2kb(&client, sent);
                         published.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                     }
                     sent += 1;
@@ -152,17 +157,7 @@ fn a_wal_a_reader_held_back_is_cut_back_to_its_limit() {
     let client = server.client();
     let wal = webhookd::store::sqlite::wal_path(&server.db);
     let size = || std::fs::metadata(&wal).map(|m| m.len()).unwrap_or(0);
-    let publish = |n: usize| {
-        for i in 0..n {
-            let payload = json!({"blob": "x".repeat(2000), "i": i});
-            ok(
-                &client,
-                "POST",
-                "/events",
-                Some(json!({"event_name": "load.tick", "payload": payload})),
-            );
-        }
-    };
+    let publish = |n: u64| (0..n).for_each(|i| publish_2kb(&client, i));
     publish(1);
     let reader = rusqlite::Connection::open(&server.db).unwrap();
     reader.execute_batch("BEGIN").unwrap();
