@@ -149,10 +149,13 @@ fn the_wal_stays_bounded_under_sustained_publishing() {
 /// limit).
 #[test]
 fn a_wal_a_reader_held_back_is_cut_back_to_its_limit() {
+    if sqlite_only("the size of SQLite's -wal file") {
+        return;
+    }
     const LIMIT: u64 = 4 * 1024 * 1024;
     let server = TestServer::start_with(|c| c.wal_limit_bytes = LIMIT);
     let client = server.client();
-    let wal = webhookd::store::sqlite::wal_path(&server.db);
+    let wal = webhookd::store::sqlite::wal_path(server.db.as_ref());
     let size = || std::fs::metadata(&wal).map(|m| m.len()).unwrap_or(0);
     let publish = |n: u64| (0..n).for_each(|i| publish_2kb(&client, i));
     publish(1);
