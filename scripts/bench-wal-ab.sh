@@ -5,7 +5,7 @@
 #   for r in "off 100000" "on 64" "off 100000" "on 64"; do scripts/bench-wal-ab.sh $r; done
 # Prints the label, the limit, the largest -wal in MiB and the harness's figures.
 set -u
-B=$(cd "$(dirname "$0")/.." && pwd)/target/release
+B=${WEBHOOKD_BIN:-$(cd "$(dirname "$0")/.." && pwd)/target/release}
 d=$(mktemp -d); db=$d/ab.sqlite; port=$((18000 + RANDOM % 1000))
 $B/webhookd keys create --db $db --app bench --name b --json > $d/key.json
 kid=$(python3 -c "import json;print(json.load(open('$d/key.json'))['key_id'])")

@@ -127,8 +127,8 @@ pub struct ServeArgs {
         value_parser = parse_hours
     )]
     pub disable_failing_after_hours: f64,
-    /// Keep the -wal file under about this many MiB: past it, a checkpoint briefly holds the
-    /// writers and empties the WAL.
+    /// Keep the -wal file under about this many MiB: once half of it is written, a checkpoint
+    /// briefly holds the writers and the WAL is reused from its start.
     #[arg(long, env = "WEBHOOKD_WAL_LIMIT_MB", default_value_t = 64)]
     pub wal_limit_mb: u64,
     /// PostgreSQL only: longest the scheduler and the delivery pool wait before looking at the

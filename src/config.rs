@@ -41,8 +41,9 @@ pub struct Config {
     /// Longest the scheduler and delivery pool sleep without looking at the database; they are
     /// woken sooner whenever work becomes due earlier. Tests shorten it.
     pub max_idle: Duration,
-    /// When the `-wal` file grows past this many bytes, the next checkpoint briefly holds the
-    /// writers and empties it (PASSIVE checkpoints alone cannot bound it under steady load).
+    /// The `-wal` file is kept under this many bytes (plus what is written during one
+    /// checkpoint): once half of it is written, a checkpoint briefly holds the writers and the
+    /// WAL is rewound (PASSIVE checkpoints alone cannot bound it under steady load).
     pub wal_limit_bytes: u64,
     /// PostgreSQL: the cap on the scheduler's and delivery pool's idle sleep while no LISTEN
     /// connection brings other nodes' changes (`store::postgres::listen::IdleCap`).
@@ -50,6 +51,9 @@ pub struct Config {
     /// PostgreSQL: never LISTEN; always poll every `pg_poll`.
     pub pg_poll_only: bool,
 }
+
+/// `--wal-limit-mb`'s default, 64 MiB.
+pub const DEFAULT_WAL_LIMIT_BYTES: u64 = 64 * 1024 * 1024;
 
 impl Config {
     /// The contract's defaults for a database path.
@@ -70,7 +74,7 @@ impl Config {
             metrics: true,
             disable_failing_after_hours: 120.0,
             max_idle: Duration::from_secs(60),
-            wal_limit_bytes: 64 * 1024 * 1024,
+            wal_limit_bytes: DEFAULT_WAL_LIMIT_BYTES,
             bulk_retry_max: 100_000,
             pg_poll: Duration::from_millis(1000),
             pg_poll_only: false,

@@ -451,8 +451,13 @@ pub async fn start_on(
     let db = config.db.clone();
     let pool_size = u32::try_from(config.workers + 8).unwrap_or(32);
     let now_ms = clock.now_ms();
+    let options = crate::store::OpenOptions {
+        pool_size,
+        wal_limit_bytes: config.wal_limit_bytes,
+        ..Default::default()
+    };
     let store = tokio::task::spawn_blocking(move || {
-        let store = crate::store::open(&db, pool_size)?;
+        let store = crate::store::open_with(&db, options)?;
         store.require_writable(now_ms)?;
         Ok::<_, anyhow::Error>(store)
     })

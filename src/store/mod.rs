@@ -93,7 +93,8 @@ pub trait Store: Send + Sync + 'static {
     fn require_writable(&self, now_ms: i64) -> anyhow::Result<()>;
 
     /// Background upkeep, called by the server's maintenance thread every `tick`
-    /// (SQLite: WAL checkpoints, PASSIVE when `passive`, and truncating past `wal_limit_bytes`).
+    /// (SQLite: WAL checkpoints, PASSIVE when `passive`, and rewinding the WAL before the `-wal`
+    /// file reaches `wal_limit_bytes`).
     fn maintain(&self, passive: bool, wal_limit_bytes: u64) -> anyhow::Result<()>;
 
     /// A consistent copy of the whole database into `out` (SQLite: `VACUUM INTO`, then checked).
@@ -217,15 +218,18 @@ fn run<T, E: From<StoreError>>(
 pub struct OpenOptions {
     /// Most connections at once.
     pub pool_size: u32,
-    /// Longest a truncating WAL checkpoint waits for readers of an older snapshot (SQLite).
-    pub truncate_wait: Duration,
+    /// Longest a rewinding WAL checkpoint waits for readers of an older snapshot (SQLite).
+    pub checkpoint_wait: Duration,
+    /// `--wal-limit-mb` in bytes (SQLite: the `-wal` file is kept under it).
+    pub wal_limit_bytes: u64,
 }
 
 impl Default for OpenOptions {
     fn default() -> Self {
         OpenOptions {
             pool_size: 1,
-            truncate_wait: Duration::from_secs(1),
+            checkpoint_wait: Duration::from_secs(1),
+            wal_limit_bytes: crate::config::DEFAULT_WAL_LIMIT_BYTES,
         }
     }
 }

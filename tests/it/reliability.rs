@@ -61,6 +61,17 @@ fn expired_replay_records_are_pruned() {
     assert!(pruned.is_some(), "{} records left", remembered());
 }
 
+/// Publishes one event with 2 kB of payload: load for the WAL.
+fn publish_2kb(client: &webhookd::client::Client, i: u64) {
+    let payload = json!({"blob": "x".repeat(2000), "i": i});
+    ok(
+        client,
+        "POST",
+        "/events",
+        Some(json!({"event_name": "load.tick", "payload": payload})),
+    );
+}
+
 #[test]
 fn the_wal_stays_bounded_under_sustained_publishing() {
     if sqlite_only("the bound of SQLite's -wal file") {
@@ -94,13 +105,7 @@ fn the_wal_stays_bounded_under_sustained_publishing() {
                     if i == 3 {
                         ok(&client, "GET", "/tasks?page_size=50", None);
                     } else {
-                        let payload = json!({"blob": "x".repeat(2000), "i": sent});
-                        ok(
-                            &client,
-                            "POST",
-                            "/events",
-                            Some(json!({"event_name": "load.tick", "payload": payload})),
-                        );
+                        publish_2kb(&client, sent);
                         published.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                     }
                     sent += 1;
@@ -136,6 +141,51 @@ fn the_wal_stays_bounded_under_sustained_publishing() {
     assert!(
         largest < LIMIT + SLACK,
         "the WAL reached {largest} bytes with a limit of {LIMIT} ({sent} requests)"
+    );
+}
+
+/// A reader that keeps one snapshot open holds every rewind of the WAL back, so the file
+/// outgrows its limit; once it ends, the file is cut back to the limit (the WAL is rewound, not truncated to zero: `journal_size_limit` is the
+/// limit).
+#[test]
+fn a_wal_a_reader_held_back_is_cut_back_to_its_limit() {
+    if sqlite_only("the size of SQLite's -wal file") {
+        return;
+    }
+    const LIMIT: u64 = 4 * 1024 * 1024;
+    let server = TestServer::start_with(|c| c.wal_limit_bytes = LIMIT);
+    let client = server.client();
+    let wal = webhookd::store::sqlite::wal_path(server.db.as_ref());
+    let size = || std::fs::metadata(&wal).map(|m| m.len()).unwrap_or(0);
+    let publish = |n: u64| (0..n).for_each(|i| publish_2kb(&client, i));
+    publish(1);
+    let reader = rusqlite::Connection::open(&server.db).unwrap();
+    reader.execute_batch("BEGIN").unwrap();
+    let _: i64 = reader
+        .query_row("SELECT count(*) FROM events", [], |r| r.get(0))
+        .unwrap();
+    let started = Instant::now();
+    let grown = wait_for(Duration::from_secs(90), || {
+        publish(20);
+        (size() > 3 * LIMIT).then_some(())
+    });
+    assert!(
+        grown.is_some(),
+        "the WAL did not outgrow its limit while a reader held it back ({} bytes)",
+        size()
+    );
+    let grew_in = started.elapsed();
+    reader.execute_batch("COMMIT").unwrap();
+    drop(reader);
+    let back = wait_for(Duration::from_secs(30), || {
+        publish(5);
+        (size() <= LIMIT).then_some(())
+    });
+    assert!(
+        back.is_some(),
+        "the -wal file is still {} bytes once the reader ended, over its limit of {LIMIT} (it \
+         outgrew the limit in {grew_in:?})",
+        size()
     );
 }
 

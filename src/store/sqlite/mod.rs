@@ -38,6 +38,11 @@ pub type Conn = r2d2::PooledConnection<SqliteConnectionManager>;
 /// Opens (creating with mode 0600 if absent) a webhookd database, refuses foreign or newer
 /// files untouched, applies pending schema upgrades, and returns a pool of `size` connections.
 pub fn open(path: &Path, size: u32) -> anyhow::Result<Pool> {
+    open_limited(path, size, crate::config::DEFAULT_WAL_LIMIT_BYTES)
+}
+
+/// [`open`] with `--wal-limit-mb` in bytes: what a rewound `-wal` file is cut back to.
+pub fn open_limited(path: &Path, size: u32, wal_limit_bytes: u64) -> anyhow::Result<Pool> {
     create_private_file(path)?;
     {
         let mut conn = Connection::open_with_flags(path, OpenFlags::SQLITE_OPEN_READ_WRITE)
@@ -50,7 +55,7 @@ pub fn open(path: &Path, size: u32) -> anyhow::Result<Pool> {
     }
     let manager = SqliteConnectionManager::file(path)
         .with_flags(OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX)
-        .with_init(configure_connection);
+        .with_init(move |conn| configure_connection(conn, wal_limit_bytes));
     r2d2::Pool::builder()
         .max_size(size)
         .min_idle(Some(1))
@@ -64,7 +69,7 @@ const BUSY_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Per-connection settings. `synchronous=NORMAL` in WAL mode survives a crash of the process;
 /// after a power loss the last few commits may be lost, never corrupted (see README).
-fn configure_connection(conn: &mut Connection) -> rusqlite::Result<()> {
+fn configure_connection(conn: &mut Connection, wal_limit_bytes: u64) -> rusqlite::Result<()> {
     conn.busy_timeout(BUSY_TIMEOUT)?;
     conn.pragma_update(None, "synchronous", "NORMAL")?;
     conn.pragma_update(None, "temp_store", "MEMORY")?;
@@ -72,7 +77,10 @@ fn configure_connection(conn: &mut Connection) -> rusqlite::Result<()> {
     // Checkpoints run on the server's checkpointer thread (see `checkpoint`), not inside
     // whichever request happens to commit; a short-lived `keys` command checkpoints on close.
     conn.pragma_update(None, "wal_autocheckpoint", 0)?;
-    conn.pragma_update(None, "journal_size_limit", 64 * 1024 * 1024)?;
+    // The first commit after the WAL is rewound (`checkpoint_restart`) cuts the `-wal` file back
+    // to the limit, so a file that outgrew it (a reader held checkpoints back) shrinks again.
+    let limit = i64::try_from(wal_limit_bytes).unwrap_or(i64::MAX);
+    conn.pragma_update(None, "journal_size_limit", limit)?;
     conn.set_prepared_statement_cache_capacity(64);
     Ok(())
 }
@@ -113,10 +121,30 @@ fn create_private_file(path: &Path) -> anyhow::Result<()> {
     }
 }
 
+/// What a checkpoint reports: frames written to the WAL since it was last rewound, how many of
+/// them are copied back into the database file, and whether it had to stop short (a reader).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct WalState {
+    pub busy: bool,
+    pub written: u64,
+    pub copied: u64,
+}
+
+fn wal_checkpoint(conn: &Connection, mode: &str) -> rusqlite::Result<WalState> {
+    conn.query_row(&format!("PRAGMA wal_checkpoint({mode})"), [], |r| {
+        let frames = |i| r.get::<_, i64>(i).map(|n| u64::try_from(n).unwrap_or(0));
+        Ok(WalState {
+            busy: r.get::<_, i64>(0)? != 0,
+            written: frames(1)?,
+            copied: frames(2)?,
+        })
+    })
+}
+
 /// Copies committed WAL pages back into the database file (PASSIVE: never waits for readers
 /// or writers). The server calls it a few times a second from one background thread.
-pub fn checkpoint(conn: &Connection) -> rusqlite::Result<()> {
-    conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |_| Ok(()))
+pub fn checkpoint(conn: &Connection) -> rusqlite::Result<WalState> {
+    wal_checkpoint(conn, "PASSIVE")
 }
 
 /// The `-wal` file beside a database file.
@@ -126,20 +154,43 @@ pub fn wal_path(db: &Path) -> std::path::PathBuf {
     name.into()
 }
 
-/// Copies every WAL page back and truncates the `-wal` file to zero, holding the in-process
-/// writer lock meanwhile (writers wait, readers go on). PASSIVE checkpoints alone cannot bound
-/// the WAL under sustained load: SQLite only rewinds it when a writer starts while no reader is
-/// still using it, which never happens while requests keep coming (BENCHMARKS.md). Waits at
-/// most `wait` for readers on older snapshots; returns whether the WAL was emptied.
-pub fn checkpoint_truncate(conn: &Connection, wait: Duration) -> rusqlite::Result<bool> {
+/// Copies the last WAL pages back and waits until no reader uses the WAL any more, holding
+/// the in-process writer lock meanwhile (writers wait, readers go on), so that the next writer
+/// rewinds the WAL to its start (`RESTART`). PASSIVE checkpoints alone cannot bound the WAL
+/// under sustained load: SQLite only rewinds it when a writer starts while every frame is
+/// copied back and no reader still uses it, which never happens while requests keep coming
+/// (BENCHMARKS.md). `TRUNCATE`, which also cuts the file to zero, held the writers three to
+/// four times longer (the file is then grown again page by page); `journal_size_limit` cuts
+/// it back to the limit instead. Waits at most `wait` for readers on older snapshots, looking
+/// every 100 µs: SQLite's own busy handler sleeps 1, 2, 5 … 100 ms, with every writer queued.
+/// `busy` in the result: a reader held on and the WAL will not be rewound.
+pub fn checkpoint_restart(conn: &Connection, wait: Duration) -> rusqlite::Result<WalState> {
     let lock = writer_lock(conn);
     let _queued = lock.lock().unwrap_or_else(|e| e.into_inner());
-    conn.busy_timeout(wait)?;
-    let busy = conn.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |r| {
-        r.get::<_, i64>(0)
-    });
+    READERS_DEADLINE.set(Some(std::time::Instant::now() + wait));
+    conn.busy_handler(Some(wait_for_readers))?;
+    let state = wal_checkpoint(conn, "RESTART");
+    READERS_DEADLINE.set(None);
     conn.busy_timeout(BUSY_TIMEOUT)?;
-    Ok(busy? == 0)
+    state
+}
+
+thread_local! {
+    /// Until when [`wait_for_readers`] keeps waiting (it is a plain `fn`: no captured state).
+    static READERS_DEADLINE: std::cell::Cell<Option<std::time::Instant>> =
+        const { std::cell::Cell::new(None) };
+}
+
+/// The busy handler of [`checkpoint_restart`]: webhookd's readers hold their snapshot for
+/// well under a millisecond, so look again soon rather than sleep with the writers queued.
+fn wait_for_readers(_tries: i32) -> bool {
+    match READERS_DEADLINE.get() {
+        Some(deadline) if std::time::Instant::now() < deadline => {
+            std::thread::sleep(Duration::from_micros(100));
+            true
+        }
+        _ => false,
+    }
 }
 
 /// The lock in-process writers of one database file queue on before `BEGIN IMMEDIATE`.
@@ -279,27 +330,83 @@ pub fn list_page<T>(
     Ok((total, items))
 }
 
-/// Longest a truncating checkpoint waits for readers of an older snapshot (writers wait too).
-const TRUNCATE_WAIT: Duration = Duration::from_secs(1);
+/// Longest a rewinding checkpoint waits for readers of an older snapshot (writers wait too).
+const CHECKPOINT_WAIT: Duration = Duration::from_secs(1);
+/// The WAL is rewound once this share of `--wal-limit-mb` is written to it (1/2): the file
+/// then stays under the limit with room for what is written while the checkpoint runs.
+const REWIND_AT_DIVISOR: u64 = 2;
+/// PASSIVE passes run before the writers are held, each copying back what was written during
+/// the one before, until fewer than [`SMALL_REST`] frames came in meanwhile.
+const COPY_AHEAD_PASSES: u32 = 3;
+const SMALL_REST: u64 = 256;
+/// How far ahead the checkpointer looks: the WAL is watched at every tick (not only at the
+/// PASSIVE ones) while it could reach its rewind point within this time at its current pace.
+const LOOK_AHEAD: Duration = Duration::from_millis(500);
+
+/// Where the WAL stood at the last PASSIVE checkpoint, and whether it is near its rewind point.
+#[derive(Debug)]
+struct WalSeen {
+    written: u64,
+    at: std::time::Instant,
+    near: bool,
+}
+
+impl Default for WalSeen {
+    fn default() -> Self {
+        WalSeen {
+            written: 0,
+            at: std::time::Instant::now(),
+            near: false,
+        }
+    }
+}
+
+impl WalSeen {
+    /// Records `written` frames now. Near: at the pace since the last look, the WAL reaches
+    /// `rewind_at` bytes within [`LOOK_AHEAD`]; after a rewind the pace is unknown, so near.
+    fn update(&mut self, written: u64, bytes: impl Fn(u64) -> u64, rewind_at: u64) {
+        let now = std::time::Instant::now();
+        let elapsed = now.duration_since(self.at).as_secs_f64().max(1e-3);
+        let ahead = match written.checked_sub(self.written) {
+            Some(grew) => bytes(grew) as f64 * LOOK_AHEAD.as_secs_f64() / elapsed,
+            None => rewind_at as f64,
+        };
+        self.near = bytes(written) as f64 + ahead >= rewind_at as f64;
+        self.written = written;
+        self.at = now;
+    }
+}
+
+/// What one WAL frame takes beyond its page: its header.
+const FRAME_HEADER_BYTES: u64 = 24;
 
 /// A SQLite database file behind a pool: the `store::Store` of a `--db` path.
 pub struct SqliteStore {
     pool: Pool,
     path: PathBuf,
     health: DbHealth,
-    truncate_wait: Duration,
+    checkpoint_wait: Duration,
+    /// The last PASSIVE checkpoint's look at the WAL ([`SqliteStore::maintain`]).
+    wal_seen: Mutex<WalSeen>,
+    /// `written` of the last rewinding checkpoint.
+    rewound_at: std::sync::atomic::AtomicU64,
+    /// Whether the last attempt to rewind the WAL found a reader in the way (one warning each time).
+    held_back: std::sync::atomic::AtomicBool,
 }
 
 impl SqliteStore {
     /// Opens (creating with mode 0600 if absent) a webhookd database, refuses foreign or newer
     /// files untouched and applies pending schema upgrades ([`open`]).
     pub fn open(path: &Path, options: crate::store::OpenOptions) -> anyhow::Result<SqliteStore> {
-        let pool = open(path, options.pool_size)?;
+        let pool = open_limited(path, options.pool_size, options.wal_limit_bytes)?;
         Ok(SqliteStore {
             pool,
             path: path.to_path_buf(),
             health: DbHealth::new(path),
-            truncate_wait: options.truncate_wait,
+            checkpoint_wait: options.checkpoint_wait,
+            wal_seen: Mutex::new(WalSeen::default()),
+            rewound_at: Default::default(),
+            held_back: Default::default(),
         })
     }
 
@@ -326,7 +433,10 @@ impl SqliteStore {
             pool,
             path: path.to_path_buf(),
             health: DbHealth::new(path),
-            truncate_wait: TRUNCATE_WAIT,
+            checkpoint_wait: CHECKPOINT_WAIT,
+            wal_seen: Mutex::new(WalSeen::default()),
+            rewound_at: Default::default(),
+            held_back: Default::default(),
         })
     }
 
@@ -371,33 +481,67 @@ impl crate::store::Store for SqliteStore {
         health::require_writable(&mut conn, &self.path, now_ms)
     }
 
-    /// A PASSIVE checkpoint when `passive` or over the limit; and when the `-wal` file has
-    /// passed `--wal-limit-mb`, then one that holds the writers until the WAL is copied back
-    /// and truncated.
+    /// A PASSIVE checkpoint when `passive`, and on the ticks between while the WAL nears the
+    /// point where it is rewound (`WalSeen`); past that point (half of `wal_limit_bytes` written since the
+    /// last rewind), PASSIVE passes copy back what they can while writers go on, then
+    /// [`checkpoint_restart`] holds the writers for the last frames and the rewind. The file
+    /// thus stays under the limit plus what is written during one check and checkpoint, and
+    /// each stop of the writers is short (BENCHMARKS.md).
     fn maintain(&self, passive: bool, wal_limit_bytes: u64) -> anyhow::Result<()> {
-        let wal = wal_path(&self.path);
-        let size = std::fs::metadata(&wal).map(|m| m.len()).unwrap_or(0);
-        let over = size > wal_limit_bytes;
-        if !passive && !over {
+        use std::sync::atomic::Ordering::Relaxed;
+        let rewind_at = wal_limit_bytes / REWIND_AT_DIVISOR;
+        let near = self.wal_seen.lock().unwrap_or_else(|e| e.into_inner()).near;
+        // What is written since the last rewind is never more than the file holds.
+        let size = std::fs::metadata(wal_path(&self.path)).map_or(0, |m| m.len());
+        if !passive && (!near || size <= rewind_at) {
             return Ok(());
         }
         let conn = self.pool.get()?;
-        // Over the limit, a PASSIVE checkpoint first copies back what it can while writers go on,
-        // so that the truncating one, which holds them, has only the last frames left to copy.
-        checkpoint(&conn)?;
-        if over {
-            let emptied = checkpoint_truncate(&conn, self.truncate_wait)?;
-            if emptied {
+        let page: u32 = conn.query_row("PRAGMA page_size", [], |r| r.get(0))?;
+        let frame = u64::from(page) + FRAME_HEADER_BYTES;
+        let bytes = |frames: u64| frames.saturating_mul(frame);
+        let mut state = checkpoint(&conn)?;
+        self.wal_seen
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .update(state.written, bytes, rewind_at);
+        if bytes(state.written) <= rewind_at
+            || (state.copied == state.written && self.rewound_at.load(Relaxed) == state.written)
+        {
+            // Below the mark, or rewound already and no writer has come since.
+            return Ok(());
+        }
+        for _ in 0..COPY_AHEAD_PASSES {
+            let next = checkpoint(&conn)?;
+            let came = next.written.saturating_sub(state.written);
+            state = next;
+            if came < SMALL_REST {
+                break;
+            }
+        }
+        // A reader on a snapshot this old would keep the writers waiting for it: leave them be
+        // and look again at the next tick.
+        let behind = bytes(state.written.saturating_sub(state.copied));
+        let done = if behind > rewind_at / 4 {
+            None
+        } else {
+            Some(checkpoint_restart(&conn, self.checkpoint_wait)?).filter(|done| !done.busy)
+        };
+        match done {
+            Some(done) => {
+                self.rewound_at.store(done.written, Relaxed);
+                self.held_back.store(false, Relaxed);
                 tracing::debug!(
-                    bytes = size,
-                    "WAL over its limit: checkpointed and truncated"
-                );
-            } else {
-                tracing::warn!(
-                    bytes = size,
-                    "WAL over its limit and a reader held an old snapshot; will retry"
+                    bytes = bytes(done.written),
+                    "WAL copied back; the next writer rewinds it"
                 );
             }
+            None if !self.held_back.swap(true, Relaxed) => tracing::warn!(
+                bytes = bytes(state.written),
+                "the WAL is past its rewind point and a reader holds an old snapshot; it is \
+                 rewound once the reader ends"
+            ),
+            None => {}
         }
         Ok(())
     }
