@@ -16,6 +16,7 @@ mod events;
 mod fuzz;
 mod health;
 mod logs;
+mod multinode;
 mod openapi;
 mod operations;
 mod packaging;
