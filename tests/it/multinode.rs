@@ -449,7 +449,11 @@ fn two_hundred_schedules_fire_once_per_instant_across_three_nodes() {
     let want = 2 * SCHEDULES;
     let wait = Duration::from_millis((second - now_ms()).max(0) as u64) + Duration::from_secs(30);
     let got = receiver.wait_for(want, wait).len();
-    assert!(got >= want, "{got} of {want} deliveries\n{}", cluster.logs());
+    assert!(
+        got >= want,
+        "{got} of {want} deliveries\n{}",
+        cluster.logs()
+    );
     std::thread::sleep(Duration::from_secs(3));
 
     let mut sql = cluster.sql();
@@ -492,13 +496,25 @@ fn two_hundred_schedules_fire_once_per_instant_across_three_nodes() {
     let mut delivered: HashMap<(i64, i64), usize> = HashMap::new();
     for r in receiver.received() {
         let schedule: i64 = r.header("X-Service-Schedule-Id").unwrap().parse().unwrap();
-        let at = r.header("X-Service-Timestamp").unwrap().parse::<i64>().unwrap() * 1000;
+        let at = r
+            .header("X-Service-Timestamp")
+            .unwrap()
+            .parse::<i64>()
+            .unwrap()
+            * 1000;
         if at < second + minute {
             *delivered.entry((schedule, at / minute)).or_default() += 1;
         }
     }
-    assert_eq!(delivered.len(), want, "distinct (schedule, minute) deliveries");
-    assert!(delivered.values().all(|&n| n == 1), "a firing delivered twice");
+    assert_eq!(
+        delivered.len(),
+        want,
+        "distinct (schedule, minute) deliveries"
+    );
+    assert!(
+        delivered.values().all(|&n| n == 1),
+        "a firing delivered twice"
+    );
 }
 
 /// Contract §2 and §16: a signed request accepted by one node is a replay on every other.
@@ -531,7 +547,10 @@ fn a_signature_used_on_one_node_is_refused_by_the_others() {
     // One publish, not two or three.
     let events: i64 = cluster
         .sql()
-        .query_one("SELECT count(*) FROM events WHERE event_name = 'replayed'", &[])
+        .query_one(
+            "SELECT count(*) FROM events WHERE event_name = 'replayed'",
+            &[],
+        )
         .unwrap()
         .get(0);
     assert_eq!(events, 1);
@@ -547,7 +566,12 @@ fn a_key_revoked_through_one_node_is_refused_by_all_at_once() {
     let doomed = cluster.key("app1");
     let kept = cluster.key("app1");
     for i in 0..3 {
-        ok(&cluster.client(i, &doomed), "GET", "/v1/endpoints", Value::Null);
+        ok(
+            &cluster.client(i, &doomed),
+            "GET",
+            "/v1/endpoints",
+            Value::Null,
+        );
     }
     let out = Command::new(BIN)
         .args(["keys", "revoke", "--db", &cluster.db, &doomed.0])
@@ -571,7 +595,12 @@ fn a_key_revoked_through_one_node_is_refused_by_all_at_once() {
             "node {i}: {}",
             reply.body
         );
-        ok(&cluster.client(i, &kept), "GET", "/v1/endpoints", Value::Null);
+        ok(
+            &cluster.client(i, &kept),
+            "GET",
+            "/v1/endpoints",
+            Value::Null,
+        );
     }
 }
 
