@@ -605,10 +605,12 @@ fn a_key_revoked_through_one_node_is_refused_by_all_at_once() {
 }
 
 /// Contract §16: a change made through one node wakes the delivery pool of the others. Node A
-/// has one worker, held by a delivery that hangs; what is published on A is then delivered by B
-/// or C, and must arrive well before the 1 s poll fallback would have found it (LISTEN/NOTIFY).
+/// is made full first: one worker, held by a delivery that hangs, and as many more hanging
+/// tasks claimed as its dispatcher takes ahead (it claims nothing more until one finishes).
+/// What is then published on A is delivered by B or C, and must arrive well before the 1 s poll
+/// fallback would have found it: LISTEN/NOTIFY woke them.
 #[test]
-fn a_publish_on_a_busy_node_wakes_the_others_without_polling() {
+fn a_publish_on_a_full_node_wakes_the_others_without_polling() {
     let Some(mut cluster) = Cluster::start(1, &["--workers", "1"]) else {
         return;
     };
@@ -617,11 +619,13 @@ fn a_publish_on_a_busy_node_wakes_the_others_without_polling() {
     let hang = Receiver::start();
     hang.set_default(Answer::status(200).delayed(Duration::from_secs(40)));
     let fast = Receiver::start();
+    const HANGING: usize = 12;
     ok(
         &a,
         "POST",
         "/v1/endpoints",
-        json!({"name": "hang", "url": hang.url, "timeout_ms": 60000, "filter_events": "hang"}),
+        json!({"name": "hang", "url": hang.url, "timeout_ms": 60000,
+               "filter_events": "hang", "max_in_flight": HANGING}),
     );
     ok(
         &a,
@@ -629,9 +633,43 @@ fn a_publish_on_a_busy_node_wakes_the_others_without_polling() {
         "/v1/endpoints",
         json!({"name": "fast", "url": fast.url, "timeout_ms": 2000, "filter_events": "fast"}),
     );
-    // A's only worker takes the hanging delivery before the others exist.
-    ok(&a, "POST", "/v1/events", json!({"event_name": "hang"}));
+    // A alone takes what it can of the hanging tasks, then stops claiming.
+    for _ in 0..HANGING {
+        ok(&a, "POST", "/v1/events", json!({"event_name": "hang"}));
+    }
     assert_eq!(hang.wait_for(1, Duration::from_secs(10)).len(), 1);
+    let mut sql = cluster.sql();
+    let running = |sql: &mut postgres::Client| -> Vec<(i64, Option<String>)> {
+        sql.query(
+            "SELECT id, claimed_by FROM tasks WHERE status = 'running' ORDER BY id",
+            &[],
+        )
+        .unwrap()
+        .iter()
+        .map(|r| (r.get(0), r.get(1)))
+        .collect()
+    };
+    std::thread::sleep(Duration::from_secs(1));
+    let held = running(&mut sql);
+    assert!(
+        !held.is_empty() && held.len() < HANGING,
+        "node A should claim some but not all {HANGING} hanging tasks: {held:?}"
+    );
+    assert!(
+        held.iter()
+            .all(|(_, node)| node.is_some() && *node == held[0].1)
+    );
+    // The rest must not occupy B and C: cancel them.
+    let pending = ok(
+        &a,
+        "GET",
+        "/v1/tasks?status=pending&page_size=100",
+        Value::Null,
+    );
+    for task in pending["items"].as_array().expect("items") {
+        let id = task["id"].as_i64().unwrap();
+        ok(&a, "POST", &format!("/v1/tasks/{id}/cancel"), Value::Null);
+    }
     cluster.add_node(&["--workers", "2"]);
     cluster.add_node(&["--workers", "2"]);
     // Let B and C settle into their idle wait.
@@ -655,7 +693,10 @@ fn a_publish_on_a_busy_node_wakes_the_others_without_polling() {
             .unwrap_or_else(|| panic!("publish {n} not delivered in 10 s\n{}", cluster.logs()));
         latencies.push(arrival.at.saturating_duration_since(sent));
     }
-    assert_eq!(hang.received().len(), 1, "A's worker stayed busy");
+    // A stayed full the whole time (the same claims, its worker on the first): it could not
+    // have delivered any of them itself.
+    assert_eq!(running(&mut sql), held, "node A's claims changed");
+    assert_eq!(hang.received().len(), 1);
     latencies.sort();
     let median = latencies[latencies.len() / 2];
     let under_400 = latencies
