@@ -91,6 +91,7 @@ EOF
 "${RUN[@]}" "$PGBIN/pg_ctl" -D "$PGDIR/data" -l "$PGDIR/server.log" -w -t 60 start >/dev/null
 "${RUN[@]}" "$PGBIN/psql" -h "$PGDIR" -p "$PORT" -U webhookd -d postgres -qc 'CREATE DATABASE bench'
 URL="postgres://webhookd:$PASSWORD@127.0.0.1:$PORT/bench"
+PGPID=$(head -1 "$PGDIR/data/postmaster.pid")
 echo "== PostgreSQL $("$PGBIN/postgres" --version | awk '{print $3}') on port $PORT: fsync=on, synchronous_commit=$SYNC" >&2
 
 args_for_config() {
@@ -122,8 +123,17 @@ for config in $CONFIGS; do
         workers=()
         [ -n "${WORKERS:-}" ] && workers=(--workers "$WORKERS")
         # shellcheck disable=SC2046 # the argument lists are meant to split
-        if ! "$BENCH" $(args_for_scenario "$scenario") $(args_for_config "$config") \
-            "${workers[@]}" --json >"$OUT/$name.json" 2>"$OUT/$name.log"; then
+        "$BENCH" $(args_for_scenario "$scenario") $(args_for_config "$config") \
+            "${workers[@]}" --json >"$OUT/$name.json" 2>"$OUT/$name.log" &
+        pid_bench=$!
+        # Whose samples count: the harness, its nodes, and this server's processes (other
+        # programs on the machine may run webhookd or PostgreSQL too).
+        echo "$pid_bench $PGPID" >"$OUT/$name.pids"
+        while kill -0 "$pid_bench" 2>/dev/null; do
+            ps -o pid= --ppid "$pid_bench" --ppid "$PGPID" >>"$OUT/$name.pids" || true
+            sleep 0.5
+        done
+        if ! wait "$pid_bench"; then
             echo "bench-pg: $name failed:" >&2
             tail -5 "$OUT/$name.log" | sed "s/$PASSWORD/***/g" >&2
         fi
@@ -154,6 +164,10 @@ figures = {
 def cpu(name):
     secs, samples = defaultdict(float), set()
     try:
+        ours = set(open(os.path.join(out, name + ".pids")).read().split())
+    except FileNotFoundError:
+        ours = set()
+    try:
         for line in open(os.path.join(out, name + ".pidstat")):
             f = line.split()
             if not f or f[0].startswith("#") or len(f) < 10:
@@ -161,6 +175,8 @@ def cpu(name):
             try:
                 pct = float(f[7])
             except ValueError:
+                continue
+            if f[2] not in ours:
                 continue
             samples.add(f[0])
             prog = f[9]
