@@ -3,14 +3,15 @@
 use crate::clock::Clock;
 use crate::config::Config;
 use crate::metrics::Metrics;
-use crate::store::Pool;
+use crate::store::Store;
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
 
 /// Shared by every request handler and background loop.
 pub struct App {
     pub config: Config,
-    pub pool: Pool,
+    /// The database (SQLite or PostgreSQL); see `store::Store`.
+    pub store: Arc<dyn Store>,
     pub clock: Arc<dyn Clock>,
     /// Per-key request limit (`--rate-limit`).
     pub rate_limit: crate::ratelimit::RateLimiter,
@@ -20,21 +21,18 @@ pub struct App {
     pub delivery_wake: Signal,
     /// Counters served by `GET /metrics`.
     pub metrics: Metrics,
-    /// Whether the database file is still the one opened and still writable.
-    pub db_health: crate::health::DbHealth,
 }
 
 impl App {
-    pub fn new(config: Config, pool: Pool, clock: Arc<dyn Clock>) -> Self {
+    pub fn new(config: Config, store: Arc<dyn Store>, clock: Arc<dyn Clock>) -> Self {
         let rate_limit =
             crate::ratelimit::RateLimiter::new(config.rate_limit_per_sec, clock.clone());
         App {
-            pool,
+            store,
             clock,
             rate_limit,
             scheduler_wake: Signal::default(),
             delivery_wake: Signal::default(),
-            db_health: crate::health::DbHealth::new(&config.db),
             metrics: Metrics::default(),
             config,
         }

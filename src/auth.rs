@@ -1,12 +1,11 @@
 //! Inbound request authentication (contract §2): key lookup, the ±skew window, the HMAC
 //! signature over `X-Timestamp + "\n" + payload`, and the replay check (in the database, so
-//! that it survives restarts: `store::replay`).
+//! that it survives restarts: `Tx::first_use_of_signature`).
 
 use crate::error::ApiError;
 use crate::signing;
-use crate::store;
+use crate::store::Store;
 use hyper::HeaderMap;
-use rusqlite::Connection;
 
 /// The parts of a request its signature covers.
 pub struct SignedParts<'a> {
@@ -50,7 +49,7 @@ fn parse_timestamp_ms(text: &str) -> Option<i64> {
 
 /// Checks a request's three headers and returns the app id of its key.
 pub fn authenticate(
-    conn: &mut Connection,
+    store: &dyn Store,
     now_ms: i64,
     max_skew_secs: u64,
     req: &SignedParts<'_>,
@@ -59,8 +58,9 @@ pub fn authenticate(
     let timestamp = header(req.headers, "X-Timestamp")?;
     let signature = header(req.headers, "X-Signature")?;
 
-    let (secret, app_id) =
-        store::keys::lookup(conn, key_id)?.ok_or_else(ApiError::auth_unknown_key)?;
+    let (secret, app_id) = store
+        .read(|tx| tx.lookup_key(key_id))?
+        .ok_or_else(ApiError::auth_unknown_key)?;
 
     let skew_ms = i64::try_from(max_skew_secs)
         .unwrap_or(i64::MAX / 1000)
@@ -83,9 +83,8 @@ pub fn authenticate(
     // be used again. Signatures are compared without regard to hex case.
     let signature = signature.to_ascii_lowercase();
     let expires_ms = sent_ms.saturating_add(skew_ms);
-    let first = store::write_tx(conn, |tx| {
-        store::replay::first_use(tx, key_id, &signature, expires_ms, now_ms)
-    })?;
+    let first =
+        store.write(|tx| tx.first_use_of_signature(key_id, &signature, expires_ms, now_ms))?;
     if !first {
         return Err(ApiError::auth_replay());
     }

@@ -2,7 +2,6 @@
 //! checkpointer — started and stopped together.
 
 use crate::app::App;
-use crate::store;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread::JoinHandle;
@@ -13,8 +12,6 @@ const CHECKPOINT_EVERY: Duration = Duration::from_millis(250);
 /// How often the size of the `-wal` file is compared with its limit: a few MB of WAL can be
 /// written in one checkpoint interval under load, and this is what the limit can overshoot by.
 const WAL_SIZE_EVERY: Duration = Duration::from_millis(50);
-/// Longest a truncating checkpoint waits for readers of an older snapshot (writers wait too).
-const TRUNCATE_WAIT: Duration = Duration::from_secs(1);
 /// How often expired replay records are deleted, and how many per transaction.
 const PRUNE_EVERY_MS: i64 = 10_000;
 const PRUNE_CHUNK: usize = 5000;
@@ -46,7 +43,7 @@ impl Background {
 
 /// Runs the WAL checkpoints on their own thread, so that no API request or delivery round pays
 /// for them (pool connections run with `wal_autocheckpoint=0`), and prunes expired replay
-/// records (`store::replay`).
+/// records (`Tx::prune_replay`). The checkpoint itself is the store's (`Store::maintain`).
 struct Checkpointer {
     stop: Arc<AtomicBool>,
     thread: JoinHandle<()>,
@@ -67,7 +64,7 @@ impl Checkpointer {
                     if passive {
                         next_checkpoint += CHECKPOINT_EVERY;
                     }
-                    if let Err(e) = checkpoint(&app, passive) {
+                    if let Err(e) = app.store.maintain(passive, app.config.wal_limit_bytes) {
                         tracing::warn!(error = %e, "WAL checkpoint failed; will retry");
                     }
                     let now_ms = app.clock.now_ms();
@@ -91,42 +88,8 @@ impl Checkpointer {
     }
 }
 
-/// A PASSIVE checkpoint when `passive` or over the limit; and when the `-wal` file has passed
-/// `--wal-limit-mb`, then one that holds the writers until the WAL is copied back and truncated.
-fn checkpoint(app: &App, passive: bool) -> anyhow::Result<()> {
-    let wal = store::wal_path(&app.config.db);
-    let size = std::fs::metadata(&wal).map(|m| m.len()).unwrap_or(0);
-    let over = size > app.config.wal_limit_bytes;
-    if !passive && !over {
-        return Ok(());
-    }
-    let conn = app.pool.get()?;
-    // Over the limit, a PASSIVE checkpoint first copies back what it can while writers go on,
-    // so that the truncating one, which holds them, has only the last frames left to copy.
-    store::checkpoint(&conn)?;
-    if over {
-        let emptied = store::checkpoint_truncate(&conn, TRUNCATE_WAIT)?;
-        if emptied {
-            tracing::debug!(
-                bytes = size,
-                "WAL over its limit: checkpointed and truncated"
-            );
-        } else {
-            tracing::warn!(
-                bytes = size,
-                "WAL over its limit and a reader held an old snapshot; will retry"
-            );
-        }
-    }
-    Ok(())
-}
-
 /// Deletes expired replay records, a chunk per transaction.
 fn prune_replay(app: &App, now_ms: i64) -> anyhow::Result<()> {
-    let mut conn = app.pool.get()?;
-    while store::write_tx(&mut conn, |tx| {
-        store::replay::prune(tx, now_ms, PRUNE_CHUNK)
-    })? == PRUNE_CHUNK
-    {}
+    while app.store.write(|tx| tx.prune_replay(now_ms, PRUNE_CHUNK))? == PRUNE_CHUNK {}
     Ok(())
 }

@@ -54,7 +54,7 @@ pub enum Command {
     /// with mode 0600. The copy holds the API key secrets: keep it as safe as the original.
     Backup {
         #[arg(long, env = "WEBHOOKD_DB")]
-        db: PathBuf,
+        db: String,
         /// The file to write; it must not exist yet.
         #[arg(long, env = "WEBHOOKD_OUT")]
         out: PathBuf,
@@ -65,7 +65,7 @@ pub enum Command {
 pub struct ServeArgs {
     /// SQLite database file (created if absent).
     #[arg(long, env = "WEBHOOKD_DB")]
-    pub db: PathBuf,
+    pub db: String,
     /// Address to listen on: IP:PORT, [IPv6]:PORT, HOST:PORT (resolved once, at start) or
     /// :PORT (every IPv4 interface).
     #[arg(long, env = "WEBHOOKD_LISTEN", default_value = "127.0.0.1:8080", value_parser = parse_listen)]
@@ -127,7 +127,7 @@ pub enum KeysCommand {
     /// (mode 0600) when it does not exist yet, so that `serve` then prints no first-start key.
     Create {
         #[arg(long, env = "WEBHOOKD_DB")]
-        db: PathBuf,
+        db: String,
         /// Application id the key belongs to; it sees only that app's records.
         #[arg(long, env = "WEBHOOKD_APP")]
         app: String,
@@ -141,14 +141,14 @@ pub enum KeysCommand {
     /// List keys (never their secrets).
     List {
         #[arg(long, env = "WEBHOOKD_DB")]
-        db: PathBuf,
+        db: String,
         #[arg(long)]
         json: bool,
     },
     /// Revoke a key: its requests get 401 from now on.
     Revoke {
         #[arg(long, env = "WEBHOOKD_DB")]
-        db: PathBuf,
+        db: String,
         key_id: String,
     },
 }

@@ -1,13 +1,12 @@
 //! The validated configuration of a running server, with the contract's defaults.
 
 use std::net::{IpAddr, SocketAddr};
-use std::path::PathBuf;
 use std::time::Duration;
 
 /// Everything `serve` needs; built from the CLI, or directly by tests.
 #[derive(Debug, Clone)]
 pub struct Config {
-    pub db: PathBuf,
+    pub db: String,
     pub listen: SocketAddr,
     /// Accepted distance between a request's X-Timestamp and the server clock.
     pub max_skew_secs: u64,
@@ -49,7 +48,7 @@ pub struct Config {
 
 impl Config {
     /// The contract's defaults for a database path.
-    pub fn new(db: impl Into<PathBuf>) -> Self {
+    pub fn new(db: impl Into<String>) -> Self {
         Config {
             db: db.into(),
             listen: SocketAddr::from(([127, 0, 0, 1], 8080)),

@@ -161,39 +161,19 @@ impl fmt::Display for ApiError {
 
 impl std::error::Error for ApiError {}
 
-/// SQLite's "cannot write" errors become 503s that say what to fix (contract §10); anything
+/// The store's unavailable causes become 503s that say what to fix (contract §10); anything
 /// else is an internal error.
-impl From<rusqlite::Error> for ApiError {
-    fn from(err: rusqlite::Error) -> Self {
-        use rusqlite::ErrorCode;
-        match err.sqlite_error_code() {
-            Some(ErrorCode::DiskFull) => {
-                tracing::warn!(error = %err, "database write failed: disk full");
-                ApiError::disk_full()
+impl From<crate::store::StoreError> for ApiError {
+    fn from(err: crate::store::StoreError) -> Self {
+        use crate::store::StoreError;
+        match err {
+            StoreError::DiskFull(message) => {
+                Self::new(StatusCode::SERVICE_UNAVAILABLE, 50301, message)
             }
-            Some(ErrorCode::ReadOnly) => {
-                tracing::warn!(error = %err, "database write failed: read-only");
-                ApiError::unwritable(
-                    "the database is read-only: webhookd needs write permission on the database file and its folder, on a file system mounted read-write",
-                )
-            }
-            Some(ErrorCode::SystemIoFailure | ErrorCode::CannotOpen) => {
-                tracing::warn!(error = %err, "database I/O failed");
-                ApiError::unwritable(
-                    "the database cannot be read or written (I/O error); check the disk holding it and the server log",
-                )
-            }
-            _ => ApiError::internal(format!("database: {err}")),
+            StoreError::Unwritable(message) => ApiError::unwritable(message),
+            StoreError::Aborted => ApiError::internal("a store transaction was rolled back"),
+            StoreError::Other(e) => ApiError::internal(format!("database: {e:#}")),
         }
-    }
-}
-
-impl From<r2d2::Error> for ApiError {
-    fn from(err: r2d2::Error) -> Self {
-        tracing::warn!(error = %err, "no database connection");
-        ApiError::unwritable(
-            "no connection to the database could be opened; check the database file, its disk and the server log",
-        )
     }
 }
 
@@ -203,22 +183,19 @@ pub type ApiResult<T> = Result<T, ApiError>;
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn sqlite(code: i32) -> rusqlite::Error {
-        rusqlite::Error::SqliteFailure(rusqlite::ffi::Error::new(code), None)
-    }
+    use crate::store::StoreError;
 
     #[test]
     fn unwritable_database_errors_are_503_with_their_own_codes() {
-        let full = ApiError::from(sqlite(rusqlite::ffi::SQLITE_FULL));
+        let full = ApiError::from(StoreError::DiskFull(
+            "the disk holding the database is full".into(),
+        ));
         assert_eq!((full.status.as_u16(), full.code), (503, 50301));
         assert!(full.message.contains("disk holding the database is full"));
-        let ro = ApiError::from(sqlite(rusqlite::ffi::SQLITE_READONLY));
+        let ro = ApiError::from(StoreError::Unwritable("the database is read-only".into()));
         assert_eq!((ro.status.as_u16(), ro.code), (503, 50302));
         assert!(ro.message.contains("read-only"));
-        let io = ApiError::from(sqlite(rusqlite::ffi::SQLITE_IOERR));
-        assert_eq!(io.code, 50302);
-        let other = ApiError::from(sqlite(rusqlite::ffi::SQLITE_CONSTRAINT));
+        let other = ApiError::from(StoreError::Other(anyhow::anyhow!("constraint")));
         assert_eq!(other.code, 50001);
     }
 }

@@ -5,8 +5,10 @@
 //! - `server`: the hyper 1 accept loop (`wire`: hyper's protocol-error replies in the
 //!   envelope); `api`: the router and one file per resource;
 //!   `auth`: inbound request signatures; `error`: the one API error type and the envelope.
-//! - `store`: every SQL statement, one file per table, over an r2d2 pool of SQLite connections.
-//!   `store::postgres`: the PostgreSQL pool and versioned schema (groundwork for contract §16).
+//! - `store`: the `Store` / `Tx` traits every caller uses (`Arc<dyn Store>`), `StoreError`, and
+//!   the record types, one file per table. `store::sqlite`: every SQLite statement, one file
+//!   per table, over an r2d2 pool (`SqliteStore`). `store::postgres`: the PostgreSQL pool and
+//!   versioned schema (contract §16). Nothing outside `store` names a database driver.
 //! - `cron`: cron parsing and next-fire computation in a time zone (pure).
 //! - `scheduler`: fires due schedules into tasks; `delivery`: the blocking worker pool that
 //!   sends tasks; `retry`, `signing`, `filter`: pure helpers of the delivery path.

@@ -138,7 +138,6 @@ fn config_from(args: ServeArgs) -> anyhow::Result<Config> {
 /// Starts the server. The listener is bound before the database is opened and the first-start
 /// key made: a start that fails (port taken, bad file) creates and prints no key.
 fn serve(args: ServeArgs) -> anyhow::Result<()> {
-    refuse_postgres(&args.db)?;
     let config = config_from(args)?;
     let clock = Arc::new(SystemClock);
     let listener = std::net::TcpListener::bind(config.listen).map_err(|e| {
@@ -149,16 +148,13 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
     })?;
     listener.set_nonblocking(true)?;
     {
-        let pool = store::open(&config.db, 1)
+        let store = store::open(&config.db, 1)
             .map_err(|e| UsageError(format!("--db (env WEBHOOKD_DB): {e:#}")))?;
-        let conn = pool.get()?;
-        if store::keys::count(&conn)? == 0 {
-            let key = store::keys::create(&conn, "default", "bootstrap", clock.now_ms())?;
+        if store.read(|tx| tx.count_keys())? == 0 {
+            let key = store.write(|tx| tx.create_key("default", "bootstrap", clock.now_ms()))?;
             eprintln!(
                 "webhookd: first start — created API key for app 'default':\n  key id: {}\n  secret: {}\nIt is shown only this once. Make more with: webhookd keys create --db {} --app APP --name NAME",
-                key.key_id,
-                key.secret,
-                config.db.display()
+                key.key_id, key.secret, config.db
             );
         }
     }
@@ -200,31 +196,26 @@ async fn shutdown_signal() {
     tracing::info!("shutting down: finishing in-flight deliveries");
 }
 
-/// `--db` given a `postgres://` URL: refused (exit 2) until the PostgreSQL store is complete
-/// (contract §16, docs/dev/storage.md), rather than taken for a file path named "postgres:".
-fn refuse_postgres(db: &std::path::Path) -> Result<(), UsageError> {
-    match db.to_str() {
-        Some(text) if store::postgres::is_url(text) => Err(UsageError(format!(
-            "--db {}: the PostgreSQL store is not complete in this build (its schema and pool exist, the records do not yet live there); give --db a SQLite file path",
-            store::postgres::redact(text)
-        ))),
-        _ => Ok(()),
+/// `webhookd backup` given a `postgres://` URL: refused (contract §16), a PostgreSQL database
+/// is copied with its own tools.
+fn refuse_postgres_backup(db: &str) -> Result<(), UsageError> {
+    if store::postgres::is_url(db) {
+        return Err(UsageError(format!(
+            "--db {}: backup copies SQLite files only; back up a PostgreSQL database with pg_dump (e.g. pg_dump --format=custom --file webhookd.dump <url>)",
+            store::postgres::redact(db)
+        )));
     }
+    Ok(())
 }
 
-fn open_for_keys(db: &Path, create: bool) -> anyhow::Result<store::Conn> {
-    refuse_postgres(db)?;
-    if !create && !db.exists() {
+fn open_for_keys(db: &str, create: bool) -> anyhow::Result<Arc<dyn store::Store>> {
+    if !create && !store::postgres::is_url(db) && !Path::new(db).exists() {
         return Err(UsageError(format!(
-            "--db (env WEBHOOKD_DB): {} does not exist; start `webhookd serve --db {}` once, or check the path",
-            db.display(),
-            db.display()
+            "--db (env WEBHOOKD_DB): {db} does not exist; start `webhookd serve --db {db}` once, or check the path"
         ))
         .into());
     }
-    let pool =
-        store::open(db, 1).map_err(|e| UsageError(format!("--db (env WEBHOOKD_DB): {e:#}")))?;
-    Ok(pool.get()?)
+    Ok(store::open(db, 1).map_err(|e| UsageError(format!("--db (env WEBHOOKD_DB): {e:#}")))?)
 }
 
 fn keys(command: KeysCommand) -> anyhow::Result<()> {
@@ -247,8 +238,8 @@ fn keys(command: KeysCommand) -> anyhow::Result<()> {
                 )
                 .into());
             }
-            let conn = open_for_keys(&db, true)?;
-            let key = store::keys::create(&conn, &app, &name, SystemClock.now_ms())?;
+            let store = open_for_keys(&db, true)?;
+            let key = store.write(|tx| tx.create_key(&app, &name, SystemClock.now_ms()))?;
             if json {
                 println!("{}", serde_json::to_string(&key)?);
             } else {
@@ -259,8 +250,8 @@ fn keys(command: KeysCommand) -> anyhow::Result<()> {
             }
         }
         KeysCommand::List { db, json } => {
-            let conn = open_for_keys(&db, false)?;
-            let keys = store::keys::list(&conn)?;
+            let store = open_for_keys(&db, false)?;
+            let keys = store.read(|tx| tx.list_keys())?;
             let text = if json {
                 serde_json::to_string(&keys)?
             } else {
@@ -280,8 +271,8 @@ fn keys(command: KeysCommand) -> anyhow::Result<()> {
             }
         }
         KeysCommand::Revoke { db, key_id } => {
-            let conn = open_for_keys(&db, false)?;
-            if !store::keys::revoke(&conn, &key_id, SystemClock.now_ms())? {
+            let store = open_for_keys(&db, false)?;
+            if !store.write(|tx| tx.revoke_key(&key_id, SystemClock.now_ms()))? {
                 anyhow::bail!("no active key {key_id} (see `webhookd keys list`)");
             }
             println!("revoked {key_id}");
@@ -356,21 +347,10 @@ fn healthcheck(url: &str) -> anyhow::Result<()> {
 /// reads one snapshot in a single read transaction, so writers are not blocked and every
 /// commit made before it started is in the copy. The file is created first, exclusively and
 /// with mode 0600 (it holds the key secrets), so an existing file is never overwritten.
-fn backup(db: &Path, out: &Path) -> anyhow::Result<()> {
-    refuse_postgres(db)?;
-    if !db.is_file() {
-        return Err(UsageError(format!(
-            "--db (env WEBHOOKD_DB): {} does not exist or is not a file",
-            db.display()
-        ))
-        .into());
-    }
-    let source =
-        rusqlite::Connection::open_with_flags(db, rusqlite::OpenFlags::SQLITE_OPEN_READ_WRITE)
-            .with_context(|| format!("cannot open database {}", db.display()))?;
-    store::check_is_ours(&source, db)
+fn backup(db: &str, out: &Path) -> anyhow::Result<()> {
+    refuse_postgres_backup(db)?;
+    let source = store::open_existing(db)
         .map_err(|e| UsageError(format!("--db (env WEBHOOKD_DB): {e:#}")))?;
-    source.busy_timeout(std::time::Duration::from_secs(30))?;
     {
         use std::os::unix::fs::OpenOptionsExt;
         std::fs::OpenOptions::new()
@@ -387,23 +367,14 @@ fn backup(db: &Path, out: &Path) -> anyhow::Result<()> {
                 UsageError(format!("--out (env WEBHOOKD_OUT): {} {why}", out.display()))
             })?;
     }
-    let copied = (|| -> anyhow::Result<()> {
-        let target = out.to_str().context("--out: the path is not valid UTF-8")?;
-        source
-            .execute("VACUUM INTO ?1", [target])
-            .context("the copy failed")?;
-        let copy = rusqlite::Connection::open(out)?;
-        let check: String = copy.query_row("PRAGMA quick_check", [], |r| r.get(0))?;
-        anyhow::ensure!(check == "ok", "the copy does not check out: {check}");
-        Ok(())
-    })();
+    let copied = source.backup(out);
     if let Err(e) = copied {
         let _ = std::fs::remove_file(out);
         return Err(e);
     }
     eprintln!(
         "webhookd: backed up {} to {} (mode 0600; it holds API key secrets)",
-        db.display(),
+        db,
         out.display()
     );
     Ok(())

@@ -8,8 +8,7 @@
 //! never reported by another one (the caller checks [`is_operator_event`]), so a failing
 //! subscriber cannot start a storm.
 
-use crate::store;
-use rusqlite::Connection;
+use crate::store::{StoreError, Tx};
 use serde_json::{Value, json};
 
 /// Every operator event's name starts with this; client events may not.
@@ -110,19 +109,19 @@ impl OperatorEvent {
 /// per enabled endpoint subscribed to it with a `webhookd.` pattern. Returns the event's id and
 /// how many tasks it made.
 pub fn publish(
-    conn: &Connection,
+    tx: &mut dyn Tx,
     app_id: &str,
     event: &OperatorEvent,
     now_ms: i64,
-) -> rusqlite::Result<(i64, usize)> {
+) -> Result<(i64, usize), StoreError> {
     let name = event.name();
-    let targets: Vec<_> = store::endpoints::enabled_targets(conn, app_id)?
+    let targets: Vec<_> = tx
+        .list_enabled_targets(app_id)?
         .into_iter()
         .filter(|t| crate::filter::matches_prefixed(t.filter_events.as_deref(), PREFIX, name))
         .collect();
     let payload = event.payload().to_string();
-    let id =
-        store::events::insert_with_tasks(conn, app_id, name, None, &payload, &targets, now_ms)?;
+    let id = tx.insert_event_with_tasks(app_id, name, None, &payload, &targets, now_ms)?;
     Ok((id, targets.len()))
 }
 

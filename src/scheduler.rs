@@ -18,9 +18,8 @@
 use crate::app::App;
 use crate::clock::{from_ms, rfc3339};
 use crate::cron::CronSchedule;
-use crate::store::{self, endpoints::Target, schedules::Firing, tasks::NewTask};
+use crate::store::{StoreError, Tx, endpoints::Target, schedules::Firing, tasks::NewTask};
 use chrono::{DateTime, TimeDelta, Utc};
-use rusqlite::Connection;
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -101,18 +100,26 @@ fn run(app: &App, stop: &AtomicBool) {
     }
 }
 
+/// How long the scheduler waits before looking again when schedules are due but another node
+/// is firing them.
+const BUSY_ELSEWHERE_PAUSE: Duration = Duration::from_millis(20);
+
 /// Fires one batch of due schedules. Returns how long to sleep before the next is due, or
 /// `None` when the batch was full and more may be due already.
 fn tick(app: &App, crons: &mut CronCache) -> anyhow::Result<Option<Duration>> {
     let now = app.clock.now();
-    let mut conn = app.pool.get()?;
-    let (tasks, lag_ms, full) = store::write_tx(&mut conn, |tx| {
+    let (tasks, lag_ms, full, none_due) = app.store.write(|tx| {
+        let due = tx.due_schedules(now.timestamp_millis(), BATCH)?;
         let mut batch = Batch::new(tx, app, now);
-        let due = store::schedules::due(tx, now.timestamp_millis(), BATCH)?;
         for firing in &due {
             batch.fire_due(crons, firing)?;
         }
-        Ok::<_, rusqlite::Error>((batch.tasks, batch.lag_ms, due.len() == BATCH))
+        Ok::<_, StoreError>((
+            batch.tasks,
+            batch.lag_ms,
+            due.len() == BATCH,
+            due.is_empty(),
+        ))
     })?;
     if tasks > 0 {
         app.delivery_wake.notify();
@@ -126,10 +133,17 @@ fn tick(app: &App, crons: &mut CronCache) -> anyhow::Result<Option<Duration>> {
         return Ok(None);
     }
     let idle = app.config.max_idle;
-    Ok(Some(match store::schedules::earliest_next_run(&conn)? {
+    Ok(Some(match app.store.read(|tx| tx.earliest_next_run())? {
         Some(at) => {
             let wait = u64::try_from(at - now.timestamp_millis()).unwrap_or(0);
-            Duration::from_millis(wait).min(idle)
+            // Due but not ours to fire: another node holds those schedules in its open batch
+            // (PostgreSQL skips locked rows). Look again shortly instead of spinning.
+            let floor = if none_due {
+                BUSY_ELSEWHERE_PAUSE
+            } else {
+                Duration::ZERO
+            };
+            Duration::from_millis(wait).max(floor).min(idle)
         }
         None => idle,
     }))
@@ -140,9 +154,8 @@ fn tick(app: &App, crons: &mut CronCache) -> anyhow::Result<Option<Duration>> {
 /// or `None` when (schedule, `at`) had fired already — or the schedule is not active.
 pub fn fire_at(app: &App, schedule_id: i64, at: DateTime<Utc>) -> anyhow::Result<Option<Vec<i64>>> {
     let now = app.clock.now();
-    let mut conn = app.pool.get()?;
-    let created = store::write_tx(&mut conn, |tx| {
-        let Some(firing) = store::schedules::get_active(tx, schedule_id)? else {
+    let created = app.store.write(|tx| {
+        let Some(firing) = tx.get_active_schedule(schedule_id)? else {
             return Ok(None);
         };
         let cron = CronSchedule::parse(&firing.cron_expr, &firing.timezone)
@@ -159,9 +172,9 @@ pub fn fire_at(app: &App, schedule_id: i64, at: DateTime<Utc>) -> anyhow::Result
 /// `POST /schedules/{id}/trigger`: one `manual` task per target endpoint of the schedule, due
 /// now, with `schedule_id` set, in the caller's transaction. Neither `last_run_at` nor
 /// `next_run_at` moves. Returns the new task ids.
-pub fn trigger(conn: &Connection, firing: &Firing, now_ms: i64) -> rusqlite::Result<Vec<i64>> {
+pub fn trigger(tx: &mut dyn Tx, firing: &Firing, now_ms: i64) -> Result<Vec<i64>, StoreError> {
     Ok(fan_out(
-        conn,
+        tx,
         &mut Targets::default(),
         firing,
         "manual",
@@ -267,7 +280,7 @@ pub fn plan(
 
 /// The work of one transaction of the scheduler.
 struct Batch<'a> {
-    tx: &'a Connection,
+    tx: &'a mut dyn Tx,
     now: DateTime<Utc>,
     grace: TimeDelta,
     targets: Targets,
@@ -278,7 +291,7 @@ struct Batch<'a> {
 }
 
 impl<'a> Batch<'a> {
-    fn new(tx: &'a Connection, app: &App, now: DateTime<Utc>) -> Self {
+    fn new(tx: &'a mut dyn Tx, app: &App, now: DateTime<Utc>) -> Self {
         let secs = app.config.misfire_grace_secs.min(MAX_GRACE_SECS);
         let grace = TimeDelta::seconds(i64::try_from(secs).unwrap_or(0)).max(ON_TIME_SLACK);
         Batch {
@@ -292,10 +305,10 @@ impl<'a> Batch<'a> {
     }
 
     /// Fires a schedule the due query returned, or skips its instants missed beyond the grace.
-    fn fire_due(&mut self, crons: &mut CronCache, firing: &Firing) -> rusqlite::Result<()> {
+    fn fire_due(&mut self, crons: &mut CronCache, firing: &Firing) -> Result<(), StoreError> {
         let Some(cron) = crons.get(firing) else {
             // Not parseable any more (it was when saved): park it rather than spin on it.
-            return store::schedules::advance(self.tx, firing.id, None, None, 0);
+            return self.tx.advance_schedule(firing.id, None, None, 0);
         };
         let due = firing.next_run_at.map_or(self.now, from_ms);
         let catchup = Catchup::parse(&firing.catchup);
@@ -310,7 +323,7 @@ impl<'a> Batch<'a> {
                 "schedule missed runs; skipped them (catchup none, or older than --misfire-grace-secs)"
             );
             let next = plan.next_run_at.map(|t| t.timestamp_millis());
-            return store::schedules::advance(self.tx, firing.id, None, next, skipped);
+            return self.tx.advance_schedule(firing.id, None, next, skipped);
         };
         if plan.skipped > 0 || plan.fire.len() > 1 || *latest > due {
             tracing::info!(
@@ -339,12 +352,13 @@ impl<'a> Batch<'a> {
         at: DateTime<Utc>,
         next_run_at: Option<DateTime<Utc>>,
         mut skipped: i64,
-    ) -> rusqlite::Result<Option<Vec<i64>>> {
+    ) -> Result<Option<Vec<i64>>, StoreError> {
         let at_ms = at.timestamp_millis();
         let mut fired_at = None;
-        let created = if store::schedules::record_firing(self.tx, firing.id, at_ms)? {
+        let created = if self.tx.record_firing(firing.id, at_ms)? {
             let cutoff = at - self.grace - FIRINGS_KEPT;
-            store::schedules::forget_firings(self.tx, firing.id, cutoff.timestamp_millis())?;
+            self.tx
+                .forget_firings(firing.id, cutoff.timestamp_millis())?;
             let out = fan_out(
                 self.tx,
                 &mut self.targets,
@@ -378,7 +392,8 @@ impl<'a> Batch<'a> {
             None
         };
         let next = next_run_at.map(|t| t.timestamp_millis());
-        store::schedules::advance(self.tx, firing.id, fired_at, next, skipped)?;
+        self.tx
+            .advance_schedule(firing.id, fired_at, next, skipped)?;
         Ok(created)
     }
 }
@@ -394,37 +409,34 @@ struct FanOut {
 /// schedule with `overlap: skip` passes over an endpoint that still has an open task of this
 /// schedule (from a firing or a trigger); a trigger (`manual`) always creates its tasks.
 fn fan_out(
-    conn: &Connection,
+    tx: &mut dyn Tx,
     targets: &mut Targets,
     firing: &Firing,
     task_type: &str,
     run_at: i64,
     now_ms: i64,
-) -> rusqlite::Result<FanOut> {
+) -> Result<FanOut, StoreError> {
     let skip_open = task_type == "schedule" && firing.overlap == "skip";
     let mut out = FanOut {
         ids: Vec::new(),
         overlapped: 0,
     };
-    for target in targets.resolve(conn, &firing.app_id, &firing.endpoint_ids)? {
-        if skip_open && store::tasks::schedule_task_open(conn, firing.id, target.id)? {
+    for target in targets.resolve(tx, &firing.app_id, &firing.endpoint_ids)? {
+        if skip_open && tx.schedule_task_open(firing.id, target.id)? {
             out.overlapped += 1;
             continue;
         }
-        out.ids.push(store::tasks::insert(
-            conn,
-            &NewTask {
-                app_id: &firing.app_id,
-                schedule_id: Some(firing.id),
-                event_id: None,
-                endpoint_id: target.id,
-                task_type,
-                payload: &firing.payload,
-                run_at,
-                max_attempts: target.max_attempts,
-                now_ms,
-            },
-        )?);
+        out.ids.push(tx.insert_task(&NewTask {
+            app_id: &firing.app_id,
+            schedule_id: Some(firing.id),
+            event_id: None,
+            endpoint_id: target.id,
+            task_type,
+            payload: &firing.payload,
+            run_at,
+            max_attempts: target.max_attempts,
+            now_ms,
+        })?);
     }
     Ok(out)
 }
@@ -445,14 +457,14 @@ impl Targets {
     /// the app when the list is empty. Missing and disabled endpoints are skipped.
     fn resolve(
         &mut self,
-        conn: &Connection,
+        tx: &mut dyn Tx,
         app_id: &str,
         endpoint_ids: &[i64],
-    ) -> rusqlite::Result<Vec<Target>> {
+    ) -> Result<Vec<Target>, StoreError> {
         let app = match self.0.get(app_id) {
             Some(app) => app,
             None => {
-                let enabled = store::endpoints::enabled_targets(conn, app_id)?;
+                let enabled = tx.list_enabled_targets(app_id)?;
                 let by_id = enabled.iter().enumerate().map(|(i, t)| (t.id, i)).collect();
                 self.0
                     .entry(app_id.to_string())

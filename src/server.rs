@@ -247,8 +247,7 @@ fn close_after(reply: &mut Reply) {
 /// and written, else 503 with the reason (what to fix). No signature needed.
 async fn health(app: Arc<App>, request_id: &str) -> Reply {
     let result = tokio::task::spawn_blocking(move || {
-        let mut conn = app.pool.get()?;
-        app.db_health.check(&mut conn, app.clock.now_ms())
+        app.store.health(app.clock.now_ms()).map_err(ApiError::from)
     })
     .await
     .unwrap_or_else(|e| Err(ApiError::internal(format!("health check panicked: {e}"))));
@@ -278,8 +277,10 @@ fn openapi(request_id: &str) -> Reply {
 /// `GET /metrics`: Prometheus text (contract §9); no signature needed.
 async fn metrics(app: Arc<App>, request_id: &str) -> Reply {
     let rendered = tokio::task::spawn_blocking(move || {
-        let conn = app.pool.get().map_err(|e| e.to_string())?;
-        let counts = crate::store::tasks::count_by_status(&conn).map_err(|e| e.to_string())?;
+        let counts = app
+            .store
+            .read(|tx| tx.count_tasks_by_status())
+            .map_err(|e| e.to_string())?;
         Ok::<_, String>(app.metrics.render(&counts))
     })
     .await
@@ -359,7 +360,6 @@ fn handle_blocking(
     parts: &hyper::http::request::Parts,
     body: Bytes,
 ) -> ApiResult<Value> {
-    let mut conn = app.pool.get()?;
     let now_ms = app.clock.now_ms();
     let path_and_query = parts
         .uri
@@ -367,7 +367,7 @@ fn handle_blocking(
         .map(|pq| pq.as_str())
         .unwrap_or("/");
     let app_id = auth::authenticate(
-        &mut conn,
+        &*app.store,
         now_ms,
         app.config.max_skew_secs,
         &SignedParts {
@@ -397,7 +397,7 @@ fn handle_blocking(
     let mut ctx = Ctx {
         app,
         app_id: &app_id,
-        conn: &mut conn,
+        store: &*app.store,
         now_ms,
     };
     api::dispatch(handler, &mut ctx, &request)
@@ -451,14 +451,14 @@ pub async fn start_on(
     let db = config.db.clone();
     let pool_size = u32::try_from(config.workers + 8).unwrap_or(32);
     let now_ms = clock.now_ms();
-    let pool = tokio::task::spawn_blocking(move || {
-        let pool = crate::store::open(&db, pool_size)?;
-        crate::health::require_writable(&mut *pool.get()?, &db, now_ms)?;
-        Ok::<_, anyhow::Error>(pool)
+    let store = tokio::task::spawn_blocking(move || {
+        let store = crate::store::open(&db, pool_size)?;
+        store.require_writable(now_ms)?;
+        Ok::<_, anyhow::Error>(store)
     })
     .await??;
     let addr = listener.local_addr()?;
-    let app = Arc::new(App::new(config, pool, clock));
+    let app = Arc::new(App::new(config, store, clock));
     let background = crate::background::Background::start(app.clone());
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
     let served = app.clone();
@@ -482,7 +482,7 @@ pub async fn start_on(
         stopped_background?;
         result
     });
-    tracing::info!(%addr, "webhookd listening");
+    tracing::info!(%addr, store = %app.store.describe(), "webhookd listening");
     Ok(Running {
         addr,
         app,

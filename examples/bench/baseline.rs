@@ -105,16 +105,16 @@ fn bare_gets(bench: &Bench, r: &mut Report) {
 /// transaction, for `duration`; returns (rows/s, transactions/s).
 pub fn sqlite_inserts(batch: usize, duration: Duration) -> anyhow::Result<(f64, f64)> {
     let dir = tempfile::tempdir()?;
-    let pool = store::open(&dir.path().join("inserts.sqlite"), 1)?;
+    let pool = store::sqlite::open(&dir.path().join("inserts.sqlite"), 1)?;
     let mut conn = pool.get()?;
     let payload = json!({"sent_us": now_us(), "seq": 123_456}).to_string();
     let start = Instant::now();
     let mut transactions = 0u64;
     while start.elapsed() < duration {
         let now_ms = SystemClock.now_ms();
-        store::write_tx(&mut conn, |tx| -> rusqlite::Result<()> {
+        store::sqlite::write_tx(&mut conn, |tx| -> rusqlite::Result<()> {
             for _ in 0..batch {
-                store::tasks::insert(
+                store::sqlite::tasks::insert(
                     tx,
                     &NewTask {
                         app_id: "bench",

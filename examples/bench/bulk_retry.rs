@@ -30,10 +30,10 @@ const RETRY_AFTER: Duration = Duration::from_secs(2);
 /// Puts one endpoint (`status`) and `n` failed tasks of it in the bench app; returns its id.
 /// Its `filter_events` matches none of the load's events, so it gets only the retried tasks.
 fn fill(db: &Path, n: u64, url: &str, status: &str) -> anyhow::Result<i64> {
-    let pool = store::open(db, 1)?;
+    let pool = store::sqlite::open(db, 1)?;
     let mut conn = pool.get()?;
     let now_ms = SystemClock.now_ms();
-    store::write_tx(&mut conn, |tx| -> rusqlite::Result<i64> {
+    store::sqlite::write_tx(&mut conn, |tx| -> rusqlite::Result<i64> {
         tx.execute(
             "INSERT INTO endpoints (app_id, name, url, method, timeout_ms, filter_events, status, created_at, updated_at)
              VALUES ('bench', 'failed-before', ?1, 'POST', 30000, 'bench.none', ?3, ?2, ?2)",
@@ -196,7 +196,7 @@ fn variant(bench: &mut Bench, status: &str) -> anyhow::Result<()> {
         0
     };
     let pending: i64 = {
-        let pool = store::open(target.db.as_deref().expect("in-process target"), 1)?;
+        let pool = store::sqlite::open(target.db.as_deref().expect("in-process target"), 1)?;
         let conn = pool.get()?;
         conn.query_row(
             "SELECT count(*) FROM tasks WHERE endpoint_id = ?1 AND attempts < 2

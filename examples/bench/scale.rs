@@ -18,7 +18,7 @@ const FAILED_EVERY: u64 = 100;
 /// Inserts `n` finished tasks of the bench app spread over the last seven days (inside the
 /// retention window, so the server keeps them), with one attempt each; returns rows/s.
 fn fill(db: &Path, n: u64) -> anyhow::Result<f64> {
-    let pool = store::open(db, 1)?;
+    let pool = store::sqlite::open(db, 1)?;
     let mut conn = pool.get()?;
     let now_ms = SystemClock.now_ms();
     let week_ms = 7 * 24 * 3600 * 1000;
@@ -27,7 +27,7 @@ fn fill(db: &Path, n: u64) -> anyhow::Result<f64> {
     let mut done = 0;
     while done < n {
         let batch = BATCH.min(n - done);
-        store::write_tx(&mut conn, |tx| -> rusqlite::Result<()> {
+        store::sqlite::write_tx(&mut conn, |tx| -> rusqlite::Result<()> {
             let mut task = tx.prepare_cached(
                 "INSERT INTO tasks (app_id, event_id, endpoint_id, task_type, payload, status, run_at,
                                     attempts, max_attempts, last_status_code, finished_at, created_at, updated_at)

@@ -57,7 +57,7 @@ impl Target {
         let db = db.map_or_else(|| dir.path().join("webhookd.sqlite"), Path::to_path_buf);
         let key = create_keys(&db, 1)?.remove(0);
         prepare(&db)?;
-        let mut config = Config::new(&db);
+        let mut config = Config::new(db.to_string_lossy());
         config.listen = "127.0.0.1:0".parse()?;
         config.shutdown_grace_secs = 2;
         if let Some(workers) = workers {
@@ -277,12 +277,12 @@ impl Target {
 /// Creates `n` API keys of the bench app directly in the database file (creating the file and
 /// its schema when absent), as `webhookd keys create` does.
 fn create_keys(db: &Path, n: usize) -> anyhow::Result<Vec<(String, String)>> {
-    let pool = webhookd::store::open(db, 1)?;
+    let pool = webhookd::store::sqlite::open(db, 1)?;
     let conn = pool.get()?;
     let now_ms = SystemClock.now_ms();
     (0..n)
         .map(|_| {
-            let key = webhookd::store::keys::create(&conn, APP, "bench", now_ms)?;
+            let key = webhookd::store::sqlite::keys::create(&conn, APP, "bench", now_ms)?;
             Ok((key.key_id, key.secret))
         })
         .collect()

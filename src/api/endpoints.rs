@@ -4,7 +4,7 @@ use super::input::{Body, Patch, check_name, check_range, page_object};
 use super::{Ctx, Request, missing, to_data};
 use crate::error::{ApiError, ApiResult};
 use crate::operator::{self, OperatorEvent};
-use crate::store::{self, endpoints::DisabledReason, endpoints::Endpoint};
+use crate::store::{endpoints::DisabledReason, endpoints::Endpoint};
 use serde_json::{Map, Value};
 
 const METHODS: &[&str] = &["GET", "POST", "PUT", "PATCH", "DELETE"];
@@ -160,7 +160,7 @@ const MAX_OVERLAP_SECS: i64 = 604_800;
 const DEFAULT_OVERLAP_SECS: i64 = 86_400;
 
 fn check_policy(ctx: &Ctx<'_>, policy_id: i64) -> ApiResult<()> {
-    match store::policies::get(ctx.conn, ctx.app_id, policy_id)? {
+    match ctx.store.read(|tx| tx.get_policy(ctx.app_id, policy_id))? {
         Some(_) => Ok(()),
         None => Err(ApiError::validation(format!(
             "retry_policy_id: no retry policy {policy_id} in this app"
@@ -173,7 +173,9 @@ fn check_filter(filter: &str) -> ApiResult<()> {
 }
 
 fn load(ctx: &Ctx<'_>, id: i64) -> ApiResult<Endpoint> {
-    store::endpoints::get(ctx.conn, ctx.app_id, id)?.ok_or_else(|| missing("endpoint", id))
+    ctx.store
+        .read(|tx| tx.get_endpoint(ctx.app_id, id))?
+        .ok_or_else(|| missing("endpoint", id))
 }
 
 pub fn create(ctx: &mut Ctx<'_>, req: &Request) -> ApiResult<Value> {
@@ -231,13 +233,15 @@ pub fn create(ctx: &mut Ctx<'_>, req: &Request) -> ApiResult<Value> {
         consecutive_failures: 0,
     };
     body.finish_for(&endpoint)?;
-    to_data(&store::endpoints::insert(ctx.conn, &endpoint)?)
+    to_data(&ctx.store.write(|tx| tx.insert_endpoint(&endpoint))?)
 }
 
 pub fn list(ctx: &mut Ctx<'_>, req: &Request) -> ApiResult<Value> {
     let page = req.query.page()?;
     let status = req.query.one_of("status", &["enabled", "disabled"])?;
-    let (total, items) = store::endpoints::list(ctx.conn, ctx.app_id, status.as_deref(), page)?;
+    let (total, items) = ctx
+        .store
+        .read(|tx| tx.list_endpoints(ctx.app_id, status.as_deref(), page))?;
     page_object(page, total, items)
 }
 
@@ -314,7 +318,7 @@ fn end_overlap(ep: &mut Endpoint) {
 fn save(ctx: &mut Ctx<'_>, endpoint: &mut Endpoint, before: &Endpoint) -> ApiResult<()> {
     if endpoint != before {
         endpoint.updated_at = ctx.now_ms;
-        store::endpoints::update(ctx.conn, endpoint)?;
+        ctx.store.write(|tx| tx.update_endpoint(endpoint))?;
         ctx.app.delivery_wake.notify();
     }
     Ok(())
@@ -362,14 +366,9 @@ pub fn rotate_secret(ctx: &mut Ctx<'_>, req: &Request) -> ApiResult<Value> {
 /// Enable and disable are idempotent. Enabling clears `disabled_reason` and the failure
 /// streak; a client's disable records reason `manual`.
 fn set_status(ctx: &mut Ctx<'_>, id: i64, enabled: bool) -> ApiResult<Value> {
-    let changed = store::endpoints::set_status(
-        ctx.conn,
-        ctx.app_id,
-        id,
-        enabled,
-        DisabledReason::Manual,
-        ctx.now_ms,
-    )?;
+    let changed = ctx.store.write(|tx| {
+        tx.set_endpoint_status(ctx.app_id, id, enabled, DisabledReason::Manual, ctx.now_ms)
+    })?;
     let endpoint = load(ctx, id)?;
     if changed && enabled {
         // Tasks held while it was disabled are due now.
@@ -393,8 +392,8 @@ pub fn delete(ctx: &mut Ctx<'_>, req: &Request) -> ApiResult<Value> {
     req.no_body()?;
     let id = req.id();
     let (app_id, now_ms) = (ctx.app_id, ctx.now_ms);
-    let deleted = store::write_tx(ctx.conn, |tx| {
-        let Some(paused) = store::endpoints::delete_cascade(tx, app_id, id, now_ms)? else {
+    let deleted = ctx.store.write(|tx| {
+        let Some(paused) = tx.delete_endpoint_cascade(app_id, id, now_ms)? else {
             return Ok(false);
         };
         for schedule_id in paused {
@@ -405,7 +404,7 @@ pub fn delete(ctx: &mut Ctx<'_>, req: &Request) -> ApiResult<Value> {
             };
             operator::publish(tx, app_id, &event, now_ms)?;
         }
-        Ok::<_, rusqlite::Error>(true)
+        Ok::<_, crate::store::StoreError>(true)
     })?;
     if !deleted {
         return Err(missing("endpoint", id));
@@ -421,7 +420,7 @@ pub fn delete(ctx: &mut Ctx<'_>, req: &Request) -> ApiResult<Value> {
 pub fn test(ctx: &mut Ctx<'_>, req: &Request) -> ApiResult<Value> {
     req.no_body()?;
     let endpoint = load(ctx, req.id())?;
-    let probe = crate::delivery::probe::run(ctx.app, ctx.conn, &endpoint)
+    let probe = crate::delivery::probe::run(ctx.app, &endpoint)
         .map_err(|e| ApiError::internal(format!("{e:#}")))?;
     to_data(&probe)
 }

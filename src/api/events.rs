@@ -4,7 +4,7 @@
 use super::input::page_object;
 use super::{Ctx, Request, missing, to_data};
 use crate::error::{ApiError, ApiResult};
-use crate::store::{self, events::IDEMPOTENCY_WINDOW_MS};
+use crate::store::events::IDEMPOTENCY_WINDOW_MS;
 use serde_json::Value;
 
 /// `event_name`: 1..=200 characters of `A-Z a-z 0-9 . _ - :`.
@@ -50,24 +50,19 @@ pub fn publish(ctx: &mut Ctx<'_>, req: &Request) -> ApiResult<Value> {
 
     // Check-then-insert inside one IMMEDIATE transaction: concurrent publishes with the same
     // key are serialized by SQLite's write lock, so only the first creates tasks.
-    let (event, created) = store::write_tx(ctx.conn, |tx| -> ApiResult<_> {
+    let (event, created) = ctx.store.write(|tx| -> ApiResult<_> {
         if let Some(key) = &event_key
-            && let Some(first) = store::events::find_by_key(
-                tx,
-                app_id,
-                &event_name,
-                key,
-                now_ms - IDEMPOTENCY_WINDOW_MS,
-            )?
+            && let Some(first) =
+                tx.find_event_by_key(app_id, &event_name, key, now_ms - IDEMPOTENCY_WINDOW_MS)?
         {
             return Ok((first, false));
         }
-        let targets: Vec<_> = store::endpoints::enabled_targets(tx, app_id)?
+        let targets: Vec<_> = tx
+            .list_enabled_targets(app_id)?
             .into_iter()
             .filter(|t| crate::filter::matches(t.filter_events.as_deref(), &event_name))
             .collect();
-        let id = store::events::insert_with_tasks(
-            tx,
+        let id = tx.insert_event_with_tasks(
             app_id,
             &event_name,
             event_key.as_deref(),
@@ -75,7 +70,8 @@ pub fn publish(ctx: &mut Ctx<'_>, req: &Request) -> ApiResult<Value> {
             &targets,
             now_ms,
         )?;
-        let event = store::events::get(tx, app_id, id)?
+        let event = tx
+            .get_event(app_id, id)?
             .ok_or_else(|| ApiError::internal("event vanished inside its transaction"))?;
         Ok((event, !targets.is_empty()))
     })?;
@@ -88,14 +84,18 @@ pub fn publish(ctx: &mut Ctx<'_>, req: &Request) -> ApiResult<Value> {
 pub fn list(ctx: &mut Ctx<'_>, req: &Request) -> ApiResult<Value> {
     let page = req.query.page()?;
     let name = req.query.get("event_name");
-    let (total, items) = store::events::list(ctx.conn, ctx.app_id, name, page)?;
+    let (total, items) = ctx
+        .store
+        .read(|tx| tx.list_events(ctx.app_id, name, page))?;
     page_object(page, total, items)
 }
 
 pub fn get(ctx: &mut Ctx<'_>, req: &Request) -> ApiResult<Value> {
     let id = req.id();
-    let event =
-        store::events::get(ctx.conn, ctx.app_id, id)?.ok_or_else(|| missing("event", id))?;
+    let event = ctx
+        .store
+        .read(|tx| tx.get_event(ctx.app_id, id))?
+        .ok_or_else(|| missing("event", id))?;
     to_data(&event)
 }
 

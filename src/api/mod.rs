@@ -1,5 +1,6 @@
 //! The `/v1` API: a table of routes, each to a handler in one file per resource. Handlers run
-//! on a blocking thread with one pooled database connection; they return the envelope's `data`.
+//! on a blocking thread and reach the database through `ctx.store` (`store::Store`); they return
+//! the envelope's `data`.
 
 pub mod endpoints;
 pub mod events;
@@ -10,7 +11,7 @@ pub mod tasks;
 
 use crate::app::App;
 use crate::error::{ApiError, ApiResult};
-use crate::store::Conn;
+use crate::store::Store;
 use bytes::Bytes;
 use input::{Body, Query};
 use serde_json::Value;
@@ -70,7 +71,7 @@ pub fn dispatch(handler: Handler, ctx: &mut Ctx<'_>, req: &Request) -> ApiResult
     }
     req.query.finish()?;
     // Writing into a file the path no longer names would be lost: 503 instead (contract §10).
-    ctx.app.db_health.file_problem()?;
+    ctx.app.store.quick_check()?;
     let data = handler(ctx, req)?;
     if !req.body_is_blank() && !req.checked.load(Ordering::Relaxed) {
         tracing::error!(
@@ -83,11 +84,11 @@ pub fn dispatch(handler: Handler, ctx: &mut Ctx<'_>, req: &Request) -> ApiResult
     Ok(data)
 }
 
-/// What a handler works with: the server, the caller's app, a database connection, and "now".
+/// What a handler works with: the server, the caller's app, the store, and "now".
 pub struct Ctx<'a> {
     pub app: &'a App,
     pub app_id: &'a str,
-    pub conn: &'a mut Conn,
+    pub store: &'a dyn Store,
     pub now_ms: i64,
 }
 

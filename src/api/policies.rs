@@ -4,7 +4,7 @@ use super::input::{Body, check_name, check_range, page_object};
 use super::{Ctx, Request, missing, to_data};
 use crate::error::{ApiError, ApiResult};
 use crate::retry::Backoff;
-use crate::store::{self, policies::Policy};
+use crate::store::policies::Policy;
 use serde_json::Value;
 
 fn parse_backoff(text: &str) -> ApiResult<String> {
@@ -31,7 +31,9 @@ fn check(policy: &Policy) -> ApiResult<()> {
 }
 
 fn load(ctx: &Ctx<'_>, id: i64) -> ApiResult<Policy> {
-    store::policies::get(ctx.conn, ctx.app_id, id)?.ok_or_else(|| missing("retry policy", id))
+    ctx.store
+        .read(|tx| tx.get_policy(ctx.app_id, id))?
+        .ok_or_else(|| missing("retry policy", id))
 }
 
 pub fn create(ctx: &mut Ctx<'_>, req: &Request) -> ApiResult<Value> {
@@ -62,12 +64,12 @@ pub fn create(ctx: &mut Ctx<'_>, req: &Request) -> ApiResult<Value> {
     };
     check(&policy)?;
     body.finish_for(&policy)?;
-    to_data(&store::policies::insert(ctx.conn, &policy)?)
+    to_data(&ctx.store.write(|tx| tx.insert_policy(&policy))?)
 }
 
 pub fn list(ctx: &mut Ctx<'_>, req: &Request) -> ApiResult<Value> {
     let page = req.query.page()?;
-    let (total, items) = store::policies::list(ctx.conn, ctx.app_id, page)?;
+    let (total, items) = ctx.store.read(|tx| tx.list_policies(ctx.app_id, page))?;
     page_object(page, total, items)
 }
 
@@ -102,7 +104,7 @@ pub fn update(ctx: &mut Ctx<'_>, req: &Request) -> ApiResult<Value> {
     body.finish_for(&before)?;
     if policy != before {
         policy.updated_at = ctx.now_ms;
-        store::policies::update(ctx.conn, &policy)?;
+        ctx.store.write(|tx| tx.update_policy(&policy))?;
     }
     to_data(&policy)
 }
@@ -112,17 +114,17 @@ pub fn delete(ctx: &mut Ctx<'_>, req: &Request) -> ApiResult<Value> {
     req.no_body()?;
     let id = req.id();
     let app_id = ctx.app_id;
-    store::write_tx(ctx.conn, |tx| {
-        if store::policies::get(tx, app_id, id)?.is_none() {
+    ctx.store.write(|tx| {
+        if tx.get_policy(app_id, id)?.is_none() {
             return Err(missing("retry policy", id));
         }
-        let users = store::endpoints::count_using_policy(tx, id)?;
+        let users = tx.count_endpoints_using_policy(id)?;
         if users > 0 {
             return Err(ApiError::conflict(format!(
                 "retry policy {id} is used by {users} endpoint(s); detach it (retry_policy_id: null) first"
             )));
         }
-        store::policies::delete(tx, app_id, id)?;
+        tx.delete_policy(app_id, id)?;
         Ok(())
     })?;
     Ok(serde_json::json!({ "id": id, "deleted": true }))

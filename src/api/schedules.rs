@@ -9,10 +9,7 @@ use super::{Ctx, Request, missing, to_data};
 use crate::clock::{from_ms, is_expressible, parse_instant, rfc3339};
 use crate::cron::CronSchedule;
 use crate::error::{ApiError, ApiResult};
-use crate::store::{
-    self,
-    schedules::{CATCHUP, OVERLAP, Schedule},
-};
+use crate::store::schedules::{CATCHUP, OVERLAP, Schedule};
 use chrono::Datelike;
 use serde_json::{Value, json};
 
@@ -57,7 +54,9 @@ fn check_targets(ctx: &Ctx<'_>, ids: Vec<i64>) -> ApiResult<Vec<i64>> {
             unique.push(id);
         }
     }
-    let found = store::endpoints::names(ctx.conn, ctx.app_id, &unique)?;
+    let found = ctx
+        .store
+        .read(|tx| tx.endpoint_names(ctx.app_id, &unique))?;
     if let Some(id) = unique
         .iter()
         .find(|id| !found.iter().any(|(f, _)| f == *id))
@@ -70,7 +69,9 @@ fn check_targets(ctx: &Ctx<'_>, ids: Vec<i64>) -> ApiResult<Vec<i64>> {
 }
 
 fn load(ctx: &Ctx<'_>, id: i64) -> ApiResult<Schedule> {
-    store::schedules::get(ctx.conn, ctx.app_id, id)?.ok_or_else(|| missing("schedule", id))
+    ctx.store
+        .read(|tx| tx.get_schedule(ctx.app_id, id))?
+        .ok_or_else(|| missing("schedule", id))
 }
 
 /// Loads a schedule an operation is about to change: 409 when it is deleted.
@@ -86,14 +87,14 @@ fn load_live(ctx: &Ctx<'_>, id: i64, operation: &str) -> ApiResult<Schedule> {
 
 /// The record as replied: with `endpoint_names`.
 fn record(ctx: &Ctx<'_>, mut schedule: Schedule) -> ApiResult<Value> {
-    store::schedules::fill_names(ctx.conn, &mut schedule)?;
+    ctx.store.read(|tx| tx.fill_schedule_names(&mut schedule))?;
     to_data(&schedule)
 }
 
 /// Saves a changed schedule, stamps `updated_at`, and wakes the scheduler to re-plan.
 fn save(ctx: &mut Ctx<'_>, schedule: &mut Schedule) -> ApiResult<()> {
     schedule.updated_at = ctx.now_ms;
-    store::schedules::update(ctx.conn, schedule)?;
+    ctx.store.write(|tx| tx.update_schedule(schedule))?;
     ctx.app.scheduler_wake.notify();
     Ok(())
 }
@@ -135,7 +136,7 @@ pub fn create(ctx: &mut Ctx<'_>, req: &Request) -> ApiResult<Value> {
         next_run_at_local: None,
     };
     body.finish_for(&schedule)?;
-    let schedule = store::schedules::insert(ctx.conn, &schedule)?;
+    let schedule = ctx.store.write(|tx| tx.insert_schedule(&schedule))?;
     ctx.app.scheduler_wake.notify();
     record(ctx, schedule)
 }
@@ -143,9 +144,11 @@ pub fn create(ctx: &mut Ctx<'_>, req: &Request) -> ApiResult<Value> {
 pub fn list(ctx: &mut Ctx<'_>, req: &Request) -> ApiResult<Value> {
     let page = req.query.page()?;
     let status = req.query.one_of("status", &["active", "paused"])?;
-    let (total, mut items) = store::schedules::list(ctx.conn, ctx.app_id, status.as_deref(), page)?;
+    let (total, mut items) = ctx
+        .store
+        .read(|tx| tx.list_schedules(ctx.app_id, status.as_deref(), page))?;
     for schedule in &mut items {
-        store::schedules::fill_names(ctx.conn, schedule)?;
+        ctx.store.read(|tx| tx.fill_schedule_names(schedule))?;
     }
     page_object(page, total, items)
 }
@@ -262,9 +265,9 @@ pub fn trigger(ctx: &mut Ctx<'_>, req: &Request) -> ApiResult<Value> {
     check_has_targets(&schedule, "triggered")?;
     let firing = schedule.firing();
     let now_ms = ctx.now_ms;
-    let task_ids = store::write_tx(ctx.conn, |tx| {
-        crate::scheduler::trigger(tx, &firing, now_ms)
-    })?;
+    let task_ids = ctx
+        .store
+        .write(|tx| crate::scheduler::trigger(tx, &firing, now_ms))?;
     if !task_ids.is_empty() {
         ctx.app.delivery_wake.notify();
     }

@@ -8,7 +8,9 @@ use crate::store::{self, tasks::NewTask, tasks::RetryFilter, tasks::Task, tasks:
 use serde_json::{Value, json};
 
 fn load(ctx: &Ctx<'_>, id: i64) -> ApiResult<Task> {
-    store::tasks::get(ctx.conn, ctx.app_id, id)?.ok_or_else(|| missing("task", id))
+    ctx.store
+        .read(|tx| tx.get_task(ctx.app_id, id))?
+        .ok_or_else(|| missing("task", id))
 }
 
 pub fn list(ctx: &mut Ctx<'_>, req: &Request) -> ApiResult<Value> {
@@ -21,7 +23,9 @@ pub fn list(ctx: &mut Ctx<'_>, req: &Request) -> ApiResult<Value> {
         endpoint_id: q.int("endpoint_id")?,
         task_type: q.one_of("task_type", &store::tasks::TASK_TYPES)?,
     };
-    let (total, items) = store::tasks::list(ctx.conn, ctx.app_id, &filter, page)?;
+    let (total, items) = ctx
+        .store
+        .read(|tx| tx.list_tasks(ctx.app_id, &filter, page))?;
     page_object(page, total, items)
 }
 
@@ -32,7 +36,7 @@ pub fn get(ctx: &mut Ctx<'_>, req: &Request) -> ApiResult<Value> {
 pub fn attempts(ctx: &mut Ctx<'_>, req: &Request) -> ApiResult<Value> {
     let page = req.query.page()?;
     let task = load(ctx, req.id())?;
-    let (total, items) = store::attempts::list(ctx.conn, task.id, page)?;
+    let (total, items) = ctx.store.read(|tx| tx.list_attempts(task.id, page))?;
     page_object(page, total, items)
 }
 
@@ -63,16 +67,20 @@ pub fn create(ctx: &mut Ctx<'_>, req: &Request) -> ApiResult<Value> {
     let endpoint_id = body.required_int("endpoint_id")?;
     let payload = Value::Object(body.object("payload")?.unwrap_or_default()).to_string();
     let run_at = body_instant(&body, "run_at")?.unwrap_or(ctx.now_ms);
-    let endpoint = store::endpoints::get(ctx.conn, ctx.app_id, endpoint_id)?.ok_or_else(|| {
-        ApiError::validation(format!(
-            "endpoint_id: no endpoint {endpoint_id} in this app"
-        ))
-    })?;
-    let policy = store::policies::effective(ctx.conn, endpoint.retry_policy_id)?;
+    let endpoint = ctx
+        .store
+        .read(|tx| tx.get_endpoint(ctx.app_id, endpoint_id))?
+        .ok_or_else(|| {
+            ApiError::validation(format!(
+                "endpoint_id: no endpoint {endpoint_id} in this app"
+            ))
+        })?;
+    let policy = ctx
+        .store
+        .read(|tx| tx.effective_policy(endpoint.retry_policy_id))?;
     body.finish_ignoring(READ_ONLY)?;
-    let id = store::tasks::insert(
-        ctx.conn,
-        &NewTask {
+    let id = ctx.store.write(|tx| {
+        tx.insert_task(&NewTask {
             app_id: ctx.app_id,
             schedule_id: None,
             event_id: None,
@@ -82,8 +90,8 @@ pub fn create(ctx: &mut Ctx<'_>, req: &Request) -> ApiResult<Value> {
             run_at,
             max_attempts: i64::from(policy.max_attempts),
             now_ms: ctx.now_ms,
-        },
-    )?;
+        })
+    })?;
     ctx.app.delivery_wake.notify();
     to_data(&load(ctx, id)?)
 }
@@ -91,7 +99,10 @@ pub fn create(ctx: &mut Ctx<'_>, req: &Request) -> ApiResult<Value> {
 pub fn cancel(ctx: &mut Ctx<'_>, req: &Request) -> ApiResult<Value> {
     req.no_body()?;
     let id = req.id();
-    if !store::tasks::cancel(ctx.conn, ctx.app_id, id, ctx.now_ms)? {
+    if !ctx
+        .store
+        .write(|tx| tx.cancel_task(ctx.app_id, id, ctx.now_ms))?
+    {
         let task = load(ctx, id)?;
         return Err(ApiError::conflict(format!(
             "task {id} is {}; only a pending task can be canceled",
@@ -107,14 +118,22 @@ pub fn retry(ctx: &mut Ctx<'_>, req: &Request) -> ApiResult<Value> {
     req.no_body()?;
     let id = req.id();
     let task = load(ctx, id)?;
-    if store::tasks::retry(ctx.conn, ctx.app_id, &[id], ctx.now_ms)?.is_empty() {
+    if ctx
+        .store
+        .write(|tx| tx.retry_tasks(ctx.app_id, &[id], ctx.now_ms))?
+        .is_empty()
+    {
         return Err(ApiError::conflict(
             if task.status != "failed" && task.status != "canceled" {
                 format!(
                     "task {id} is {}; only a failed or canceled task can be retried",
                     task.status
                 )
-            } else if store::endpoints::get(ctx.conn, ctx.app_id, task.endpoint_id)?.is_none() {
+            } else if ctx
+                .store
+                .read(|tx| tx.get_endpoint(ctx.app_id, task.endpoint_id))?
+                .is_none()
+            {
                 format!(
                     "task {id} cannot be retried: its endpoint {} was deleted",
                     task.endpoint_id
@@ -184,15 +203,17 @@ pub fn retry_bulk(ctx: &mut Ctx<'_>, req: &Request) -> ApiResult<Value> {
         until,
     };
     let max = ctx.app.config.bulk_retry_max;
-    let mut ids = store::tasks::retryable_ids(ctx.conn, ctx.app_id, &filter, max + 1)?;
+    let mut ids = ctx
+        .store
+        .read(|tx| tx.retryable_task_ids(ctx.app_id, &filter, max + 1))?;
     let more = ids.len() > max;
     ids.truncate(max);
     let mut count = 0;
     for batch in ids.chunks(BULK_RETRY_BATCH) {
         let now_ms = ctx.app.clock.now().timestamp_millis();
-        let retried = store::write_tx(ctx.conn, |tx| {
-            store::tasks::retry(tx, ctx.app_id, batch, now_ms)
-        })?;
+        let retried = ctx
+            .store
+            .write(|tx| tx.retry_tasks(ctx.app_id, batch, now_ms))?;
         count += retried.len();
         if !retried.is_empty() {
             ctx.app.delivery_wake.notify();

@@ -18,7 +18,7 @@
 //! queue, never in a worker, and never delays others.
 
 use crate::clock::{Clock, GovernorClock};
-use crate::store::{self, endpoints::Limits, tasks::Claimed};
+use crate::store::{StoreError, Tx, endpoints::Limits, tasks::Claimed};
 use governor::clock::Reference as _;
 use governor::middleware::NoOpMiddleware;
 use governor::nanos::Nanos;
@@ -87,12 +87,7 @@ impl Gate {
 
     /// Claims up to `free` tasks, endpoint by endpoint from the cursor, within each endpoint's
     /// limits. Runs inside the dispatcher's write transaction.
-    pub fn walk(
-        &mut self,
-        tx: &rusqlite::Connection,
-        now_ms: i64,
-        free: usize,
-    ) -> rusqlite::Result<Walk> {
+    pub fn walk(&mut self, tx: &mut dyn Tx, now_ms: i64, free: usize) -> Result<Walk, StoreError> {
         let mut walk = Walk {
             claimed: Vec::new(),
             caps: HashMap::new(),
@@ -107,9 +102,7 @@ impl Gate {
         let mut after = start;
         let mut wrapped = false;
         loop {
-            let Some((endpoint_id, earliest_due)) =
-                store::tasks::next_endpoint_with_pending(tx, after)?
-            else {
+            let Some((endpoint_id, earliest_due)) = tx.next_endpoint_with_pending(after)? else {
                 if wrapped || start == 0 {
                     break;
                 }
@@ -125,7 +118,7 @@ impl Gate {
                 wake(&mut walk.wake_at, earliest_due);
                 continue;
             }
-            let Some(limits) = store::endpoints::limits_any(tx, endpoint_id)? else {
+            let Some(limits) = tx.endpoint_limits_any(endpoint_id)? else {
                 continue; // deleted: its tasks are canceled in the delete's transaction
             };
             if !limits.enabled {
@@ -148,13 +141,13 @@ impl Gate {
     /// Claims what one due, enabled endpoint may start now (at most `room`); returns how many.
     fn claim_from(
         &mut self,
-        tx: &rusqlite::Connection,
+        tx: &mut dyn Tx,
         endpoint_id: i64,
         limits: &Limits,
         now_ms: i64,
         room: usize,
         walk: &mut Walk,
-    ) -> rusqlite::Result<usize> {
+    ) -> Result<usize, StoreError> {
         let cap = limits
             .max_in_flight
             .and_then(|n| usize::try_from(n).ok())
@@ -180,7 +173,7 @@ impl Gate {
         // (fewer than 8 workers): that cap limits sends, never their order.
         let in_order = limits.max_in_flight == Some(1);
         let head = if in_order {
-            match store::tasks::in_order_head(tx, endpoint_id)? {
+            match tx.in_order_head(endpoint_id)? {
                 Some((_, due)) if due > now_ms => {
                     wake(&mut walk.wake_at, due); // the head waits to retry: all wait
                     return Ok(0);
@@ -216,10 +209,8 @@ impl Gate {
             return Ok(0);
         }
         let claimed = match head {
-            Some(id) => store::tasks::claim_one(tx, id, now_ms)?
-                .into_iter()
-                .collect(),
-            None => store::tasks::claim_endpoint(tx, endpoint_id, now_ms, allowed)?,
+            Some(id) => tx.claim_task(id, now_ms)?.into_iter().collect(),
+            None => tx.claim_endpoint_tasks(endpoint_id, now_ms, allowed)?,
         };
         let n = claimed.len();
         walk.caps.insert(endpoint_id, cap);

@@ -24,7 +24,7 @@ use crate::app::App;
 use crate::metrics::DeliveryOutcome;
 use crate::operator::{self, OperatorEvent};
 use crate::store::endpoints::DisabledReason;
-use crate::store::{self, tasks::Claimed};
+use crate::store::{self, StoreError, Tx, tasks::Claimed};
 use send::{Sent, Target, Verdict};
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -39,10 +39,19 @@ const MAX_BATCH: usize = 256;
 const MIN_ROUND: Duration = Duration::from_millis(2);
 /// Pause after a database error before the dispatcher tries again.
 const ERROR_PAUSE: Duration = Duration::from_millis(500);
+/// How often a round also takes back tasks whose lease expired (`Tx::rescue_expired_leases`).
+const RESCUE_EVERY_MS: i64 = 1000;
+
+/// A claimed task that waited longer than this for a worker has its lease renewed before it is
+/// sent (`Tx::renew_leases`). A lease is the endpoint's timeout plus 30 s, so a task sent within
+/// this long of its claim still holds 20 s more than its send can take.
+const RENEW_AFTER_MS: i64 = 10_000;
 
 /// A claimed task and where it goes.
 struct Job {
     task: Claimed,
+    /// Epoch ms of the claim (the lease started then).
+    claimed_at: i64,
     target: Arc<Target>,
     /// Most sends to this endpoint at once: a worker skips the job while that many are under
     /// way, so a slow endpoint never holds more workers than its share.
@@ -78,6 +87,9 @@ struct Shared {
     queue: Mutex<JobQueue>,
     queue_ready: Condvar,
     results: Mutex<Vec<Done>>,
+    /// Endpoints of jobs dropped unsent because their lease was lost (`still_ours`): the
+    /// dispatcher releases their place in the fair gate as it does for results.
+    dropped: Mutex<Vec<i64>>,
     /// Claimed tasks whose result is not committed yet: queued, being sent, or reported.
     in_flight: AtomicUsize,
     stopping: AtomicBool,
@@ -103,6 +115,7 @@ impl DeliveryPool {
             queue: Mutex::default(),
             queue_ready: Condvar::new(),
             results: Mutex::default(),
+            dropped: Mutex::default(),
             in_flight: AtomicUsize::new(0),
             stopping: AtomicBool::new(false),
         });
@@ -154,6 +167,13 @@ impl DeliveryPool {
 fn work(shared: &Shared) {
     let app = &shared.app;
     while let Some(job) = next_job(shared) {
+        if !still_ours(app, &job) {
+            sent_one(shared, job.target.endpoint_id);
+            lock(&shared.dropped).push(job.target.endpoint_id);
+            shared.in_flight.fetch_sub(1, Ordering::SeqCst);
+            app.delivery_wake.notify();
+            continue;
+        }
         let quiet = job
             .task
             .event_name
@@ -163,6 +183,24 @@ fn work(shared: &Shared) {
         sent_one(shared, done.endpoint_id);
         lock(&shared.results).push(done);
         app.delivery_wake.notify();
+    }
+}
+
+/// Whether a job that waited in the queue may still be sent: its lease is renewed when it waited
+/// more than [`RENEW_AFTER_MS`]. Not ours any more (another node took it back after the lease
+/// ran out, or the database cannot be reached to say): the job is dropped unsent; the task's
+/// current holder, or the next rescue, delivers it.
+fn still_ours(app: &App, job: &Job) -> bool {
+    let now = app.clock.now_ms();
+    if now - job.claimed_at < RENEW_AFTER_MS {
+        return true;
+    }
+    match app.store.write(|tx| tx.renew_leases(&[job.task.id], now)) {
+        Ok(held) => held.contains(&job.task.id),
+        Err(e) => {
+            tracing::warn!(error = %e, task_id = job.task.id, "cannot renew a task's lease; not sending it");
+            false
+        }
     }
 }
 
@@ -240,9 +278,10 @@ fn sent_one(shared: &Shared, endpoint_id: i64) {
 /// The dispatcher thread: recovery at start, then rounds of commit-and-claim until shutdown.
 fn dispatch(shared: &Shared) {
     let app = &shared.app;
-    let mut conn = loop {
-        match app.pool.get() {
-            Ok(conn) => break conn,
+    // Waits for the database to answer before recovering (a connection may be refused at first).
+    loop {
+        match app.store.read(|_| Ok::<_, StoreError>(())) {
+            Ok(()) => break,
             Err(e) => {
                 tracing::error!(error = %e, "delivery pool: no database connection; retrying");
                 if shared.stopping.load(Ordering::SeqCst) {
@@ -251,12 +290,13 @@ fn dispatch(shared: &Shared) {
                 std::thread::sleep(ERROR_PAUSE);
             }
         }
-    };
-    recover(&mut conn, app.clock.now_ms());
+    }
+    recover(app, app.clock.now_ms());
     let capacity = app.config.workers.saturating_mul(4).max(2);
     let rules = health::Rules::from_hours(app.config.disable_failing_after_hours);
     let mut gate = fair::Gate::new(app.clock.clone(), app.config.default_endpoint_cap());
     let mut last_round: Option<Instant> = None;
+    let mut next_rescue_ms = i64::MIN;
     while !shared.stopping.load(Ordering::SeqCst) {
         if let Some(since) = last_round.map(|t| t.elapsed())
             && since < MIN_ROUND
@@ -276,14 +316,33 @@ fn dispatch(shared: &Shared) {
         for d in &done {
             gate.release(d.endpoint_id);
         }
-        let round = store::write_tx(&mut conn, |tx| {
+        for endpoint_id in std::mem::take(&mut *lock(&shared.dropped)) {
+            gate.release(endpoint_id);
+        }
+        let rescue = now >= next_rescue_ms;
+        let round = app.store.write(|tx| {
             record(tx, &done, &rules)?;
+            if rescue {
+                // Tasks of another node that died mid-delivery (PostgreSQL; SQLite has none).
+                let rescued = tx.rescue_expired_leases(now)?;
+                if rescued > 0 {
+                    tracing::warn!(
+                        tasks = rescued,
+                        "delivery pool: took back tasks whose lease expired"
+                    );
+                }
+            }
             let walk = gate.walk(tx, now, free)?;
-            let jobs = targets(tx, walk.claimed, &walk.caps)?;
-            Ok::<_, rusqlite::Error>((jobs, walk.out_of_room, walk.wake_at))
+            let jobs = targets(tx, walk.claimed, &walk.caps, now)?;
+            Ok::<_, StoreError>((jobs, walk.out_of_room, walk.wake_at))
         });
         let (claimed, out_of_room, wake_at) = match round {
-            Ok(round) => round,
+            Ok(round) => {
+                if rescue {
+                    next_rescue_ms = now.saturating_add(RESCUE_EVERY_MS);
+                }
+                round
+            }
             Err(e) => {
                 tracing::error!(error = %e, "delivery pool: database round failed; retrying");
                 // Nothing was claimed or recorded: the results wait for the next round, and
@@ -309,16 +368,16 @@ fn dispatch(shared: &Shared) {
         };
         app.delivery_wake.wait(wait);
     }
-    drain_at_shutdown(shared, &mut conn);
+    drain_at_shutdown(shared);
 }
 
 /// Start-up: tasks left `running` by a crash are handed back, and pending tasks whose endpoint
 /// no longer exists are canceled.
-fn recover(conn: &mut store::Conn, now_ms: i64) {
-    let recovered = store::write_tx(conn, |tx| {
-        Ok::<_, rusqlite::Error>((
-            store::tasks::requeue_running(tx, now_ms)?,
-            store::tasks::cancel_orphans(tx, now_ms)?,
+fn recover(app: &App, now_ms: i64) {
+    let recovered = app.store.write(|tx| {
+        Ok::<_, StoreError>((
+            tx.requeue_running_tasks(now_ms)?,
+            tx.cancel_orphan_tasks(now_ms)?,
         ))
     });
     match recovered {
@@ -337,15 +396,14 @@ fn recover(conn: &mut store::Conn, now_ms: i64) {
 /// endpoint, and the operator events these cause. An attempt whose task is no longer `running`
 /// is not recorded.
 pub(crate) fn record(
-    tx: &rusqlite::Connection,
+    tx: &mut dyn Tx,
     done: &[Done],
     rules: &health::Rules,
-) -> rusqlite::Result<()> {
+) -> Result<(), StoreError> {
     let mut seen = health::Fold::default();
     for d in done {
         let status_code = d.sent.status.map(i64::from);
-        let recorded = store::tasks::finish_attempt(
-            tx,
+        let recorded = tx.finish_attempt(
             d.task.id,
             d.task.attempt,
             d.verdict.after,
@@ -357,23 +415,20 @@ pub(crate) fn record(
             continue;
         }
         log_outcome(d);
-        store::attempts::insert(
-            tx,
-            &store::attempts::Attempt {
-                id: 0,
-                task_id: d.task.id,
-                attempt: d.task.attempt,
-                started_at: d.sent.started_at,
-                duration_ms: d.sent.duration_ms,
-                status_code,
-                error: d.verdict.error.clone(),
-                response_body: d.sent.body.clone(),
-            },
-        )?;
+        tx.insert_attempt(&store::attempts::Attempt {
+            id: 0,
+            task_id: d.task.id,
+            attempt: d.task.attempt,
+            started_at: d.sent.started_at,
+            duration_ms: d.sent.duration_ms,
+            status_code,
+            error: d.verdict.error.clone(),
+            response_body: d.sent.body.clone(),
+        })?;
         seen.add(d.endpoint_id, d.sent.is_success(), d.at, d.quiet);
         if d.verdict.disable_endpoint
             && let Some(app_id) =
-                store::endpoints::disable_any(tx, d.endpoint_id, DisabledReason::Gone, d.at)?
+                tx.disable_endpoint_any(d.endpoint_id, DisabledReason::Gone, d.at)?
             && !d.quiet
         {
             let event = OperatorEvent::EndpointDisabled {
@@ -389,8 +444,7 @@ pub(crate) fn record(
         }
     }
     for (endpoint_id, endpoint) in seen.into_endpoints() {
-        let disabled = store::endpoints::record_health(
-            tx,
+        let disabled = tx.record_endpoint_health(
             endpoint_id,
             &endpoint.delta,
             health::MIN_FAILURES,
@@ -423,11 +477,11 @@ pub(crate) fn record(
 
 /// `webhookd.task.failed` for a task that just failed for good.
 fn report_failed_task(
-    tx: &rusqlite::Connection,
+    tx: &mut dyn Tx,
     d: &Done,
     last_status_code: Option<i64>,
-) -> rusqlite::Result<()> {
-    let Some(app_id) = store::tasks::app_of(tx, d.task.id)? else {
+) -> Result<(), StoreError> {
+    let Some(app_id) = tx.task_app(d.task.id)? else {
         return Ok(());
     };
     let event = OperatorEvent::TaskFailed {
@@ -492,19 +546,20 @@ fn log_outcome(d: &Done) {
 
 /// Loads the endpoints and retry policies of claimed tasks, once each.
 fn targets(
-    tx: &rusqlite::Connection,
+    tx: &mut dyn Tx,
     claimed: Vec<Claimed>,
     caps: &HashMap<i64, usize>,
-) -> rusqlite::Result<Vec<Job>> {
+    now_ms: i64,
+) -> Result<Vec<Job>, StoreError> {
     let mut targets: HashMap<i64, Option<Arc<Target>>> = HashMap::new();
     let mut jobs = Vec::with_capacity(claimed.len());
     for task in claimed {
         let target = match targets.get(&task.endpoint_id) {
             Some(target) => target.clone(),
             None => {
-                let target = match store::endpoints::get_any(tx, task.endpoint_id)? {
+                let target = match tx.get_endpoint_any(task.endpoint_id)? {
                     Some(ep) => {
-                        let policy = store::policies::effective(tx, ep.retry_policy_id)?;
+                        let policy = tx.effective_policy(ep.retry_policy_id)?;
                         Some(Arc::new(Target::new(&ep, policy)))
                     }
                     None => None,
@@ -516,7 +571,12 @@ fn targets(
         match target {
             Some(target) => {
                 let cap = caps.get(&task.endpoint_id).copied().unwrap_or(1);
-                jobs.push(Job { task, target, cap });
+                jobs.push(Job {
+                    task,
+                    claimed_at: now_ms,
+                    target,
+                    cap,
+                });
             }
             // Cannot happen: the claim joins on the endpoint in this same transaction. Left
             // `running`, the task is handed back at the next start.
@@ -538,7 +598,7 @@ fn hand_out(shared: &Shared, jobs: Vec<Job>) {
 /// Shutdown: claimed tasks not yet sent go back to `pending` at once; sends in flight get the
 /// grace to finish and their results are committed; what is still in flight after the grace is
 /// handed back to `pending` as well.
-fn drain_at_shutdown(shared: &Shared, conn: &mut store::Conn) {
+fn drain_at_shutdown(shared: &Shared) {
     let app = &shared.app;
     let unsent = {
         let mut queue = lock(&shared.queue);
@@ -552,7 +612,7 @@ fn drain_at_shutdown(shared: &Shared, conn: &mut store::Conn) {
     loop {
         let done = std::mem::take(&mut *lock(&shared.results));
         if !done.is_empty() {
-            match store::write_tx(conn, |tx| record(tx, &done, &rules)) {
+            match app.store.write(|tx| record(tx, &done, &rules)) {
                 Ok(()) => {
                     shared.in_flight.fetch_sub(done.len(), Ordering::SeqCst);
                 }
@@ -573,7 +633,10 @@ fn drain_at_shutdown(shared: &Shared, conn: &mut store::Conn) {
             "shutdown grace over: unfinished deliveries go back to pending"
         );
     }
-    if let Err(e) = store::tasks::requeue_running(conn, app.clock.now_ms()) {
+    if let Err(e) = app
+        .store
+        .write(|tx| tx.requeue_running_tasks(app.clock.now_ms()))
+    {
         tracing::error!(error = %e, "delivery pool: cannot hand running tasks back; the next start will");
     }
 }

@@ -7,7 +7,7 @@ use super::{Done, attempt, health, record, send};
 use crate::app::App;
 use crate::clock::rfc3339;
 use crate::retry::RetryPolicy;
-use crate::store::{self, attempts::Attempt, endpoints::Endpoint, tasks::Claimed};
+use crate::store::{self, StoreError, attempts::Attempt, endpoints::Endpoint, tasks::Claimed};
 
 /// What a test delivery made: its task and its one attempt.
 #[derive(Debug, Clone, serde::Serialize)]
@@ -20,7 +20,7 @@ pub struct Probe {
 /// endpoint's `timeout_ms`. Blocking: call it off the async threads (API handlers run on
 /// blocking threads). A failed test is recorded like any failed attempt (a `410 Gone` disables
 /// the endpoint too) but produces no operator event: its caller sees the result.
-pub fn run(app: &App, conn: &mut store::Conn, endpoint: &Endpoint) -> anyhow::Result<Probe> {
+pub fn run(app: &App, endpoint: &Endpoint) -> anyhow::Result<Probe> {
     let now_ms = app.clock.now_ms();
     let payload = serde_json::json!({
         "type": "webhookd.test",
@@ -28,23 +28,20 @@ pub fn run(app: &App, conn: &mut store::Conn, endpoint: &Endpoint) -> anyhow::Re
         "sent_at": rfc3339(now_ms),
     })
     .to_string();
-    let task_id = store::write_tx(conn, |tx| {
-        let id = store::tasks::insert(
-            tx,
-            &store::tasks::NewTask {
-                app_id: &endpoint.app_id,
-                schedule_id: None,
-                event_id: None,
-                endpoint_id: endpoint.id,
-                task_type: "manual",
-                payload: &payload,
-                run_at: now_ms,
-                max_attempts: 1,
-                now_ms,
-            },
-        )?;
-        store::tasks::start_now(tx, id, now_ms)?;
-        Ok::<_, rusqlite::Error>(id)
+    let task_id = app.store.write(|tx| {
+        let id = tx.insert_task(&store::tasks::NewTask {
+            app_id: &endpoint.app_id,
+            schedule_id: None,
+            event_id: None,
+            endpoint_id: endpoint.id,
+            task_type: "manual",
+            payload: &payload,
+            run_at: now_ms,
+            max_attempts: 1,
+            now_ms,
+        })?;
+        tx.start_task_now(id, now_ms)?;
+        Ok::<_, StoreError>(id)
     })?;
     let policy = RetryPolicy {
         max_attempts: 1,
@@ -64,12 +61,13 @@ pub fn run(app: &App, conn: &mut store::Conn, endpoint: &Endpoint) -> anyhow::Re
     let agent = send::agent(&app.config);
     let done: Done = attempt(app, &agent, &target, task, true);
     let rules = health::Rules::from_hours(app.config.disable_failing_after_hours);
-    store::write_tx(conn, |tx| record(tx, std::slice::from_ref(&done), &rules))?;
+    app.store
+        .write(|tx| record(tx, std::slice::from_ref(&done), &rules))?;
     let page = store::Page {
         page: 1,
         page_size: 1,
     };
-    let (_, attempts) = store::attempts::list(conn, task_id, page)?;
+    let (_, attempts) = app.store.read(|tx| tx.list_attempts(task_id, page))?;
     let attempt = attempts
         .into_iter()
         .next()

@@ -2,7 +2,7 @@
 //! tasks with their attempts, and unreferenced events, older than `--retention-days`.
 
 use crate::app::{App, Signal};
-use crate::store;
+use crate::store::{Store, StoreError, Tx};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread::JoinHandle;
@@ -73,12 +73,11 @@ fn run(app: &App, stop: &Stop) {
 
 /// Deletes everything older than `cutoff_ms`, chunk by chunk; stops early at shutdown.
 fn sweep(app: &App, cutoff_ms: i64, stopping: &AtomicBool) -> anyhow::Result<()> {
-    let mut conn = app.pool.get()?;
-    let tasks = in_chunks(&mut conn, stopping, |tx| {
-        store::retention::delete_finished_tasks(tx, cutoff_ms, CHUNK)
+    let tasks = in_chunks(&*app.store, stopping, |tx| {
+        tx.delete_finished_tasks(cutoff_ms, CHUNK)
     })?;
-    let events = in_chunks(&mut conn, stopping, |tx| {
-        store::retention::delete_old_events(tx, cutoff_ms, CHUNK)
+    let events = in_chunks(&*app.store, stopping, |tx| {
+        tx.delete_old_events(cutoff_ms, CHUNK)
     })?;
     if tasks + events > 0 {
         tracing::info!(tasks, events, "retention: deleted old records");
@@ -88,13 +87,13 @@ fn sweep(app: &App, cutoff_ms: i64, stopping: &AtomicBool) -> anyhow::Result<()>
 
 /// Runs `delete` (one chunk per transaction) until it deletes less than a chunk.
 fn in_chunks(
-    conn: &mut rusqlite::Connection,
+    store: &dyn Store,
     stopping: &AtomicBool,
-    delete: impl Fn(&rusqlite::Connection) -> rusqlite::Result<usize>,
-) -> rusqlite::Result<usize> {
+    delete: impl Fn(&mut dyn Tx) -> Result<usize, StoreError>,
+) -> Result<usize, StoreError> {
     let mut total = 0;
     while !stopping.load(Ordering::SeqCst) {
-        let n = store::write_tx(conn, |tx| delete(tx))?;
+        let n = store.write(&delete)?;
         total += n;
         if n < CHUNK {
             break;

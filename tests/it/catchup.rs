@@ -275,9 +275,9 @@ fn a_version_1_database_upgrades_with_the_default_modes() {
         )
         .unwrap();
     }
-    let pool = webhookd::store::open(&db, 1).unwrap();
+    let pool = webhookd::store::sqlite::open(&db, 1).unwrap();
     let conn = pool.get().unwrap();
-    let s = webhookd::store::schedules::get(&conn, "app1", 1)
+    let s = webhookd::store::sqlite::schedules::get(&conn, "app1", 1)
         .unwrap()
         .unwrap();
     assert_eq!(

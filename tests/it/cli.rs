@@ -23,7 +23,7 @@ fn keys_create_json_prints_one_object_and_list_hides_secrets() {
     // keys on a file that does not exist yet: a clear usage error.
     let missing = webhookd(&["keys", "list", "--db", db]);
     assert_eq!(missing.status.code(), Some(2));
-    webhookd::store::open(std::path::Path::new(db), 1).unwrap();
+    webhookd::store::sqlite::open(std::path::Path::new(db), 1).unwrap();
 
     let out = webhookd(&[
         "keys", "create", "--db", db, "--app", "shop", "--name", "ci", "--json",
@@ -95,7 +95,7 @@ fn foreign_and_newer_databases_are_refused_unchanged() {
     {
         // Set the newer version through the pool's one connection and checkpoint it into the
         // file, so nothing is left in the WAL for a later close to write back after `before`.
-        let pool = webhookd::store::open(&newer, 1).unwrap();
+        let pool = webhookd::store::sqlite::open(&newer, 1).unwrap();
         let conn = pool.get().unwrap();
         conn.pragma_update(None, "user_version", webhookd::store::SCHEMA_VERSION + 1)
             .unwrap();
@@ -162,7 +162,7 @@ fn database_file_is_private() {
     use std::os::unix::fs::PermissionsExt;
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("p.sqlite");
-    webhookd::store::open(&db, 1).unwrap();
+    webhookd::store::sqlite::open(&db, 1).unwrap();
     let mode = std::fs::metadata(&db).unwrap().permissions().mode();
     assert_eq!(mode & 0o777, 0o600);
 }

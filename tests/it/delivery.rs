@@ -494,7 +494,7 @@ fn retention_deletes_old_finished_tasks_and_their_attempts() {
     ok(&c, "POST", &format!("/endpoints/{ep}/disable"), None);
     let waiting = task_id(&c, ep);
     server.advance(chrono::Duration::days(31));
-    let pool = webhookd::store::open(&server.db, 1).unwrap();
+    let pool = webhookd::store::sqlite::open(&server.db, 1).unwrap();
     let conn = pool.get().unwrap();
     let count = |sql: &str| conn.query_row(sql, [done], |r| r.get::<_, i64>(0)).unwrap();
     wait_for(WAIT, || {

@@ -84,7 +84,7 @@ fn read_only(db: &Path) -> rusqlite::Connection {
 
 /// `(status, count)` of every task in the file.
 fn statuses(db: &Path) -> Vec<(String, i64)> {
-    webhookd::store::tasks::count_by_status(&read_only(db)).unwrap()
+    webhookd::store::sqlite::tasks::count_by_status(&read_only(db)).unwrap()
 }
 
 /// The task ids (`X-Service-Task-Id`) the receiver has seen.
@@ -168,7 +168,7 @@ fn sigterm_finishes_in_flight_deliveries_and_exits_zero() {
     let exited = wait_for(Duration::from_secs(10), || server.child.try_wait().unwrap());
     let status = exited.expect("webhookd exits after SIGTERM");
     assert_eq!(status.code(), Some(0));
-    let task = webhookd::store::tasks::get(&read_only(&db), "app1", id)
+    let task = webhookd::store::sqlite::tasks::get(&read_only(&db), "app1", id)
         .unwrap()
         .unwrap();
     assert_eq!(

@@ -238,7 +238,7 @@ mod auth {
 
     struct Keyed {
         _dir: tempfile::TempDir,
-        pool: webhookd::store::Pool,
+        store: std::sync::Arc<dyn webhookd::store::Store>,
         key_id: String,
         secret: String,
     }
@@ -247,10 +247,10 @@ mod auth {
         let dir = tempfile::tempdir().unwrap();
         let db = dir.path().join("webhookd.sqlite");
         let (key_id, secret) = crate::support::create_key(&db, "app1");
-        let pool = webhookd::store::open(&db, 2).unwrap();
+        let store = webhookd::store::open(db.to_str().unwrap(), 2).unwrap();
         Keyed {
             _dir: dir,
-            pool,
+            store,
             key_id,
             secret,
         }
@@ -293,8 +293,7 @@ mod auth {
                 pairs.push(("x-key-id", key_id));
             }
             let headers = headers(&pairs);
-            let mut conn = k.pool.get().unwrap();
-            let result = authenticate(&mut conn, NOW_MS, 300, &SignedParts {
+            let result = authenticate(&*k.store, NOW_MS, 300, &SignedParts {
                 headers: &headers,
                 method: "POST",
                 path_and_query: "/v1/events",
@@ -321,10 +320,9 @@ mod auth {
                 ("x-timestamp", timestamp.as_bytes()),
                 ("x-signature", signature.as_bytes()),
             ]);
-            let mut conn = k.pool.get().unwrap();
-            let mut send = |signature: &str| {
+            let send = |signature: &str| {
                 let headers = headers_with(signature);
-                authenticate(&mut conn, NOW_MS, 300, &SignedParts {
+                authenticate(&*k.store, NOW_MS, 300, &SignedParts {
                     headers: &headers,
                     method: "POST",
                     path_and_query: "/v1/events",

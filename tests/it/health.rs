@@ -191,7 +191,7 @@ fn a_full_disk_is_503_50301_until_space_is_freed_and_the_file_stays_sound() {
     std::fs::create_dir_all(&disk).unwrap();
     let _mounted = Mounted::tmpfs(&disk, "6m");
     let db = disk.join("webhookd.sqlite");
-    let server = TestServer::start_with(|config| config.db = db.clone());
+    let server = TestServer::start_with(|config| config.db = db.to_string_lossy().into_owned());
     let c = server.client();
     ok(
         &c,

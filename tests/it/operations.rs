@@ -247,7 +247,7 @@ fn a_start_that_cannot_listen_creates_and_prints_no_key() {
 
     // An existing database without keys: still no key.
     let empty = dir.path().join("empty.sqlite");
-    webhookd::store::open(&empty, 1).unwrap();
+    webhookd::store::sqlite::open(&empty, 1).unwrap();
     let out = webhookd(&["serve", "--db", empty.to_str().unwrap(), "--listen", &addr]);
     assert_eq!(out.status.code(), Some(2));
     assert!(!text(&out.stderr).contains("key id"));

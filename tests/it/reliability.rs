@@ -53,7 +53,7 @@ fn expired_replay_records_are_pruned() {
     let db = server.db.clone();
     let remembered = || {
         let conn = rusqlite::Connection::open(&db).unwrap();
-        webhookd::store::replay::count(&conn).unwrap()
+        webhookd::store::sqlite::replay::count(&conn).unwrap()
     };
     assert!(remembered() >= 5);
     // Past the window of every request sent so far (the client signs with the real clock).
@@ -79,7 +79,7 @@ fn the_wal_stays_bounded_under_sustained_publishing() {
         .as_i64()
         .unwrap();
     assert!(ep > 0);
-    let wal = webhookd::store::wal_path(&server.db);
+    let wal = webhookd::store::sqlite::wal_path(&server.db);
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     let published = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
     // Readers too, each on a pooled connection: the WAL must be emptied while they go on.

@@ -52,7 +52,7 @@ fn first_preview(client: &Client, cron_expr: &str, timezone: &str, from: DateTim
 
 /// The tasks of a schedule, read from the database, oldest first.
 pub(crate) fn tasks_of(server: &TestServer, schedule_id: i64) -> Vec<Task> {
-    let pool = webhookd::store::open(&server.db, 1).unwrap();
+    let pool = webhookd::store::sqlite::open(&server.db, 1).unwrap();
     let filter = TaskFilter {
         schedule_id: Some(schedule_id),
         ..TaskFilter::default()
@@ -62,7 +62,7 @@ pub(crate) fn tasks_of(server: &TestServer, schedule_id: i64) -> Vec<Task> {
         page_size: 1000,
     };
     let (_, mut tasks) =
-        webhookd::store::tasks::list(&pool.get().unwrap(), "app1", &filter, page).unwrap();
+        webhookd::store::sqlite::tasks::list(&pool.get().unwrap(), "app1", &filter, page).unwrap();
     tasks.reverse();
     tasks
 }
@@ -636,7 +636,7 @@ fn firing_twice_for_one_instant_creates_one_set_of_tasks() {
     assert_eq!(tasks_of(&server, minutely).len(), 2);
 
     // As if the move of next_run_at had been lost: the loop meets 12:00 again and skips it.
-    let pool = webhookd::store::open(&server.db, 1).unwrap();
+    let pool = webhookd::store::sqlite::open(&server.db, 1).unwrap();
     pool.get()
         .unwrap()
         .execute(

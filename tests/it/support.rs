@@ -88,12 +88,12 @@ impl TestServer {
         adjust: impl FnOnce(&mut Config),
         manual: Option<Arc<ManualClock>>,
     ) -> TestServer {
-        let mut config = Config::new(dir.path().join("webhookd.sqlite"));
+        let mut config = Config::new(dir.path().join("webhookd.sqlite").to_string_lossy());
         config.listen = "127.0.0.1:0".parse().unwrap();
         config.workers = 4;
         config.shutdown_grace_secs = 2;
         adjust(&mut config);
-        let db = config.db.clone();
+        let db = PathBuf::from(&config.db);
         let (key_id, secret) = key.unwrap_or_else(|| create_key(&db, "app1"));
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
@@ -167,10 +167,11 @@ impl Drop for TestServer {
 
 /// Creates an API key directly in the database file (as `webhookd keys create` does).
 pub fn create_key(db: &std::path::Path, app_id: &str) -> (String, String) {
-    let pool = webhookd::store::open(db, 1).expect("open db");
+    let pool = webhookd::store::sqlite::open(db, 1).expect("open db");
     let conn = pool.get().unwrap();
-    let key = webhookd::store::keys::create(&conn, app_id, "test", Utc::now().timestamp_millis())
-        .unwrap();
+    let key =
+        webhookd::store::sqlite::keys::create(&conn, app_id, "test", Utc::now().timestamp_millis())
+            .unwrap();
     (key.key_id, key.secret)
 }
 

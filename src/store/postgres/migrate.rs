@@ -23,6 +23,7 @@ const UPGRADES: &[&str] = &[
     include_str!("../../../migrations/postgres/delivery_controls.sql"),
     include_str!("../../../migrations/postgres/replay_guard.sql"),
     include_str!("../../../migrations/postgres/visibility.sql"),
+    include_str!("../../../migrations/postgres/lease.sql"),
 ];
 
 /// The schema version this binary writes.

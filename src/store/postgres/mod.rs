@@ -1,15 +1,29 @@
 //! PostgreSQL storage, the groundwork of contract §16: a pool of blocking connections
 //! (`postgres` + `r2d2_postgres`, so the blocking delivery model stays) and the versioned
-//! schema. The record operations still live only in the SQLite store; `docs/dev/storage.md`
-//! describes the `Store` interface both will implement and what remains to build.
+//! schema, and the record operations as free functions over any `postgres::GenericClient`, one
+//! file per table, twins of the SQLite ones (same names and parameters, `$n` placeholders,
+//! `RETURNING id`). `docs/dev/storage.md` describes the `Store` interface both will implement.
 //!
 //! The `postgres` client runs its own small runtime and blocks: call it from plain threads or
 //! `spawn_blocking`, never directly inside an async task.
 
+pub mod attempts;
+pub mod endpoints;
+pub mod events;
+pub mod health;
+pub mod keys;
+pub mod list;
 mod migrate;
+pub mod policies;
+pub mod replay;
+pub mod retention;
+pub mod schedules;
+mod store;
+pub mod tasks;
 mod url;
 
 pub use migrate::{SCHEMA_VERSION, upgrade_with_extra};
+pub use store::{PgStore, PgTx};
 pub use url::{PgUrl, is_url, redact};
 
 use anyhow::Context;
@@ -18,7 +32,9 @@ use r2d2_postgres::PostgresConnectionManager;
 use std::time::Duration;
 
 /// The shared PostgreSQL connection pool.
-pub type PgPool = r2d2::Pool<PostgresConnectionManager<NoTls>>;
+pub type PgPool = r2d2::Pool<Manager>;
+/// The pool's connection manager (no TLS yet: `docs/dev/storage.md`).
+pub type Manager = PostgresConnectionManager<NoTls>;
 
 /// Connects once to `url` (a `postgres://` / `postgresql://` URL), refuses a database of another
 /// program or of a newer webhookd untouched, applies pending schema upgrades, and returns a pool

@@ -5,7 +5,7 @@ use rusqlite::{Connection, params};
 
 /// Records the pair as used until `expires_ms`. False when it is already recorded and has not
 /// expired: a replay. An expired row is taken over, so no separate clean-up has to run first.
-/// Must run inside a write transaction (`store::write_tx`): it is the durable half of the
+/// Must run inside a write transaction (`Store::write`): it is the durable half of the
 /// check, committed before the request is acted on.
 pub fn first_use(
     conn: &Connection,

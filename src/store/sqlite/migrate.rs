@@ -11,12 +11,13 @@ const APPLICATION_ID: i64 = 0x5748_4B44;
 
 /// Upgrade steps: entry `i` takes the schema from version `i` to `i + 1`.
 const UPGRADES: &[&str] = &[
-    include_str!("../../schema.sql"),
-    include_str!("../../migrations/health.sql"),
-    include_str!("../../migrations/schedule_catchup_overlap.sql"),
-    include_str!("../../migrations/delivery_controls.sql"),
-    include_str!("../../migrations/replay_guard.sql"),
-    include_str!("../../migrations/visibility.sql"),
+    include_str!("../../../schema.sql"),
+    include_str!("../../../migrations/health.sql"),
+    include_str!("../../../migrations/schedule_catchup_overlap.sql"),
+    include_str!("../../../migrations/delivery_controls.sql"),
+    include_str!("../../../migrations/replay_guard.sql"),
+    include_str!("../../../migrations/visibility.sql"),
+    include_str!("../../../migrations/lease.sql"),
 ];
 
 /// The schema version this binary writes.

@@ -1,0 +1,64 @@
+//! The `attempts` table on PostgreSQL (twin of the SQLite `attempts` functions).
+
+use crate::store::Page;
+use crate::store::attempts::Attempt;
+use postgres::{Error, GenericClient, Row};
+
+const COLUMNS: &str =
+    "id, task_id, attempt, started_at, duration_ms, status_code, error, response_body";
+
+fn from_row(r: &Row) -> Result<Attempt, Error> {
+    Ok(Attempt {
+        id: r.try_get(0)?,
+        task_id: r.try_get(1)?,
+        attempt: r.try_get(2)?,
+        started_at: r.try_get(3)?,
+        duration_ms: r.try_get(4)?,
+        status_code: r.try_get(5)?,
+        error: r.try_get(6)?,
+        response_body: r.try_get(7)?,
+    })
+}
+
+/// Appends an attempt row (its `id` is ignored), in the delivery pool's result transaction.
+pub fn insert(c: &mut impl GenericClient, a: &Attempt) -> Result<(), Error> {
+    c.execute(
+        "INSERT INTO attempts (task_id, attempt, started_at, duration_ms, status_code, error, response_body)
+         VALUES ($1, $2, $3, $4, $5, $6, $7)",
+        &[
+            &a.task_id,
+            &a.attempt,
+            &a.started_at,
+            &a.duration_ms,
+            &a.status_code,
+            &a.error,
+            &a.response_body,
+        ],
+    )?;
+    Ok(())
+}
+
+/// One page of a task's attempts in the order they were made, and their total count.
+pub fn list(
+    c: &mut impl GenericClient,
+    task_id: i64,
+    page: Page,
+) -> Result<(i64, Vec<Attempt>), Error> {
+    let total: i64 = c
+        .query_one(
+            "SELECT count(*) FROM attempts WHERE task_id = $1",
+            &[&task_id],
+        )?
+        .try_get(0)?;
+    let items = c
+        .query(
+            &format!(
+                "SELECT {COLUMNS} FROM attempts WHERE task_id = $1 ORDER BY id LIMIT $2 OFFSET $3"
+            ),
+            &[&task_id, &page.limit(), &page.offset()],
+        )?
+        .iter()
+        .map(from_row)
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok((total, items))
+}

@@ -1,0 +1,248 @@
+//! The `schedules` table and `schedule_firings` on PostgreSQL, the twin of the SQLite schedule
+//! functions. Every node runs the scheduler: [`due`] locks with `FOR UPDATE SKIP LOCKED`, so two
+//! nodes' ticks split a batch instead of queueing, and [`record_firing`]'s row — not the lock —
+//! is the once-per-(schedule, instant) guarantee (it also holds when an API update moved
+//! `next_run_at` on another node mid-tick).
+
+use super::tasks::{Where, get_of_app};
+use crate::store::Page;
+use crate::store::schedules::{Firing, Schedule};
+use postgres::GenericClient;
+use postgres::Row;
+use serde_json::Value;
+use std::collections::BTreeMap;
+
+const COLUMNS: &str = "id, app_id, name, cron_expr, timezone, payload, status, next_run_at, last_run_at, created_at, updated_at, endpoint_ids, paused_reason, catchup, overlap, skipped_runs";
+const FIRING_COLUMNS: &str =
+    "id, app_id, cron_expr, timezone, payload, endpoint_ids, next_run_at, catchup, overlap";
+
+fn ids_from_json(text: &str) -> Vec<i64> {
+    serde_json::from_str(text).unwrap_or_default()
+}
+
+fn ids_json(ids: &[i64]) -> String {
+    serde_json::to_string(ids).unwrap_or_else(|_| "[]".into())
+}
+
+fn payload_json(s: &Schedule) -> String {
+    Value::Object(s.payload.clone()).to_string()
+}
+
+fn from_row(r: &Row) -> Schedule {
+    let payload: String = r.get(5);
+    let endpoint_ids: String = r.get(11);
+    Schedule {
+        id: r.get(0),
+        app_id: r.get(1),
+        name: r.get(2),
+        cron_expr: r.get(3),
+        timezone: r.get(4),
+        payload: serde_json::from_str(&payload).unwrap_or_default(),
+        status: r.get(6),
+        next_run_at: r.get(7),
+        last_run_at: r.get(8),
+        created_at: r.get(9),
+        updated_at: r.get(10),
+        endpoint_ids: ids_from_json(&endpoint_ids),
+        paused_reason: r.get(12),
+        catchup: r.get(13),
+        overlap: r.get(14),
+        skipped_runs: r.get(15),
+        endpoint_names: BTreeMap::new(),
+        next_run_at_local: None,
+    }
+}
+
+fn firing_from_row(r: &Row) -> Firing {
+    let endpoint_ids: String = r.get(5);
+    Firing {
+        id: r.get(0),
+        app_id: r.get(1),
+        cron_expr: r.get(2),
+        timezone: r.get(3),
+        payload: r.get(4),
+        endpoint_ids: ids_from_json(&endpoint_ids),
+        next_run_at: r.get(6),
+        catchup: r.get(7),
+        overlap: r.get(8),
+    }
+}
+
+/// Inserts `s` (its `id` is ignored) and returns the stored record.
+pub fn insert(c: &mut impl GenericClient, s: &Schedule) -> Result<Schedule, postgres::Error> {
+    let id: i64 = c
+        .query_one(
+            "INSERT INTO schedules (app_id, name, cron_expr, timezone, payload, endpoint_ids, status, next_run_at,
+                                    last_run_at, created_at, updated_at, paused_reason, catchup, overlap, skipped_runs)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)
+             RETURNING id",
+            &[
+                &s.app_id,
+                &s.name,
+                &s.cron_expr,
+                &s.timezone,
+                &payload_json(s),
+                &ids_json(&s.endpoint_ids),
+                &s.status,
+                &s.next_run_at,
+                &s.last_run_at,
+                &s.created_at,
+                &s.updated_at,
+                &s.paused_reason,
+                &s.catchup,
+                &s.overlap,
+                &s.skipped_runs,
+            ],
+        )?
+        .get(0);
+    Ok(Schedule { id, ..s.clone() })
+}
+
+/// Writes every field an API call may change back (`last_run_at` belongs to the scheduler).
+pub fn update(c: &mut impl GenericClient, s: &Schedule) -> Result<(), postgres::Error> {
+    c.execute(
+        "UPDATE schedules SET name = $3, cron_expr = $4, timezone = $5, payload = $6, endpoint_ids = $7,
+         status = $8, next_run_at = $9, updated_at = $10, paused_reason = $11, catchup = $12, overlap = $13
+         WHERE app_id = $1 AND id = $2",
+        &[
+            &s.app_id,
+            &s.id,
+            &s.name,
+            &s.cron_expr,
+            &s.timezone,
+            &payload_json(s),
+            &ids_json(&s.endpoint_ids),
+            &s.status,
+            &s.next_run_at,
+            &s.updated_at,
+            &s.paused_reason,
+            &s.catchup,
+            &s.overlap,
+        ],
+    )?;
+    Ok(())
+}
+
+/// A schedule of an app, deleted ones included.
+pub fn get(
+    c: &mut impl GenericClient,
+    app_id: &str,
+    id: i64,
+) -> Result<Option<Schedule>, postgres::Error> {
+    get_of_app(c, "schedules", COLUMNS, app_id, id, from_row)
+}
+
+/// One page of an app's schedules that are not deleted, newest first, and the total count.
+pub fn list(
+    c: &mut impl GenericClient,
+    app_id: &str,
+    status: Option<&str>,
+    page: Page,
+) -> Result<(i64, Vec<Schedule>), postgres::Error> {
+    Where::app(app_id)
+        .always("status <> 'deleted'")
+        .eq_known("status", status, &["active", "paused"])
+        .page(c, "schedules", COLUMNS, page, from_row)
+}
+
+/// Fills `endpoint_names` (ids no longer found are left out) and `next_run_at_local`.
+pub fn fill_names(c: &mut impl GenericClient, s: &mut Schedule) -> Result<(), postgres::Error> {
+    s.next_run_at_local = s
+        .next_run_at
+        .and_then(|ms| crate::cron::local_rfc3339_ms(ms, &s.timezone));
+    s.endpoint_names = c
+        .query(
+            "SELECT id, name FROM endpoints WHERE app_id = $1 AND id = ANY($2)",
+            &[&s.app_id, &s.endpoint_ids],
+        )?
+        .iter()
+        .map(|r| (r.get::<_, i64>(0).to_string(), r.get(1)))
+        .collect();
+    Ok(())
+}
+
+/// Active schedules due at `now_ms`, earliest first, at most `limit`, locked for the caller's
+/// transaction. Schedules another node's scheduler holds are skipped, not waited for.
+pub fn due(
+    c: &mut impl GenericClient,
+    now_ms: i64,
+    limit: usize,
+) -> Result<Vec<Firing>, postgres::Error> {
+    Ok(c.query(
+        &format!(
+            "SELECT {FIRING_COLUMNS} FROM schedules
+                  WHERE status = 'active' AND next_run_at <= $1 ORDER BY next_run_at LIMIT $2
+                  FOR UPDATE SKIP LOCKED"
+        ),
+        &[&now_ms, &i64::try_from(limit).unwrap_or(i64::MAX)],
+    )?
+    .iter()
+    .map(firing_from_row)
+    .collect())
+}
+
+/// An active schedule by id, whatever its app.
+pub fn get_active(c: &mut impl GenericClient, id: i64) -> Result<Option<Firing>, postgres::Error> {
+    Ok(c.query_opt(
+        &format!("SELECT {FIRING_COLUMNS} FROM schedules WHERE id = $1 AND status = 'active'"),
+        &[&id],
+    )?
+    .as_ref()
+    .map(firing_from_row))
+}
+
+/// The earliest `next_run_at` of all active schedules.
+pub fn earliest_next_run(c: &mut impl GenericClient) -> Result<Option<i64>, postgres::Error> {
+    Ok(c.query_one(
+        "SELECT min(next_run_at) FROM schedules WHERE status = 'active'",
+        &[],
+    )?
+    .get(0))
+}
+
+/// Records that `schedule_id` fired for `scheduled_at`; false when it already had, on this node
+/// or another (a concurrent insert of the same instant waits for the first to commit, then
+/// inserts nothing).
+pub fn record_firing(
+    c: &mut impl GenericClient,
+    schedule_id: i64,
+    scheduled_at: i64,
+) -> Result<bool, postgres::Error> {
+    let n = c.execute(
+        "INSERT INTO schedule_firings (schedule_id, scheduled_at) VALUES ($1, $2)
+         ON CONFLICT DO NOTHING",
+        &[&schedule_id, &scheduled_at],
+    )?;
+    Ok(n == 1)
+}
+
+/// Moves an active schedule on: `next_run_at` always, `last_run_at` when it fired,
+/// `skipped_runs` up by `skipped`. `updated_at` is left alone.
+pub fn advance(
+    c: &mut impl GenericClient,
+    id: i64,
+    fired_at: Option<i64>,
+    next_run_at: Option<i64>,
+    skipped: i64,
+) -> Result<(), postgres::Error> {
+    c.execute(
+        "UPDATE schedules SET last_run_at = coalesce($2, last_run_at), next_run_at = $3,
+         skipped_runs = skipped_runs + $4
+         WHERE id = $1 AND status = 'active'",
+        &[&id, &fired_at, &next_run_at, &skipped],
+    )?;
+    Ok(())
+}
+
+/// Forgets a schedule's firings scheduled before `cutoff_ms`.
+pub fn forget_firings(
+    c: &mut impl GenericClient,
+    schedule_id: i64,
+    cutoff_ms: i64,
+) -> Result<(), postgres::Error> {
+    c.execute(
+        "DELETE FROM schedule_firings WHERE schedule_id = $1 AND scheduled_at < $2",
+        &[&schedule_id, &cutoff_ms],
+    )?;
+    Ok(())
+}

@@ -1,0 +1,593 @@
+//! The `tasks` table on PostgreSQL: the twin of the SQLite task functions, plus the per-task
+//! lease that lets several nodes share one database (contract §16, docs/dev/storage.md).
+//!
+//! A claim marks a task `running` with `claimed_by` = the claiming node and `lease_until` = now
+//! plus the endpoint's timeout plus [`LEASE_MARGIN_MS`]. Claims lock with `FOR UPDATE SKIP LOCKED`, so
+//! concurrent nodes take disjoint rows without waiting on each other. A result is recorded only
+//! by the node that still holds the claim; a running task whose lease ran out goes back to
+//! `pending` ([`rescue_expired_leases`]) and another node may take it.
+
+use crate::store::Page;
+use crate::store::tasks::{AfterAttempt, Claimed, NewTask, RetryFilter, STATUSES, TASK_TYPES};
+use crate::store::tasks::{Task, TaskFilter};
+use postgres::GenericClient;
+use postgres::Row;
+use postgres::types::ToSql;
+
+/// What a lease adds to the endpoint's timeout (ms): a live node has given up on its request
+/// (and recorded it) well before its lease ends, so no other node rescues a task that is still
+/// being delivered.
+pub const LEASE_MARGIN_MS: i64 = 30_000;
+
+const COLUMNS: &str = "id, app_id, schedule_id, event_id, endpoint_id, task_type, payload, status, run_at, attempts, max_attempts, next_attempt_at, last_status_code, last_error, finished_at, created_at, updated_at";
+
+fn from_row(r: &Row) -> Task {
+    let payload: String = r.get(6);
+    Task {
+        id: r.get(0),
+        app_id: r.get(1),
+        schedule_id: r.get(2),
+        event_id: r.get(3),
+        endpoint_id: r.get(4),
+        task_type: r.get(5),
+        payload: serde_json::from_str(&payload).unwrap_or_default(),
+        status: r.get(7),
+        run_at: r.get(8),
+        attempts: r.get(9),
+        max_attempts: r.get(10),
+        next_attempt_at: r.get(11),
+        last_status_code: r.get(12),
+        last_error: r.get(13),
+        finished_at: r.get(14),
+        created_at: r.get(15),
+        updated_at: r.get(16),
+    }
+}
+
+/// A bound parameter of a [`Where`].
+type Param = Box<dyn ToSql + Sync + Send>;
+
+/// The `WHERE` clause of a list request with `$n` parameters, built from the filters given (the
+/// twin of `store::Filters`). Private to this store until it folds into `postgres::list`.
+pub(super) struct Where {
+    clauses: Vec<String>,
+    values: Vec<Param>,
+}
+
+impl Where {
+    /// Rows of one app.
+    pub(super) fn app(app_id: &str) -> Self {
+        Where {
+            clauses: vec!["app_id = $1".into()],
+            values: vec![Box::new(app_id.to_string())],
+        }
+    }
+
+    /// Adds `column <op> $n`. `column` and `op` are the caller's constants.
+    pub(super) fn cmp(mut self, column: &str, op: &str, value: Param) -> Self {
+        self.values.push(value);
+        self.clauses
+            .push(format!("{column} {op} ${}", self.values.len()));
+        self
+    }
+
+    /// Adds `column = $n` when a value is given.
+    pub(super) fn eq(self, column: &str, value: Option<i64>) -> Self {
+        match value {
+            Some(v) => self.cmp(column, "=", Box::new(v)),
+            None => self,
+        }
+    }
+
+    /// Adds `column = 'value'` written into the SQL when it is one of `known` (so the planner
+    /// can use partial indexes on it), else bound like [`Where::eq`].
+    pub(super) fn eq_known(mut self, column: &str, value: Option<&str>, known: &[&str]) -> Self {
+        match value {
+            Some(v) if known.contains(&v) => {
+                self.clauses.push(format!("{column} = '{v}'"));
+                self
+            }
+            Some(v) => self.cmp(column, "=", Box::new(v.to_string())),
+            None => self,
+        }
+    }
+
+    /// Adds a fixed condition with no parameter.
+    pub(super) fn always(mut self, condition: &str) -> Self {
+        self.clauses.push(condition.to_string());
+        self
+    }
+
+    fn condition(&self) -> String {
+        self.clauses.join(" AND ")
+    }
+
+    fn params<'a>(&'a self, extra: &'a [&'a (dyn ToSql + Sync)]) -> Vec<&'a (dyn ToSql + Sync)> {
+        self.values
+            .iter()
+            .map(|v| v.as_ref() as &(dyn ToSql + Sync))
+            .chain(extra.iter().copied())
+            .collect()
+    }
+
+    /// One page of `table` (newest first) and the total count of matches.
+    pub(super) fn page<T>(
+        &self,
+        c: &mut impl GenericClient,
+        table: &str,
+        columns: &str,
+        page: Page,
+        from_row: impl Fn(&Row) -> T,
+    ) -> Result<(i64, Vec<T>), postgres::Error> {
+        let condition = self.condition();
+        let total = c
+            .query_one(
+                &format!("SELECT count(*) FROM {table} WHERE {condition}"),
+                &self.params(&[]),
+            )?
+            .get(0);
+        let n = self.values.len();
+        let (limit, offset) = (page.limit(), page.offset());
+        let items = c
+            .query(
+                &format!(
+                    "SELECT {columns} FROM {table} WHERE {condition} ORDER BY id DESC LIMIT ${} OFFSET ${}",
+                    n + 1,
+                    n + 2
+                ),
+                &self.params(&[&limit, &offset]),
+            )?
+            .iter()
+            .map(from_row)
+            .collect();
+        Ok((total, items))
+    }
+}
+
+/// The row `id` of `table` if it belongs to `app_id`.
+pub(super) fn get_of_app<T>(
+    c: &mut impl GenericClient,
+    table: &str,
+    columns: &str,
+    app_id: &str,
+    id: i64,
+    from_row: impl Fn(&Row) -> T,
+) -> Result<Option<T>, postgres::Error> {
+    Ok(c.query_opt(
+        &format!("SELECT {columns} FROM {table} WHERE app_id = $1 AND id = $2"),
+        &[&app_id, &id],
+    )?
+    .as_ref()
+    .map(from_row))
+}
+
+fn limit_of(limit: usize) -> i64 {
+    i64::try_from(limit).unwrap_or(i64::MAX)
+}
+
+/// Inserts a pending task and returns its id.
+pub fn insert(c: &mut impl GenericClient, t: &NewTask<'_>) -> Result<i64, postgres::Error> {
+    Ok(c.query_one(
+        "INSERT INTO tasks (app_id, schedule_id, event_id, endpoint_id, task_type, payload, status, run_at,
+                            attempts, max_attempts, next_attempt_at, created_at, updated_at)
+         VALUES ($1, $2, $3, $4, $5, $6, 'pending', $7, 0, $8, $7, $9, $9)
+         RETURNING id",
+        &[
+            &t.app_id,
+            &t.schedule_id,
+            &t.event_id,
+            &t.endpoint_id,
+            &t.task_type,
+            &t.payload,
+            &t.run_at,
+            &t.max_attempts,
+            &t.now_ms,
+        ],
+    )?
+    .get(0))
+}
+
+pub fn get(
+    c: &mut impl GenericClient,
+    app_id: &str,
+    id: i64,
+) -> Result<Option<Task>, postgres::Error> {
+    get_of_app(c, "tasks", COLUMNS, app_id, id, from_row)
+}
+
+/// One page, newest first, and the total count of matches (`retrying` = pending tasks that
+/// failed at least one attempt).
+pub fn list(
+    c: &mut impl GenericClient,
+    app_id: &str,
+    f: &TaskFilter,
+    page: Page,
+) -> Result<(i64, Vec<Task>), postgres::Error> {
+    let (status, retrying) = match f.status.as_deref() {
+        Some("retrying") => (None, true),
+        other => (other, false),
+    };
+    let mut filters = Where::app(app_id);
+    if retrying {
+        filters = filters.always("status = 'pending' AND attempts > 0");
+    }
+    filters
+        .eq_known("status", status, &STATUSES)
+        .eq("schedule_id", f.schedule_id)
+        .eq("event_id", f.event_id)
+        .eq("endpoint_id", f.endpoint_id)
+        .eq_known("task_type", f.task_type.as_deref(), &TASK_TYPES)
+        .page(c, "tasks", COLUMNS, page, from_row)
+}
+
+/// `SET` of a claim by node `$node` at `$now` (the parameter numbers are the caller's).
+fn claim_set(node: usize, now: usize) -> String {
+    format!(
+        "status = 'running', claimed_by = ${node}, updated_at = ${now},
+         lease_until = ${now} + coalesce((SELECT e.timeout_ms FROM endpoints e WHERE e.id = t.endpoint_id), 0)
+                       + {LEASE_MARGIN_MS}"
+    )
+}
+
+/// What a claim returns of each task; `claimed_from` reads it in this order.
+const CLAIM_RETURNING: &str = "RETURNING t.id, t.endpoint_id, t.schedule_id, t.event_id,
+    (SELECT event_name FROM events WHERE events.id = t.event_id),
+    t.payload, t.attempts + 1, t.max_attempts, t.next_attempt_at";
+
+fn claimed_from(r: &Row) -> (Option<i64>, Claimed) {
+    (
+        r.get(8),
+        Claimed {
+            id: r.get(0),
+            endpoint_id: r.get(1),
+            schedule_id: r.get(2),
+            event_id: r.get(3),
+            event_name: r.get(4),
+            payload: r.get(5),
+            attempt: r.get(6),
+            max_attempts: r.get(7),
+        },
+    )
+}
+
+/// The first endpoint after `after` (by id) that has pending tasks, and when its earliest one
+/// is due (one seek in `tasks_endpoint_due`).
+pub fn next_endpoint_with_pending(
+    c: &mut impl GenericClient,
+    after: i64,
+) -> Result<Option<(i64, i64)>, postgres::Error> {
+    Ok(c.query_opt(
+        "SELECT endpoint_id, next_attempt_at FROM tasks
+             WHERE status = 'pending' AND endpoint_id > $1 AND next_attempt_at IS NOT NULL
+             ORDER BY endpoint_id, next_attempt_at LIMIT 1",
+        &[&after],
+    )?
+    .map(|r| (r.get(0), r.get(1))))
+}
+
+/// The head of an in-order endpoint: its pending task that became due first (ties by id), and
+/// when it is due now.
+pub fn in_order_head(
+    c: &mut impl GenericClient,
+    endpoint_id: i64,
+) -> Result<Option<(i64, i64)>, postgres::Error> {
+    Ok(c.query_opt(
+        "SELECT id, next_attempt_at FROM tasks
+             WHERE status = 'pending' AND endpoint_id = $1 ORDER BY run_at, id LIMIT 1",
+        &[&endpoint_id],
+    )?
+    .map(|r| (r.get(0), r.get::<_, Option<i64>>(1).unwrap_or(i64::MAX))))
+}
+
+/// Claims for `node` up to `limit` due tasks of one endpoint, earliest due first (ties by id).
+/// Rows another node is claiming right now are skipped, not waited for.
+pub fn claim_endpoint(
+    c: &mut impl GenericClient,
+    node: &str,
+    endpoint_id: i64,
+    now_ms: i64,
+    limit: usize,
+) -> Result<Vec<Claimed>, postgres::Error> {
+    let sql = format!(
+        "WITH due AS (
+             SELECT id FROM tasks
+              WHERE status = 'pending' AND endpoint_id = $1 AND next_attempt_at <= $2
+              ORDER BY next_attempt_at, id LIMIT $3
+              FOR UPDATE SKIP LOCKED)
+         UPDATE tasks t SET {}
+           FROM due WHERE t.id = due.id AND t.status = 'pending'
+         {CLAIM_RETURNING}",
+        claim_set(4, 2)
+    );
+    let mut claimed: Vec<_> = c
+        .query(&sql, &[&endpoint_id, &now_ms, &limit_of(limit), &node])?
+        .iter()
+        .map(claimed_from)
+        .collect();
+    claimed.sort_by_key(|(due, c)| (*due, c.id));
+    Ok(claimed.into_iter().map(|(_, c)| c).collect())
+}
+
+/// Claims for `node` one task of an in-order endpoint by id, if it is still pending, due, and
+/// the endpoint's head with nothing of the endpoint running (on any node).
+///
+/// Two statements under a savepoint: the endpoint row is locked first, so concurrent claimers of
+/// one endpoint take turns; the update then runs with a snapshot taken after the lock was
+/// granted, so it sees a task another node claimed (or handed back for a retry) meanwhile. In
+/// one statement the checks would read the snapshot from before the wait, and two nodes could
+/// each start a task of the endpoint.
+pub fn claim_one(
+    c: &mut impl GenericClient,
+    node: &str,
+    id: i64,
+    now_ms: i64,
+) -> Result<Option<Claimed>, postgres::Error> {
+    let mut tx = c.transaction()?;
+    tx.execute(
+        "SELECT 1 FROM endpoints WHERE id = (SELECT endpoint_id FROM tasks WHERE id = $1)
+         FOR NO KEY UPDATE",
+        &[&id],
+    )?;
+    let sql = format!(
+        "UPDATE tasks t SET {}
+          WHERE t.id = $1 AND t.status = 'pending' AND t.next_attempt_at <= $2
+            AND NOT EXISTS (SELECT 1 FROM tasks o
+                             WHERE o.endpoint_id = t.endpoint_id AND o.id <> t.id
+                               AND (o.status = 'running'
+                                    OR (o.status = 'pending' AND (o.run_at, o.id) < (t.run_at, t.id))))
+         {CLAIM_RETURNING}",
+        claim_set(3, 2)
+    );
+    let claimed = tx
+        .query_opt(&sql, &[&id, &now_ms, &node])?
+        .map(|r| claimed_from(&r).1);
+    tx.commit()?;
+    Ok(claimed)
+}
+
+/// Records the result of attempt `attempt` on a task `node` holds. A task whose endpoint was
+/// deleted while it was in flight is `canceled` instead of going back to `pending`. Returns
+/// false (and changes nothing) when the task is not `running` under `node`'s claim — handed
+/// back, or rescued after the lease ran out and perhaps claimed by another node — so the
+/// caller leaves the attempt unrecorded.
+#[allow(clippy::too_many_arguments)]
+pub fn finish_attempt(
+    c: &mut impl GenericClient,
+    node: &str,
+    task_id: i64,
+    attempt: i64,
+    after: AfterAttempt,
+    last_status_code: Option<i64>,
+    last_error: Option<&str>,
+    now_ms: i64,
+) -> Result<bool, postgres::Error> {
+    let (status, next_attempt_at) = match after {
+        AfterAttempt::Success => ("success", None),
+        AfterAttempt::RetryAt(at) => ("pending", Some(at)),
+        AfterAttempt::Failed => ("failed", None),
+    };
+    let n = c.execute(
+        "UPDATE tasks SET
+            status = CASE WHEN $2::text = 'pending' AND NOT EXISTS
+                (SELECT 1 FROM endpoints e WHERE e.id = tasks.endpoint_id) THEN 'canceled' ELSE $2::text END,
+            finished_at = CASE WHEN $2::text <> 'pending' OR NOT EXISTS
+                (SELECT 1 FROM endpoints e WHERE e.id = tasks.endpoint_id) THEN $7::bigint END,
+            next_attempt_at = CASE WHEN EXISTS
+                (SELECT 1 FROM endpoints e WHERE e.id = tasks.endpoint_id) THEN $4::bigint END,
+            attempts = $3, last_status_code = $5, last_error = $6, updated_at = $7,
+            claimed_by = NULL, lease_until = NULL
+         WHERE id = $1 AND status = 'running' AND claimed_by = $8",
+        &[
+            &task_id,
+            &status,
+            &attempt,
+            &next_attempt_at,
+            &last_status_code,
+            &last_error,
+            &now_ms,
+            &node,
+        ],
+    )?;
+    Ok(n == 1)
+}
+
+/// Marks a task just inserted in the caller's transaction as `running` under `node`'s claim,
+/// so no dispatcher claims it and `node` can record its result (`POST /endpoints/{id}/test`).
+pub fn start_now(
+    c: &mut impl GenericClient,
+    node: &str,
+    id: i64,
+    now_ms: i64,
+) -> Result<(), postgres::Error> {
+    c.execute(
+        &format!(
+            "UPDATE tasks t SET {} WHERE t.id = $1 AND t.status = 'pending'",
+            claim_set(3, 2)
+        ),
+        &[&id, &now_ms, &node],
+    )?;
+    Ok(())
+}
+
+/// Extends `node`'s leases on the given running tasks to now + timeout + margin (a claimed task
+/// waiting in memory for a worker may otherwise outlive its lease). Returns the ids still held:
+/// a task missing from the answer was rescued and must not be sent.
+pub fn renew_leases(
+    c: &mut impl GenericClient,
+    node: &str,
+    ids: &[i64],
+    now_ms: i64,
+) -> Result<Vec<i64>, postgres::Error> {
+    Ok(c.query(
+        "UPDATE tasks t SET lease_until = $3 + coalesce((SELECT e.timeout_ms FROM endpoints e
+                                                               WHERE e.id = t.endpoint_id), 0)
+                                                + $4
+              WHERE t.id = ANY($2) AND t.status = 'running' AND t.claimed_by = $1
+             RETURNING t.id",
+        &[&node, &ids, &now_ms, &LEASE_MARGIN_MS],
+    )?
+    .iter()
+    .map(|r| r.get(0))
+    .collect())
+}
+
+/// The app a task belongs to.
+pub fn app_of(c: &mut impl GenericClient, id: i64) -> Result<Option<String>, postgres::Error> {
+    Ok(
+        c.query_opt("SELECT app_id FROM tasks WHERE id = $1", &[&id])?
+            .map(|r| r.get(0)),
+    )
+}
+
+/// Which running tasks go back to `pending`: a lease that ended, or none at all (a row no
+/// PostgreSQL claim wrote, e.g. copied from a SQLite file).
+const LEASE_OVER: &str = "(lease_until IS NULL OR lease_until <= $1)";
+
+/// Hands running tasks back to `pending`, due at the latest now; clears their claim.
+fn hand_back(
+    c: &mut impl GenericClient,
+    which: &str,
+    params: &[&(dyn ToSql + Sync)],
+) -> Result<usize, postgres::Error> {
+    let n = c.execute(
+        &format!(
+            "UPDATE tasks SET status = 'pending', claimed_by = NULL, lease_until = NULL,
+                    next_attempt_at = LEAST(coalesce(next_attempt_at, $1), $1), updated_at = $1
+              WHERE status = 'running' AND ({which})"
+        ),
+        params,
+    )?;
+    Ok(usize::try_from(n).unwrap_or(usize::MAX))
+}
+
+/// Running tasks whose lease ended by `now_ms` go back to `pending` (their node died or
+/// stalled): the attempt is made again, by whichever node claims it. Returns how many.
+pub fn rescue_expired_leases(
+    c: &mut impl GenericClient,
+    now_ms: i64,
+) -> Result<usize, postgres::Error> {
+    hand_back(c, LEASE_OVER, &[&now_ms])
+}
+
+/// Start-up and shutdown hand-back on PostgreSQL: `node`'s own running tasks, and every expired
+/// lease, go back to `pending`. Another live node's running tasks are left alone.
+pub fn requeue_running(
+    c: &mut impl GenericClient,
+    node: &str,
+    now_ms: i64,
+) -> Result<usize, postgres::Error> {
+    hand_back(
+        c,
+        &format!("claimed_by = $2 OR {LEASE_OVER}"),
+        &[&now_ms, &node],
+    )
+}
+
+/// Cancels pending tasks whose endpoint no longer exists.
+pub fn cancel_orphans(c: &mut impl GenericClient, now_ms: i64) -> Result<usize, postgres::Error> {
+    let n = c.execute(
+        "UPDATE tasks SET status = 'canceled', finished_at = $1, updated_at = $1, next_attempt_at = NULL,
+         last_error = coalesce(last_error, 'endpoint deleted')
+         WHERE status = 'pending' AND NOT EXISTS (SELECT 1 FROM endpoints e WHERE e.id = tasks.endpoint_id)",
+        &[&now_ms],
+    )?;
+    Ok(usize::try_from(n).unwrap_or(usize::MAX))
+}
+
+/// `POST /tasks/{id}/cancel`: a pending task becomes `canceled`; false when it is not pending.
+pub fn cancel(
+    c: &mut impl GenericClient,
+    app_id: &str,
+    id: i64,
+    now_ms: i64,
+) -> Result<bool, postgres::Error> {
+    let n = c.execute(
+        "UPDATE tasks SET status = 'canceled', finished_at = $3, updated_at = $3, next_attempt_at = NULL
+         WHERE app_id = $1 AND id = $2 AND status = 'pending'",
+        &[&app_id, &id, &now_ms],
+    )?;
+    Ok(n == 1)
+}
+
+/// `POST /tasks/{id}/retry` and `POST /tasks/retry`: the failed or canceled tasks among `ids`
+/// (of `app_id`, endpoint still there) go back to `pending`, due now, attempts reset,
+/// `max_attempts` from the endpoint's current policy. Returns the ids it changed.
+pub fn retry(
+    c: &mut impl GenericClient,
+    app_id: &str,
+    ids: &[i64],
+    now_ms: i64,
+) -> Result<Vec<i64>, postgres::Error> {
+    let default_attempts = i64::from(crate::retry::RetryPolicy::DEFAULT.max_attempts);
+    Ok(c
+        .query(
+            "UPDATE tasks SET status = 'pending', attempts = 0, next_attempt_at = $3, finished_at = NULL,
+                 updated_at = $3,
+                 max_attempts = (SELECT coalesce(p.max_attempts, $4)
+                                 FROM endpoints e LEFT JOIN retry_policies p ON p.id = e.retry_policy_id
+                                 WHERE e.id = tasks.endpoint_id)
+             WHERE id = ANY($2) AND app_id = $1
+               AND status IN ('failed', 'canceled')
+               AND EXISTS (SELECT 1 FROM endpoints e WHERE e.id = tasks.endpoint_id)
+             RETURNING id",
+            &[&app_id, &ids, &now_ms, &default_attempts],
+        )?
+        .iter()
+        .map(|r| r.get(0))
+        .collect())
+}
+
+/// The ids of the tasks `f` matches whose endpoint still exists, lowest first, at most `limit`.
+pub fn retryable_ids(
+    c: &mut impl GenericClient,
+    app_id: &str,
+    f: &RetryFilter,
+    limit: usize,
+) -> Result<Vec<i64>, postgres::Error> {
+    let mut filters = Where::app(app_id)
+        .eq_known("status", Some(f.status), &["failed", "canceled"])
+        .eq("endpoint_id", f.endpoint_id)
+        .eq("schedule_id", f.schedule_id)
+        .eq("event_id", f.event_id)
+        .always("EXISTS (SELECT 1 FROM endpoints e WHERE e.id = tasks.endpoint_id)");
+    if let Some(since) = f.since {
+        filters = filters.cmp("finished_at", ">=", Box::new(since));
+    }
+    if let Some(until) = f.until {
+        filters = filters.cmp("finished_at", "<", Box::new(until));
+    }
+    let limit = limit_of(limit);
+    let sql = format!(
+        "SELECT id FROM tasks WHERE {} ORDER BY id LIMIT ${}",
+        filters.condition(),
+        filters.values.len() + 1
+    );
+    Ok(c.query(&sql, &filters.params(&[&limit]))?
+        .iter()
+        .map(|r| r.get(0))
+        .collect())
+}
+
+/// Whether a task of `schedule_id` for `endpoint_id` is still `pending` or `running`.
+pub fn schedule_task_open(
+    c: &mut impl GenericClient,
+    schedule_id: i64,
+    endpoint_id: i64,
+) -> Result<bool, postgres::Error> {
+    Ok(c.query_one(
+        "SELECT EXISTS (SELECT 1 FROM tasks WHERE schedule_id = $1 AND endpoint_id = $2
+                            AND status IN ('pending', 'running'))",
+        &[&schedule_id, &endpoint_id],
+    )?
+    .get(0))
+}
+
+/// How many tasks are in each status, over every app.
+pub fn count_by_status(c: &mut impl GenericClient) -> Result<Vec<(String, i64)>, postgres::Error> {
+    Ok(
+        c.query("SELECT status, count(*) FROM tasks GROUP BY status", &[])?
+            .iter()
+            .map(|r| (r.get(0), r.get(1)))
+            .collect(),
+    )
+}

@@ -1,0 +1,519 @@
+//! The SQLite store: one file in WAL mode behind an r2d2 pool. Every SQLite statement of
+//! webhookd lives under this module, one file per table, as plain functions over a
+//! `&Connection`; [`SqliteStore`] and [`SqliteTx`] put them behind `store::Store` / `store::Tx`.
+
+pub mod attempts;
+pub mod endpoints;
+pub mod events;
+mod health;
+pub mod keys;
+mod migrate;
+pub mod policies;
+pub mod replay;
+pub mod retention;
+pub mod schedules;
+pub mod tasks;
+mod tx;
+
+pub use health::DbHealth;
+pub use migrate::{SCHEMA_VERSION, check_is_ours};
+pub use tx::SqliteTx;
+
+use crate::store::{Page, StoreError};
+
+use anyhow::{Context, bail};
+use r2d2_sqlite::SqliteConnectionManager;
+use rusqlite::{Connection, OpenFlags};
+use std::collections::HashMap;
+use std::path::Path;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Duration;
+
+/// The shared connection pool.
+pub type Pool = r2d2::Pool<SqliteConnectionManager>;
+/// One pooled connection.
+pub type Conn = r2d2::PooledConnection<SqliteConnectionManager>;
+
+/// Opens (creating with mode 0600 if absent) a webhookd database, refuses foreign or newer
+/// files untouched, applies pending schema upgrades, and returns a pool of `size` connections.
+pub fn open(path: &Path, size: u32) -> anyhow::Result<Pool> {
+    create_private_file(path)?;
+    {
+        let mut conn = Connection::open_with_flags(path, OpenFlags::SQLITE_OPEN_READ_WRITE)
+            .with_context(|| format!("cannot open database {}", path.display()))?;
+        migrate::check_is_ours(&conn, path)?;
+        conn.busy_timeout(Duration::from_secs(10))?;
+        conn.pragma_update(None, "journal_mode", "WAL")
+            .with_context(|| format!("cannot switch {} to WAL mode", path.display()))?;
+        migrate::upgrade(&mut conn)?;
+    }
+    let manager = SqliteConnectionManager::file(path)
+        .with_flags(OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX)
+        .with_init(configure_connection);
+    r2d2::Pool::builder()
+        .max_size(size)
+        .min_idle(Some(1))
+        .connection_timeout(Duration::from_secs(30))
+        .build(manager)
+        .context("cannot build the database connection pool")
+}
+
+/// How long a statement waits for another process's lock before failing with "busy".
+const BUSY_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Per-connection settings. `synchronous=NORMAL` in WAL mode survives a crash of the process;
+/// after a power loss the last few commits may be lost, never corrupted (see README).
+fn configure_connection(conn: &mut Connection) -> rusqlite::Result<()> {
+    conn.busy_timeout(BUSY_TIMEOUT)?;
+    conn.pragma_update(None, "synchronous", "NORMAL")?;
+    conn.pragma_update(None, "temp_store", "MEMORY")?;
+    conn.pragma_update(None, "cache_size", -16_000)?;
+    // Checkpoints run on the server's checkpointer thread (see `checkpoint`), not inside
+    // whichever request happens to commit; a short-lived `keys` command checkpoints on close.
+    conn.pragma_update(None, "wal_autocheckpoint", 0)?;
+    conn.pragma_update(None, "journal_size_limit", 64 * 1024 * 1024)?;
+    conn.set_prepared_statement_cache_capacity(64);
+    Ok(())
+}
+
+/// Creates the file with mode 0600 (it holds secrets) when it does not exist yet.
+fn create_private_file(path: &Path) -> anyhow::Result<()> {
+    if path.exists() {
+        if !path.is_file() {
+            bail!("--db {} is not a regular file", path.display());
+        }
+        // A read-only file or mount would otherwise surface as a puzzling SQLite error (or, in
+        // WAL mode, "unable to open database file"): say what is wrong and what to fix.
+        if let Err(e) = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(path)
+        {
+            bail!(crate::health::unwritable_message(path, &e));
+        }
+        return Ok(());
+    }
+    let mut options = std::fs::OpenOptions::new();
+    options.write(true).create_new(true);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::OpenOptionsExt;
+        options.mode(0o600);
+    }
+    match options.open(path) {
+        Ok(_) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(()),
+        Err(e) => Err(e).with_context(|| {
+            format!(
+                "cannot create database {} (does its folder exist and is it writable?)",
+                path.display()
+            )
+        }),
+    }
+}
+
+/// Copies committed WAL pages back into the database file (PASSIVE: never waits for readers
+/// or writers). The server calls it a few times a second from one background thread.
+pub fn checkpoint(conn: &Connection) -> rusqlite::Result<()> {
+    conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |_| Ok(()))
+}
+
+/// The `-wal` file beside a database file.
+pub fn wal_path(db: &Path) -> std::path::PathBuf {
+    let mut name = db.as_os_str().to_owned();
+    name.push("-wal");
+    name.into()
+}
+
+/// Copies every WAL page back and truncates the `-wal` file to zero, holding the in-process
+/// writer lock meanwhile (writers wait, readers go on). PASSIVE checkpoints alone cannot bound
+/// the WAL under sustained load: SQLite only rewinds it when a writer starts while no reader is
+/// still using it, which never happens while requests keep coming (BENCHMARKS.md). Waits at
+/// most `wait` for readers on older snapshots; returns whether the WAL was emptied.
+pub fn checkpoint_truncate(conn: &Connection, wait: Duration) -> rusqlite::Result<bool> {
+    let lock = writer_lock(conn);
+    let _queued = lock.lock().unwrap_or_else(|e| e.into_inner());
+    conn.busy_timeout(wait)?;
+    let busy = conn.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |r| {
+        r.get::<_, i64>(0)
+    });
+    conn.busy_timeout(BUSY_TIMEOUT)?;
+    Ok(busy? == 0)
+}
+
+/// The lock in-process writers of one database file queue on before `BEGIN IMMEDIATE`.
+/// Without it they meet SQLite's busy handler, which sleeps 1, 2, 5 … 100 ms between tries and
+/// turned contention between API threads and the delivery dispatcher into 50–900 ms stalls
+/// (BENCHMARKS.md). Other processes (the `keys` commands) still meet the busy handler.
+fn writer_lock(conn: &Connection) -> Arc<Mutex<()>> {
+    static LOCKS: OnceLock<Mutex<HashMap<String, Arc<Mutex<()>>>>> = OnceLock::new();
+    let path = conn.path().unwrap_or_default().to_string();
+    LOCKS
+        .get_or_init(Mutex::default)
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .entry(path)
+        .or_default()
+        .clone()
+}
+
+/// Runs `f` in an IMMEDIATE transaction (the write lock is taken up front, so two writers
+/// never deadlock upgrading a read lock) and commits it when `f` succeeds. Must not be nested.
+pub fn write_tx<T, E>(
+    conn: &mut Connection,
+    f: impl FnOnce(&rusqlite::Transaction<'_>) -> Result<T, E>,
+) -> Result<T, E>
+where
+    E: From<rusqlite::Error>,
+{
+    let lock = writer_lock(conn);
+    let _queued = lock.lock().unwrap_or_else(|e| e.into_inner());
+    let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
+    let out = f(&tx)?;
+    tx.commit()?;
+    Ok(out)
+}
+
+/// The `WHERE` clause of a list request, built only from the filters it actually gives:
+/// `status = ?` lets SQLite search an index, where `(? IS NULL OR status = ?)` makes it scan
+/// every row of the app. Each combination of filters is its own cached statement.
+#[derive(Debug, Clone)]
+pub struct Filters {
+    clauses: Vec<String>,
+    values: Vec<rusqlite::types::Value>,
+}
+
+impl Filters {
+    /// Rows of one app.
+    pub fn app(app_id: &str) -> Self {
+        Filters {
+            clauses: vec!["app_id = ?1".into()],
+            values: vec![app_id.to_string().into()],
+        }
+    }
+
+    /// Adds `column = value` when a value is given.
+    pub fn eq<V: Into<rusqlite::types::Value>>(mut self, column: &str, value: Option<V>) -> Self {
+        if let Some(value) = value {
+            self.values.push(value.into());
+            self.clauses
+                .push(format!("{column} = ?{}", self.values.len()));
+        }
+        self
+    }
+
+    /// Adds `column = 'value'` with the value written into the SQL when it is one of `known`
+    /// (a closed set such as task states), else bound like [`Filters::eq`]. A bound value on a
+    /// column that partial indexes test (`WHERE status = 'pending'`) makes SQLite re-plan the
+    /// statement on every call, which halved `GET /tasks?status=` (BENCHMARKS.md); each known
+    /// value is instead its own cached statement.
+    pub fn eq_known(mut self, column: &str, value: Option<&str>, known: &[&str]) -> Self {
+        match value {
+            Some(v) if known.contains(&v) => {
+                self.clauses.push(format!("{column} = '{v}'"));
+                self
+            }
+            other => self.eq(column, other.map(str::to_string)),
+        }
+    }
+
+    /// Adds `column <op> value`, e.g. `finished_at >= ?`. `op` is the caller's constant.
+    pub fn cmp<V: Into<rusqlite::types::Value>>(
+        mut self,
+        column: &str,
+        op: &str,
+        value: V,
+    ) -> Self {
+        self.values.push(value.into());
+        self.clauses
+            .push(format!("{column} {op} ?{}", self.values.len()));
+        self
+    }
+
+    /// The conditions joined with `AND`, their parameters numbered from `?1`.
+    pub fn condition(&self) -> String {
+        self.clauses.join(" AND ")
+    }
+
+    /// The parameters of [`Filters::condition`], in order.
+    pub fn values(&self) -> &[rusqlite::types::Value] {
+        &self.values
+    }
+
+    /// Adds a fixed condition with no parameter, e.g. `status != 'deleted'`.
+    pub fn always(mut self, condition: &str) -> Self {
+        self.clauses.push(condition.to_string());
+        self
+    }
+}
+
+/// One page of `table` (newest first) matching `filters`, and the total count of matches.
+pub fn list_page<T>(
+    conn: &Connection,
+    table: &str,
+    columns: &str,
+    filters: &Filters,
+    page: Page,
+    from_row: impl FnMut(&rusqlite::Row<'_>) -> rusqlite::Result<T>,
+) -> rusqlite::Result<(i64, Vec<T>)> {
+    let condition = filters.condition();
+    let total = conn
+        .prepare_cached(&format!("SELECT count(*) FROM {table} WHERE {condition}"))?
+        .query_row(rusqlite::params_from_iter(&filters.values), |r| r.get(0))?;
+    let n = filters.values.len();
+    // `LIMIT ? + 0`: with a bare `LIMIT ?` SQLite plans with the bound value, so every new
+    // value would recompile the statement.
+    let sql = format!(
+        "SELECT {columns} FROM {table} WHERE {condition} ORDER BY id DESC LIMIT ?{} + 0 OFFSET ?{} + 0",
+        n + 1,
+        n + 2
+    );
+    let mut values = filters.values.clone();
+    values.push(page.limit().into());
+    values.push(page.offset().into());
+    let items = conn
+        .prepare_cached(&sql)?
+        .query_map(rusqlite::params_from_iter(&values), from_row)?
+        .collect::<rusqlite::Result<Vec<_>>>()?;
+    Ok((total, items))
+}
+
+/// Longest a truncating checkpoint waits for readers of an older snapshot (writers wait too).
+const TRUNCATE_WAIT: Duration = Duration::from_secs(1);
+
+/// A SQLite database file behind a pool: the `store::Store` of a `--db` path.
+pub struct SqliteStore {
+    pool: Pool,
+    path: PathBuf,
+    health: DbHealth,
+    truncate_wait: Duration,
+}
+
+impl SqliteStore {
+    /// Opens (creating with mode 0600 if absent) a webhookd database, refuses foreign or newer
+    /// files untouched and applies pending schema upgrades ([`open`]).
+    pub fn open(path: &Path, options: crate::store::OpenOptions) -> anyhow::Result<SqliteStore> {
+        let pool = open(path, options.pool_size)?;
+        Ok(SqliteStore {
+            pool,
+            path: path.to_path_buf(),
+            health: DbHealth::new(path),
+            truncate_wait: options.truncate_wait,
+        })
+    }
+
+    /// Opens an existing database for `webhookd backup`: refuses a missing or foreign file,
+    /// creates nothing and upgrades nothing. Errors are the caller's usage errors.
+    pub fn open_existing(path: &Path) -> anyhow::Result<SqliteStore> {
+        if !path.is_file() {
+            bail!("{} does not exist or is not a file", path.display());
+        }
+        {
+            let conn = Connection::open_with_flags(path, OpenFlags::SQLITE_OPEN_READ_WRITE)
+                .with_context(|| format!("cannot open database {}", path.display()))?;
+            migrate::check_is_ours(&conn, path)?;
+        }
+        let manager = SqliteConnectionManager::file(path)
+            .with_flags(OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX)
+            .with_init(|conn| conn.busy_timeout(Duration::from_secs(30)));
+        let pool = r2d2::Pool::builder()
+            .max_size(1)
+            .connection_timeout(Duration::from_secs(30))
+            .build(manager)
+            .context("cannot open the database")?;
+        Ok(SqliteStore {
+            pool,
+            path: path.to_path_buf(),
+            health: DbHealth::new(path),
+            truncate_wait: TRUNCATE_WAIT,
+        })
+    }
+
+    /// One pooled connection (tests, tools).
+    pub fn conn(&self) -> Result<Conn, StoreError> {
+        Ok(self.pool.get()?)
+    }
+
+    /// The database file.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+}
+
+impl crate::store::Store for SqliteStore {
+    fn read_dyn(
+        &self,
+        f: &mut dyn FnMut(&mut dyn crate::store::Tx) -> Result<(), StoreError>,
+    ) -> Result<(), StoreError> {
+        let conn = self.pool.get()?;
+        f(&mut SqliteTx(&conn))
+    }
+
+    fn write_dyn(
+        &self,
+        f: &mut dyn FnMut(&mut dyn crate::store::Tx) -> Result<(), StoreError>,
+    ) -> Result<(), StoreError> {
+        let mut conn = self.pool.get()?;
+        write_tx(&mut conn, |tx| f(&mut SqliteTx(tx)))
+    }
+
+    fn quick_check(&self) -> Result<(), StoreError> {
+        self.health.file_problem()
+    }
+
+    fn health(&self, now_ms: i64) -> Result<(), StoreError> {
+        self.health.check(&self.pool, now_ms)
+    }
+
+    fn require_writable(&self, now_ms: i64) -> anyhow::Result<()> {
+        let mut conn = self.pool.get()?;
+        health::require_writable(&mut conn, &self.path, now_ms)
+    }
+
+    /// A PASSIVE checkpoint when `passive` or over the limit; and when the `-wal` file has
+    /// passed `--wal-limit-mb`, then one that holds the writers until the WAL is copied back
+    /// and truncated.
+    fn maintain(&self, passive: bool, wal_limit_bytes: u64) -> anyhow::Result<()> {
+        let wal = wal_path(&self.path);
+        let size = std::fs::metadata(&wal).map(|m| m.len()).unwrap_or(0);
+        let over = size > wal_limit_bytes;
+        if !passive && !over {
+            return Ok(());
+        }
+        let conn = self.pool.get()?;
+        // Over the limit, a PASSIVE checkpoint first copies back what it can while writers go on,
+        // so that the truncating one, which holds them, has only the last frames left to copy.
+        checkpoint(&conn)?;
+        if over {
+            let emptied = checkpoint_truncate(&conn, self.truncate_wait)?;
+            if emptied {
+                tracing::debug!(
+                    bytes = size,
+                    "WAL over its limit: checkpointed and truncated"
+                );
+            } else {
+                tracing::warn!(
+                    bytes = size,
+                    "WAL over its limit and a reader held an old snapshot; will retry"
+                );
+            }
+        }
+        Ok(())
+    }
+
+    /// `VACUUM INTO`, which reads one snapshot in a single read transaction, so writers are not
+    /// blocked and every commit made before it started is in the copy; then checks the copy.
+    /// `out` must exist (empty): the caller creates it exclusively with mode 0600.
+    fn backup(&self, out: &Path) -> anyhow::Result<()> {
+        let source = self.pool.get()?;
+        let target = out.to_str().context("--out: the path is not valid UTF-8")?;
+        source
+            .execute("VACUUM INTO ?1", [target])
+            .context("the copy failed")?;
+        let copy = Connection::open(out)?;
+        let check: String = copy.query_row("PRAGMA quick_check", [], |r| r.get(0))?;
+        anyhow::ensure!(check == "ok", "the copy does not check out: {check}");
+        Ok(())
+    }
+
+    fn describe(&self) -> String {
+        format!("sqlite {}", self.path.display())
+    }
+
+    fn backend(&self) -> &'static str {
+        "sqlite"
+    }
+}
+
+/// SQLite's "cannot write" errors become the unavailable causes that say what to fix
+/// (contract §10); anything else is `Other`.
+impl From<rusqlite::Error> for StoreError {
+    fn from(err: rusqlite::Error) -> Self {
+        use rusqlite::ErrorCode;
+        match err.sqlite_error_code() {
+            Some(ErrorCode::DiskFull) => {
+                tracing::warn!(error = %err, "database write failed: disk full");
+                StoreError::DiskFull(
+                    "the disk holding the database is full; free space on it (writes resume without a restart)".into(),
+                )
+            }
+            Some(ErrorCode::ReadOnly) => {
+                tracing::warn!(error = %err, "database write failed: read-only");
+                StoreError::Unwritable(
+                    "the database is read-only: webhookd needs write permission on the database file and its folder, on a file system mounted read-write".into(),
+                )
+            }
+            Some(ErrorCode::SystemIoFailure | ErrorCode::CannotOpen) => {
+                tracing::warn!(error = %err, "database I/O failed");
+                StoreError::Unwritable(
+                    "the database cannot be read or written (I/O error); check the disk holding it and the server log".into(),
+                )
+            }
+            _ => StoreError::Other(err.into()),
+        }
+    }
+}
+
+impl From<r2d2::Error> for StoreError {
+    fn from(err: r2d2::Error) -> Self {
+        tracing::warn!(error = %err, "no database connection");
+        StoreError::Unwritable(
+            "no connection to the database could be opened; check the database file, its disk and the server log".into(),
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sqlite(code: i32) -> rusqlite::Error {
+        rusqlite::Error::SqliteFailure(rusqlite::ffi::Error::new(code), None)
+    }
+
+    /// `Store::write` commits when its closure succeeds, rolls back and returns the caller's
+    /// own error when it fails; `read` sees only what was committed.
+    #[test]
+    fn write_commits_on_ok_and_rolls_back_on_the_callers_error() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = dir.path().join("t.sqlite");
+        let store = crate::store::open(db.to_str().unwrap(), 2).unwrap();
+        #[derive(Debug, PartialEq)]
+        enum Mine {
+            Refused,
+            Store(String),
+        }
+        impl From<StoreError> for Mine {
+            fn from(e: StoreError) -> Self {
+                Mine::Store(e.to_string())
+            }
+        }
+        let refused = store.write(|tx| {
+            tx.create_key("app1", "k", 1)?;
+            Err::<(), _>(Mine::Refused)
+        });
+        assert_eq!(refused, Err(Mine::Refused));
+        assert_eq!(store.read(|tx| tx.count_keys()).unwrap(), 0);
+        let key = store.write(|tx| tx.create_key("app1", "k", 1)).unwrap();
+        assert_eq!(store.read(|tx| tx.count_keys()).unwrap(), 1);
+        let found = store.read(|tx| tx.lookup_key(&key.key_id)).unwrap();
+        assert_eq!(found, Some((key.secret, "app1".to_string())));
+        assert_eq!(store.read(|tx| tx.rescue_expired_leases(0)).unwrap(), 0);
+        assert_eq!(store.backend(), "sqlite");
+    }
+
+    #[test]
+    fn unwritable_database_errors_map_to_their_causes() {
+        let full = StoreError::from(sqlite(rusqlite::ffi::SQLITE_FULL));
+        assert!(
+            matches!(&full, StoreError::DiskFull(m) if m.contains("disk holding the database is full"))
+        );
+        let ro = StoreError::from(sqlite(rusqlite::ffi::SQLITE_READONLY));
+        assert!(matches!(&ro, StoreError::Unwritable(m) if m.contains("read-only")));
+        let io = StoreError::from(sqlite(rusqlite::ffi::SQLITE_IOERR));
+        assert!(matches!(io, StoreError::Unwritable(_)));
+        let other = StoreError::from(sqlite(rusqlite::ffi::SQLITE_CONSTRAINT));
+        assert!(matches!(other, StoreError::Other(_)));
+    }
+}

@@ -1,0 +1,806 @@
+//! The PostgreSQL task and schedule functions against a private server (tests/it/pg.rs), with
+//! several nodes on one database: concurrent claims take disjoint tasks, an in-order endpoint
+//! never runs two tasks at once, expired leases are rescued and the late node records nothing,
+//! a node hands back only its own tasks, one firing per (schedule, instant); plus round trips.
+
+use crate::pg::PgServer;
+use postgres::{Client, GenericClient};
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Barrier, Mutex};
+use webhookd::store::Page;
+use webhookd::store::postgres as pgstore;
+use webhookd::store::postgres::{schedules, tasks};
+use webhookd::store::schedules::Schedule;
+use webhookd::store::tasks::{AfterAttempt, NewTask, RetryFilter, TaskFilter};
+
+const NOW: i64 = 1_700_000_000_000;
+
+/// A private server with database `name`, schema applied by the store; `None` (a loud skip)
+/// when PostgreSQL is not installed.
+fn database(name: &str) -> Option<(PgServer, String)> {
+    let server = PgServer::start()?;
+    let url = server.create_database(name);
+    drop(pgstore::open(&url, 1).unwrap());
+    Some((server, url))
+}
+
+fn endpoint(c: &mut Client, timeout_ms: i64, max_in_flight: Option<i64>) -> i64 {
+    c.query_one(
+        "INSERT INTO endpoints (app_id, name, url, method, timeout_ms, status, created_at, updated_at,
+                                max_in_flight)
+         VALUES ('app', 'ep', 'http://127.0.0.1:9/', 'POST', $1, 'enabled', 0, 0, $2) RETURNING id",
+        &[&timeout_ms, &max_in_flight],
+    )
+    .unwrap()
+    .get(0)
+}
+
+fn task(c: &mut impl GenericClient, endpoint_id: i64, run_at: i64) -> i64 {
+    tasks::insert(
+        c,
+        &NewTask {
+            app_id: "app",
+            schedule_id: None,
+            event_id: None,
+            endpoint_id,
+            task_type: "manual",
+            payload: r#"{"n":1}"#,
+            run_at,
+            max_attempts: 3,
+            now_ms: run_at,
+        },
+    )
+    .unwrap()
+}
+
+/// (status, claimed_by, lease_until, next_attempt_at) of a task.
+fn state(c: &mut Client, id: i64) -> (String, Option<String>, Option<i64>, Option<i64>) {
+    let r = c
+        .query_one(
+            "SELECT status, claimed_by, lease_until, next_attempt_at FROM tasks WHERE id = $1",
+            &[&id],
+        )
+        .unwrap();
+    (r.get(0), r.get(1), r.get(2), r.get(3))
+}
+
+#[test]
+fn concurrent_claims_take_disjoint_tasks_covering_all() {
+    let Some((server, url)) = database("claims") else {
+        return;
+    };
+    let mut c = server.client(&url);
+    let endpoints: Vec<i64> = (0..4).map(|_| endpoint(&mut c, 5_000, None)).collect();
+    let mut all = BTreeSet::new();
+    for i in 0..200 {
+        all.insert(task(&mut c, endpoints[i % 4], NOW - 1_000 + i as i64));
+    }
+    let start = Arc::new(Barrier::new(2));
+    let claimers: Vec<_> = ["node-a", "node-b"]
+        .into_iter()
+        .map(|node| {
+            let (mut c, start, endpoints) = (server.client(&url), start.clone(), endpoints.clone());
+            std::thread::spawn(move || {
+                start.wait();
+                let mut mine = Vec::new();
+                loop {
+                    let mut tx = c.transaction().unwrap();
+                    let before = mine.len();
+                    for &e in &endpoints {
+                        mine.extend(tasks::claim_endpoint(&mut tx, node, e, NOW, 3).unwrap());
+                    }
+                    tx.commit().unwrap();
+                    if mine.len() == before {
+                        return (node, mine);
+                    }
+                }
+            })
+        })
+        .collect();
+    let mut seen = BTreeSet::new();
+    let mut per_node = BTreeMap::new();
+    for claimer in claimers {
+        let (node, mine) = claimer.join().unwrap();
+        for claimed in &mine {
+            assert!(seen.insert(claimed.id), "task {} claimed twice", claimed.id);
+            assert_eq!(claimed.attempt, 1);
+            assert_eq!(state(&mut c, claimed.id).1.as_deref(), Some(node));
+        }
+        per_node.insert(node, mine.len());
+    }
+    assert_eq!(seen, all, "every due task claimed exactly once");
+    assert!(per_node.values().all(|&n| n > 0), "{per_node:?}");
+    let running: i64 = c
+        .query_one(
+            "SELECT count(*) FROM tasks WHERE status = 'running' AND lease_until = $1",
+            &[&(NOW + 5_000 + tasks::LEASE_MARGIN_MS)],
+        )
+        .unwrap()
+        .get(0);
+    assert_eq!(running, 200);
+
+    // A claim in a transaction not yet committed holds its rows: another node takes the next
+    // ones at once instead of waiting for it (a blocked claim would hit the statement timeout).
+    let e = endpoints[0];
+    let fresh: Vec<i64> = (0..3).map(|i| task(&mut c, e, NOW + i)).collect();
+    let mut a = server.client(&url);
+    let mut ta = a.transaction().unwrap();
+    let first = tasks::claim_endpoint(&mut ta, "node-a", e, NOW + 10, 1).unwrap();
+    let mut b = server.client(&url);
+    b.batch_execute("SET statement_timeout = '3s'").unwrap();
+    let rest = tasks::claim_endpoint(&mut b, "node-b", e, NOW + 10, 10).unwrap();
+    ta.commit().unwrap();
+    assert_eq!(first[0].id, fresh[0]);
+    assert_eq!(rest.iter().map(|t| t.id).collect::<Vec<_>>(), &fresh[1..]);
+}
+
+#[test]
+fn an_expired_lease_is_rescued_and_the_late_node_records_nothing() {
+    let Some((server, url)) = database("lease") else {
+        return;
+    };
+    let mut c = server.client(&url);
+    let e = endpoint(&mut c, 1_000, None);
+    let id = task(&mut c, e, NOW);
+    let a = tasks::claim_endpoint(&mut c, "node-a", e, NOW, 10).unwrap();
+    assert_eq!(a.len(), 1);
+    let lease_end = NOW + 1_000 + tasks::LEASE_MARGIN_MS;
+    assert_eq!(
+        state(&mut c, id),
+        (
+            "running".into(),
+            Some("node-a".into()),
+            Some(lease_end),
+            Some(NOW)
+        )
+    );
+    // A live lease is not rescued, nor taken by another node.
+    assert_eq!(
+        tasks::rescue_expired_leases(&mut c, lease_end - 1).unwrap(),
+        0
+    );
+    assert!(
+        tasks::claim_endpoint(&mut c, "node-b", e, lease_end - 1, 10)
+            .unwrap()
+            .is_empty()
+    );
+    assert_eq!(state(&mut c, id).0, "running");
+    // Renewing moves the lease on, for the holder only.
+    assert_eq!(
+        tasks::renew_leases(&mut c, "node-b", &[id], NOW + 10).unwrap(),
+        Vec::<i64>::new()
+    );
+    assert_eq!(
+        tasks::renew_leases(&mut c, "node-a", &[id], NOW + 10).unwrap(),
+        [id]
+    );
+    let lease_end = lease_end + 10;
+    assert_eq!(state(&mut c, id).2, Some(lease_end));
+
+    // Node A stalls past its lease: the task goes back to pending, due at once.
+    assert_eq!(tasks::rescue_expired_leases(&mut c, lease_end).unwrap(), 1);
+    assert_eq!(state(&mut c, id), ("pending".into(), None, None, Some(NOW)));
+    let b = tasks::claim_endpoint(&mut c, "node-b", e, lease_end, 10).unwrap();
+    assert_eq!((b[0].id, b[0].attempt), (id, 1));
+    assert_eq!(state(&mut c, id).1.as_deref(), Some("node-b"));
+
+    // A's late result is refused; B's counts.
+    let record = |c: &mut Client, node: &str| {
+        tasks::finish_attempt(
+            c,
+            node,
+            id,
+            1,
+            AfterAttempt::Success,
+            Some(200),
+            None,
+            lease_end + 5,
+        )
+        .unwrap()
+    };
+    assert!(!record(&mut c, "node-a"));
+    assert_eq!(state(&mut c, id).0, "running");
+    assert!(record(&mut c, "node-b"));
+    assert_eq!(state(&mut c, id), ("success".into(), None, None, None));
+    let t = tasks::get(&mut c, "app", id).unwrap().unwrap();
+    assert_eq!(
+        (t.attempts, t.last_status_code, t.finished_at),
+        (1, Some(200), Some(lease_end + 5))
+    );
+    // Finished twice: refused.
+    assert!(!record(&mut c, "node-b"));
+}
+
+#[test]
+fn requeue_running_hands_back_only_this_nodes_tasks_and_expired_leases() {
+    let Some((server, url)) = database("requeue") else {
+        return;
+    };
+    let mut c = server.client(&url);
+    let (e1, e2, e3) = (
+        endpoint(&mut c, 1_000, None),
+        endpoint(&mut c, 1_000, None),
+        endpoint(&mut c, 1_000, None),
+    );
+    let (t1, t2, t3) = (
+        task(&mut c, e1, NOW),
+        task(&mut c, e2, NOW),
+        task(&mut c, e3, NOW),
+    );
+    tasks::claim_endpoint(&mut c, "node-a", e1, NOW, 1).unwrap();
+    tasks::claim_endpoint(&mut c, "node-b", e2, NOW + 20_000, 1).unwrap();
+    tasks::claim_endpoint(&mut c, "node-c", e3, NOW, 1).unwrap();
+    // At NOW + 40 s: C's lease (NOW + 31 s) ran out, B's (NOW + 51 s) holds.
+    let at = NOW + 40_000;
+    assert_eq!(tasks::requeue_running(&mut c, "node-a", at).unwrap(), 2);
+    assert_eq!(state(&mut c, t1), ("pending".into(), None, None, Some(NOW)));
+    assert_eq!(state(&mut c, t3), ("pending".into(), None, None, Some(NOW)));
+    assert_eq!(state(&mut c, t2).0, "running");
+    assert_eq!(state(&mut c, t2).1.as_deref(), Some("node-b"));
+    // A running row no PostgreSQL claim wrote (no lease, e.g. copied from SQLite) is nobody's.
+    c.execute("UPDATE tasks SET status = 'running' WHERE id = $1", &[&t1])
+        .unwrap();
+    assert_eq!(tasks::rescue_expired_leases(&mut c, at).unwrap(), 1);
+    assert_eq!(state(&mut c, t1).0, "pending");
+    assert_eq!(state(&mut c, t2).0, "running");
+}
+
+#[test]
+fn an_in_order_endpoint_never_runs_two_tasks_across_nodes() {
+    let Some((server, url)) = database("in_order") else {
+        return;
+    };
+    let mut c = server.client(&url);
+    let e = endpoint(&mut c, 1_000, Some(1));
+
+    // Deterministic: the head runs, so nothing else starts; a head handed back for a retry
+    // goes first again, even to a node that read an older head.
+    let (x, y) = (task(&mut c, e, NOW - 2), task(&mut c, e, NOW - 1));
+    assert_eq!(tasks::in_order_head(&mut c, e).unwrap(), Some((x, NOW - 2)));
+    assert_eq!(
+        tasks::claim_one(&mut c, "node-a", x, NOW)
+            .unwrap()
+            .unwrap()
+            .id,
+        x
+    );
+    assert_eq!(tasks::in_order_head(&mut c, e).unwrap(), Some((y, NOW - 1)));
+    assert_eq!(tasks::claim_one(&mut c, "node-b", y, NOW).unwrap(), None);
+    assert!(
+        tasks::finish_attempt(
+            &mut c,
+            "node-a",
+            x,
+            1,
+            AfterAttempt::RetryAt(NOW),
+            Some(500),
+            None,
+            NOW
+        )
+        .unwrap()
+    );
+    assert_eq!(tasks::claim_one(&mut c, "node-b", y, NOW).unwrap(), None);
+    let again = tasks::claim_one(&mut c, "node-b", x, NOW).unwrap().unwrap();
+    assert_eq!((again.id, again.attempt), (x, 2));
+    assert!(finish(&mut c, "node-b", x, 2, AfterAttempt::Success));
+    // Not claimed yet: nothing to record.
+    assert!(
+        !tasks::finish_attempt(
+            &mut c,
+            "node-a",
+            y,
+            1,
+            AfterAttempt::Success,
+            None,
+            None,
+            NOW
+        )
+        .unwrap()
+    );
+    assert_eq!(
+        tasks::claim_one(&mut c, "node-a", y, NOW)
+            .unwrap()
+            .unwrap()
+            .id,
+        y
+    );
+    assert!(finish(&mut c, "node-a", y, 1, AfterAttempt::Success));
+
+    // A task made pending again (retried, rescued) while another node's claim of a later task
+    // is not committed yet: the endpoint lock makes the second claimer wait and then see it.
+    let (p, q) = (task(&mut c, e, NOW - 20), task(&mut c, e, NOW - 19));
+    tasks::claim_one(&mut c, "node-a", p, NOW).unwrap().unwrap();
+    assert!(
+        tasks::finish_attempt(
+            &mut c,
+            "node-a",
+            p,
+            1,
+            AfterAttempt::Failed,
+            Some(500),
+            None,
+            NOW
+        )
+        .unwrap()
+    );
+    let mut a = server.client(&url);
+    let mut ta = a.transaction().unwrap();
+    assert_eq!(
+        tasks::claim_one(&mut ta, "node-a", q, NOW)
+            .unwrap()
+            .unwrap()
+            .id,
+        q
+    );
+    assert_eq!(tasks::retry(&mut c, "app", &[p], NOW).unwrap(), [p]);
+    let mut b = server.client(&url);
+    let waiting = std::thread::spawn(move || {
+        let claimed = tasks::claim_one(&mut b, "node-b", p, NOW).unwrap();
+        (b, claimed)
+    });
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    ta.commit().unwrap();
+    let (mut b, claimed) = waiting.join().unwrap();
+    assert_eq!(
+        claimed, None,
+        "claimed while the endpoint's task {q} was running"
+    );
+    assert!(finish(&mut a, "node-a", q, 1, AfterAttempt::Success));
+    assert_eq!(
+        tasks::claim_one(&mut b, "node-b", p, NOW)
+            .unwrap()
+            .unwrap()
+            .id,
+        p
+    );
+    assert!(finish(&mut b, "node-b", p, 1, AfterAttempt::Success));
+
+    // Two nodes racing on 40 tasks, every fifth failing once: one at a time, in order.
+    let ids: Vec<i64> = (0..40).map(|i| task(&mut c, e, NOW + i)).collect();
+    let running = Arc::new(AtomicUsize::new(0));
+    let most = Arc::new(AtomicUsize::new(0));
+    let delivered = Arc::new(Mutex::new(Vec::new()));
+    let start = Arc::new(Barrier::new(2));
+    let nodes: Vec<_> = ["node-a", "node-b"]
+        .into_iter()
+        .map(|node| {
+            let mut c = server.client(&url);
+            let (running, most, delivered, start) = (
+                running.clone(),
+                most.clone(),
+                delivered.clone(),
+                start.clone(),
+            );
+            let failing: BTreeSet<i64> = ids.iter().copied().step_by(5).collect();
+            let last = *ids.last().unwrap();
+            std::thread::spawn(move || {
+                start.wait();
+                let at = NOW + 1_000;
+                let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+                loop {
+                    assert!(
+                        std::time::Instant::now() < deadline,
+                        "stuck: {:?}",
+                        delivered.lock().unwrap()
+                    );
+                    let mut tx = c.transaction().unwrap();
+                    let claimed = match tasks::in_order_head(&mut tx, e).unwrap() {
+                        Some((id, _)) => tasks::claim_one(&mut tx, node, id, at).unwrap(),
+                        None => None,
+                    };
+                    tx.commit().unwrap();
+                    let Some(t) = claimed else {
+                        let done = delivered.lock().unwrap().last() == Some(&last);
+                        if done {
+                            return;
+                        }
+                        std::thread::yield_now();
+                        continue;
+                    };
+                    let now_running = running.fetch_add(1, Ordering::SeqCst) + 1;
+                    most.fetch_max(now_running, Ordering::SeqCst);
+                    std::thread::sleep(std::time::Duration::from_millis(1));
+                    let after = if failing.contains(&t.id) && t.attempt == 1 {
+                        AfterAttempt::RetryAt(at)
+                    } else {
+                        delivered.lock().unwrap().push(t.id);
+                        AfterAttempt::Success
+                    };
+                    running.fetch_sub(1, Ordering::SeqCst);
+                    assert!(
+                        tasks::finish_attempt(
+                            &mut c,
+                            node,
+                            t.id,
+                            t.attempt,
+                            after,
+                            Some(200),
+                            None,
+                            at
+                        )
+                        .unwrap()
+                    );
+                }
+            })
+        })
+        .collect();
+    for node in nodes {
+        node.join().unwrap();
+    }
+    assert_eq!(
+        most.load(Ordering::SeqCst),
+        1,
+        "two tasks of an in-order endpoint ran at once"
+    );
+    assert_eq!(
+        *delivered.lock().unwrap(),
+        ids,
+        "delivered out of order or twice"
+    );
+}
+
+/// Node `node` records a 200 for attempt `attempt` of task `id` at `NOW`.
+fn finish(
+    c: &mut impl GenericClient,
+    node: &str,
+    id: i64,
+    attempt: i64,
+    after: AfterAttempt,
+) -> bool {
+    tasks::finish_attempt(c, node, id, attempt, after, Some(200), None, NOW).unwrap()
+}
+
+fn schedule(next_run_at: i64, endpoint_ids: Vec<i64>) -> Schedule {
+    Schedule {
+        id: 0,
+        app_id: "app".into(),
+        name: "nightly".into(),
+        cron_expr: "0 0 * * *".into(),
+        timezone: "UTC".into(),
+        payload: serde_json::from_str(r#"{"k":"v"}"#).unwrap(),
+        status: "active".into(),
+        next_run_at: Some(next_run_at),
+        last_run_at: None,
+        created_at: NOW,
+        updated_at: NOW,
+        endpoint_ids,
+        paused_reason: None,
+        catchup: "latest".into(),
+        overlap: "skip".into(),
+        skipped_runs: 0,
+        endpoint_names: BTreeMap::new(),
+        next_run_at_local: None,
+    }
+}
+
+#[test]
+fn two_nodes_fire_one_schedule_instant_once_and_split_due_batches() {
+    let Some((server, url)) = database("firings") else {
+        return;
+    };
+    let mut c = server.client(&url);
+    let s1 = schedules::insert(&mut c, &schedule(NOW - 2, vec![])).unwrap();
+    let s2 = schedules::insert(&mut c, &schedule(NOW - 1, vec![])).unwrap();
+
+    // Two schedulers' ticks split the due batch instead of waiting on each other.
+    let (mut a, mut b) = (server.client(&url), server.client(&url));
+    let mut ta = a.transaction().unwrap();
+    let mut tb = b.transaction().unwrap();
+    let due_a = schedules::due(&mut ta, NOW, 1).unwrap();
+    let due_b = schedules::due(&mut tb, NOW, 10).unwrap();
+    assert_eq!((due_a[0].id, due_b.len(), due_b[0].id), (s1.id, 1, s2.id));
+    assert_eq!(due_a[0].payload, r#"{"k":"v"}"#);
+    drop((ta, tb));
+
+    // Both fire the same instant at once: one firing row, one winner.
+    let start = Arc::new(Barrier::new(2));
+    let firers: Vec<_> = (0..2)
+        .map(|_| {
+            let (mut c, start) = (server.client(&url), start.clone());
+            std::thread::spawn(move || {
+                let mut tx = c.transaction().unwrap();
+                start.wait();
+                let new = schedules::record_firing(&mut tx, s1.id, NOW - 2).unwrap();
+                std::thread::sleep(std::time::Duration::from_millis(50));
+                tx.commit().unwrap();
+                new
+            })
+        })
+        .collect();
+    let wins: Vec<bool> = firers.into_iter().map(|f| f.join().unwrap()).collect();
+    assert_eq!(wins.iter().filter(|&&w| w).count(), 1, "{wins:?}");
+    let rows: i64 = c
+        .query_one("SELECT count(*) FROM schedule_firings", &[])
+        .unwrap()
+        .get(0);
+    assert_eq!(rows, 1);
+    assert!(!schedules::record_firing(&mut c, s1.id, NOW - 2).unwrap());
+    assert!(schedules::record_firing(&mut c, s1.id, NOW + 5).unwrap());
+    schedules::forget_firings(&mut c, s1.id, NOW).unwrap();
+    assert!(schedules::record_firing(&mut c, s1.id, NOW - 2).unwrap());
+    assert!(!schedules::record_firing(&mut c, s1.id, NOW + 5).unwrap());
+}
+
+#[test]
+fn schedule_round_trips() {
+    let Some((server, url)) = database("schedules") else {
+        return;
+    };
+    let mut c = server.client(&url);
+    let e = endpoint(&mut c, 1_000, None);
+    let mut s = schedules::insert(&mut c, &schedule(NOW + 60_000, vec![e, 999])).unwrap();
+    assert!(s.id > 0);
+    assert_eq!(
+        schedules::get(&mut c, "app", s.id).unwrap().as_ref(),
+        Some(&s)
+    );
+    assert_eq!(schedules::get(&mut c, "other", s.id).unwrap(), None);
+    schedules::fill_names(&mut c, &mut s).unwrap();
+    assert_eq!(
+        s.endpoint_names,
+        BTreeMap::from([(e.to_string(), "ep".to_string())])
+    );
+    let local = s.next_run_at_local.as_deref().unwrap();
+    assert!(local.starts_with("2023-11-14T22:14:20"), "{local}");
+
+    assert_eq!(
+        schedules::earliest_next_run(&mut c).unwrap(),
+        Some(NOW + 60_000)
+    );
+    assert_eq!(
+        schedules::get_active(&mut c, s.id)
+            .unwrap()
+            .unwrap()
+            .endpoint_ids,
+        [e, 999]
+    );
+    schedules::advance(&mut c, s.id, Some(NOW), Some(NOW + 120_000), 2).unwrap();
+    let got = schedules::get(&mut c, "app", s.id).unwrap().unwrap();
+    assert_eq!(
+        (got.last_run_at, got.next_run_at, got.skipped_runs),
+        (Some(NOW), Some(NOW + 120_000), 2)
+    );
+
+    let mut paused = got.clone();
+    paused.status = "paused".into();
+    paused.next_run_at = None;
+    paused.name = "renamed".into();
+    paused.updated_at = NOW + 1;
+    schedules::update(&mut c, &paused).unwrap();
+    assert_eq!(
+        schedules::get(&mut c, "app", s.id).unwrap().unwrap(),
+        paused
+    );
+    assert_eq!(schedules::get_active(&mut c, s.id).unwrap(), None);
+    assert_eq!(schedules::earliest_next_run(&mut c).unwrap(), None);
+
+    let other = schedules::insert(&mut c, &schedule(NOW, vec![])).unwrap();
+    let mut deleted = schedule(NOW, vec![]);
+    deleted.status = "deleted".into();
+    schedules::insert(&mut c, &deleted).unwrap();
+    let page = |n| Page {
+        page: n,
+        page_size: 1,
+    };
+    let (total, items) = schedules::list(&mut c, "app", None, page(1)).unwrap();
+    assert_eq!((total, items[0].id), (2, other.id));
+    let (total, items) = schedules::list(&mut c, "app", None, page(2)).unwrap();
+    assert_eq!((total, items[0].id), (2, s.id));
+    let (total, items) = schedules::list(&mut c, "app", Some("paused"), page(1)).unwrap();
+    assert_eq!((total, items[0].name.as_str()), (1, "renamed"));
+    assert_eq!(
+        schedules::list(&mut c, "app", Some("bogus"), page(1))
+            .unwrap()
+            .0,
+        0
+    );
+}
+
+#[test]
+fn task_round_trips() {
+    let Some((server, url)) = database("tasks") else {
+        return;
+    };
+    let mut c = server.client(&url);
+    let (e1, e2) = (endpoint(&mut c, 1_000, None), endpoint(&mut c, 1_000, None));
+    let t1 = task(&mut c, e1, NOW);
+    let t2 = task(&mut c, e2, NOW + 10);
+    let t3 = task(&mut c, e2, NOW - 10);
+    let got = tasks::get(&mut c, "app", t1).unwrap().unwrap();
+    assert_eq!(
+        (got.status.as_str(), got.endpoint_id, got.next_attempt_at),
+        ("pending", e1, Some(NOW))
+    );
+    assert_eq!(got.payload, serde_json::json!({"n": 1}));
+    assert_eq!(tasks::get(&mut c, "other", t1).unwrap(), None);
+    assert_eq!(tasks::app_of(&mut c, t1).unwrap().as_deref(), Some("app"));
+
+    // The dispatcher's walk: endpoints in id order with their earliest due task.
+    assert_eq!(
+        tasks::next_endpoint_with_pending(&mut c, 0).unwrap(),
+        Some((e1, NOW))
+    );
+    assert_eq!(
+        tasks::next_endpoint_with_pending(&mut c, e1).unwrap(),
+        Some((e2, NOW - 10))
+    );
+    assert_eq!(tasks::next_endpoint_with_pending(&mut c, e2).unwrap(), None);
+    let claimed = tasks::claim_endpoint(&mut c, "n", e2, NOW + 10, 5).unwrap();
+    assert_eq!(claimed.iter().map(|t| t.id).collect::<Vec<_>>(), [t3, t2]);
+    assert_eq!(claimed[0].payload, r#"{"n":1}"#);
+    assert!(
+        tasks::finish_attempt(
+            &mut c,
+            "n",
+            t3,
+            1,
+            AfterAttempt::Failed,
+            Some(500),
+            Some("boom"),
+            NOW + 20
+        )
+        .unwrap()
+    );
+    assert!(
+        tasks::finish_attempt(
+            &mut c,
+            "n",
+            t2,
+            1,
+            AfterAttempt::RetryAt(NOW + 99),
+            Some(503),
+            None,
+            NOW + 20
+        )
+        .unwrap()
+    );
+    let t2_now = tasks::get(&mut c, "app", t2).unwrap().unwrap();
+    assert_eq!(
+        (
+            t2_now.status.as_str(),
+            t2_now.attempts,
+            t2_now.next_attempt_at,
+            t2_now.finished_at
+        ),
+        ("pending", 1, Some(NOW + 99), None)
+    );
+
+    let filter = |status: &str| TaskFilter {
+        status: Some(status.into()),
+        ..TaskFilter::default()
+    };
+    let page = Page {
+        page: 1,
+        page_size: 10,
+    };
+    let ids = |r: (i64, Vec<webhookd::store::tasks::Task>)| {
+        (r.0, r.1.iter().map(|t| t.id).collect::<Vec<_>>())
+    };
+    assert_eq!(
+        ids(tasks::list(&mut c, "app", &TaskFilter::default(), page).unwrap()),
+        (3, vec![t3, t2, t1])
+    );
+    assert_eq!(
+        ids(tasks::list(&mut c, "app", &filter("retrying"), page).unwrap()),
+        (1, vec![t2])
+    );
+    assert_eq!(
+        ids(tasks::list(&mut c, "app", &filter("failed"), page).unwrap()),
+        (1, vec![t3])
+    );
+    let by_endpoint = TaskFilter {
+        endpoint_id: Some(e1),
+        task_type: Some("manual".into()),
+        ..TaskFilter::default()
+    };
+    assert_eq!(
+        ids(tasks::list(&mut c, "app", &by_endpoint, page).unwrap()),
+        (1, vec![t1])
+    );
+    assert_eq!(
+        ids(tasks::list(&mut c, "app", &filter("nonsense"), page).unwrap()),
+        (0, vec![])
+    );
+    let page2 = Page {
+        page: 2,
+        page_size: 2,
+    };
+    assert_eq!(
+        ids(tasks::list(&mut c, "app", &TaskFilter::default(), page2).unwrap()),
+        (3, vec![t1])
+    );
+
+    // Cancel, bulk-retry selection and retry.
+    assert!(tasks::cancel(&mut c, "app", t1, NOW + 30).unwrap());
+    assert!(!tasks::cancel(&mut c, "app", t1, NOW + 30).unwrap());
+    let rf = |status, since, until| RetryFilter {
+        status,
+        endpoint_id: None,
+        schedule_id: None,
+        event_id: None,
+        since,
+        until,
+    };
+    assert_eq!(
+        tasks::retryable_ids(&mut c, "app", &rf("failed", None, None), 10).unwrap(),
+        [t3]
+    );
+    assert_eq!(
+        tasks::retryable_ids(
+            &mut c,
+            "app",
+            &rf("canceled", Some(NOW + 30), Some(NOW + 31)),
+            10
+        )
+        .unwrap(),
+        [t1]
+    );
+    assert!(
+        tasks::retryable_ids(&mut c, "app", &rf("canceled", Some(NOW + 31), None), 10)
+            .unwrap()
+            .is_empty()
+    );
+    let mut retried = tasks::retry(&mut c, "app", &[t1, t2, t3], NOW + 40).unwrap();
+    retried.sort();
+    assert_eq!(retried, [t1, t3]);
+    let t3_now = tasks::get(&mut c, "app", t3).unwrap().unwrap();
+    let default_attempts = i64::from(webhookd::retry::RetryPolicy::DEFAULT.max_attempts);
+    assert_eq!(
+        (
+            t3_now.status.as_str(),
+            t3_now.attempts,
+            t3_now.max_attempts,
+            t3_now.next_attempt_at,
+            t3_now.finished_at
+        ),
+        ("pending", 0, default_attempts, Some(NOW + 40), None)
+    );
+
+    // A test delivery runs under this node's claim; a task of a deleted endpoint is canceled.
+    let probe = task(&mut c, e1, NOW);
+    tasks::start_now(&mut c, "n", probe, NOW).unwrap();
+    assert_eq!(state(&mut c, probe).1.as_deref(), Some("n"));
+    assert!(tasks::schedule_task_open(&mut c, 1, e1).is_ok_and(|open| !open));
+    c.execute("UPDATE tasks SET schedule_id = 1 WHERE id = $1", &[&probe])
+        .unwrap();
+    assert!(tasks::schedule_task_open(&mut c, 1, e1).unwrap());
+    c.execute("DELETE FROM endpoints WHERE id = $1", &[&e1])
+        .unwrap();
+    assert!(
+        tasks::finish_attempt(
+            &mut c,
+            "n",
+            probe,
+            1,
+            AfterAttempt::RetryAt(NOW + 5),
+            None,
+            Some("x"),
+            NOW + 50
+        )
+        .unwrap()
+    );
+    let p = tasks::get(&mut c, "app", probe).unwrap().unwrap();
+    assert_eq!(
+        (p.status.as_str(), p.next_attempt_at, p.finished_at),
+        ("canceled", None, Some(NOW + 50))
+    );
+    assert_eq!(tasks::cancel_orphans(&mut c, NOW + 60).unwrap(), 1); // t1, pending again
+    assert_eq!(
+        tasks::get(&mut c, "app", t1)
+            .unwrap()
+            .unwrap()
+            .last_error
+            .as_deref(),
+        Some("endpoint deleted")
+    );
+
+    let counts: BTreeMap<String, i64> = tasks::count_by_status(&mut c)
+        .unwrap()
+        .into_iter()
+        .collect();
+    assert_eq!(
+        counts,
+        BTreeMap::from([("canceled".into(), 2), ("pending".into(), 2)])
+    );
+}

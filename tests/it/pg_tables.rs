@@ -1,0 +1,765 @@
+//! The PostgreSQL twins of the store functions (`src/store/postgres/<table>.rs`) against a
+//! private server: every function is called and what it returns is checked against what was
+//! stored. Compact on purpose: the whole suite runs on PostgreSQL once the store interface
+//! lands; these checks hold the SQL until then.
+
+use crate::pg::PgServer;
+use std::sync::{Arc, Barrier};
+use std::time::Duration;
+use webhookd::store::Page;
+use webhookd::store::attempts::Attempt;
+use webhookd::store::endpoints::{DisabledReason, Endpoint, HealthDelta};
+use webhookd::store::policies::Policy;
+use webhookd::store::postgres as pg;
+
+/// A private server with one database holding the schema, and a connection to it.
+fn opened(name: &str) -> Option<(PgServer, String, postgres::Client)> {
+    let server = PgServer::start()?;
+    let url = server.create_database(name);
+    drop(pg::open(&url, 1).unwrap());
+    let client = server.client(&url);
+    Some((server, url, client))
+}
+
+fn page(page: u32, page_size: u32) -> Page {
+    Page { page, page_size }
+}
+
+fn policy(app: &str, name: &str) -> Policy {
+    Policy {
+        id: 0,
+        app_id: app.into(),
+        name: name.into(),
+        max_attempts: 7,
+        backoff_type: "linear".into(),
+        initial_delay_sec: 2,
+        max_delay_sec: 60,
+        status: "active".into(),
+        created_at: 1_000,
+        updated_at: 1_000,
+    }
+}
+
+fn endpoint(app: &str, name: &str, retry_policy_id: Option<i64>) -> Endpoint {
+    let mut headers = serde_json::Map::new();
+    headers.insert("X-Team".into(), "ops".into());
+    Endpoint {
+        id: 0,
+        app_id: app.into(),
+        name: name.into(),
+        url: format!("http://127.0.0.1:9/{name}"),
+        method: "POST".into(),
+        headers,
+        secret: Some("s3cret".into()),
+        timeout_ms: 5_000,
+        retry_policy_id,
+        filter_events: Some("order.*".into()),
+        status: "enabled".into(),
+        rate_limit_per_sec: Some(2.5),
+        max_in_flight: Some(3),
+        previous_secret: Some("old".into()),
+        previous_secret_expires_at: Some(9_000),
+        created_at: 1_000,
+        updated_at: 1_000,
+        disabled_reason: None,
+        last_success_at: None,
+        last_failure_at: None,
+        consecutive_failures: 0,
+    }
+}
+
+/// Inserts a task row directly (the tasks functions are another file's); returns its id.
+fn task(
+    c: &mut postgres::Client,
+    endpoint_id: i64,
+    event_id: Option<i64>,
+    status: &str,
+    finished_at: Option<i64>,
+) -> i64 {
+    c.query_one(
+        "INSERT INTO tasks (app_id, event_id, endpoint_id, task_type, status, run_at, max_attempts,
+                            next_attempt_at, finished_at, created_at, updated_at)
+         VALUES ('a', $1, $2, 'event', $3, 0, 5, CASE WHEN $3 = 'pending' THEN 0 END, $4, 0, 0)
+         RETURNING id",
+        &[&event_id, &endpoint_id, &status, &finished_at],
+    )
+    .unwrap()
+    .get(0)
+}
+
+fn attempt(task_id: i64, attempt: i64) -> Attempt {
+    Attempt {
+        id: 0,
+        task_id,
+        attempt,
+        started_at: 100 * attempt,
+        duration_ms: 12,
+        status_code: (attempt % 2 == 0).then_some(503),
+        error: (attempt % 2 == 1).then(|| "connection refused".to_string()),
+        response_body: Some(format!("body {attempt}")),
+    }
+}
+
+fn count(c: &mut postgres::Client, sql: &str) -> i64 {
+    c.query_one(sql, &[]).unwrap().get(0)
+}
+
+#[test]
+fn keys_policies_events_attempts_and_the_probe_round_trip() {
+    let Some((_server, _url, mut c)) = opened("round_trip") else {
+        return;
+    };
+    // keys
+    let k1 = pg::keys::create(&mut c, "a", "first", 2_000).unwrap();
+    let k2 = pg::keys::create(&mut c, "b", "second", 1_000).unwrap();
+    assert!(k1.key_id.starts_with("whk_") && k1.secret.starts_with("whs_"));
+    assert_eq!(pg::keys::count(&mut c).unwrap(), 2);
+    let lookup = pg::keys::lookup(&mut c, &k1.key_id).unwrap();
+    assert_eq!(lookup, Some((k1.secret.clone(), "a".to_string())));
+    assert!(pg::keys::revoke(&mut c, &k1.key_id, 3_000).unwrap());
+    assert!(!pg::keys::revoke(&mut c, &k1.key_id, 4_000).unwrap());
+    assert_eq!(pg::keys::lookup(&mut c, &k1.key_id).unwrap(), None);
+    assert_eq!(pg::keys::lookup(&mut c, "whk_unknown").unwrap(), None);
+    let keys = pg::keys::list(&mut c).unwrap();
+    let shown: Vec<_> = keys
+        .iter()
+        .map(|k| {
+            (
+                k.key_id.as_str(),
+                k.app_id.as_str(),
+                k.name.as_str(),
+                k.created_at.as_str(),
+                k.revoked,
+            )
+        })
+        .collect();
+    assert_eq!(
+        shown,
+        [
+            (
+                k2.key_id.as_str(),
+                "b",
+                "second",
+                "1970-01-01T00:00:01Z",
+                false
+            ),
+            (
+                k1.key_id.as_str(),
+                "a",
+                "first",
+                "1970-01-01T00:00:02Z",
+                true
+            ),
+        ]
+    );
+
+    // policies
+    let p1 = pg::policies::insert(&mut c, &policy("a", "p1")).unwrap();
+    assert!(p1.id > 0);
+    assert_eq!(
+        pg::policies::get(&mut c, "a", p1.id).unwrap(),
+        Some(p1.clone())
+    );
+    assert_eq!(pg::policies::get(&mut c, "b", p1.id).unwrap(), None);
+    let changed = Policy {
+        name: "renamed".into(),
+        max_attempts: 9,
+        backoff_type: "exponential".into(),
+        updated_at: 2_000,
+        ..p1.clone()
+    };
+    pg::policies::update(&mut c, &changed).unwrap();
+    assert_eq!(
+        pg::policies::get_any(&mut c, p1.id).unwrap(),
+        Some(changed.clone())
+    );
+    let p2 = pg::policies::insert(&mut c, &policy("a", "p2")).unwrap();
+    let p3 = pg::policies::insert(&mut c, &policy("a", "p3")).unwrap();
+    pg::policies::insert(&mut c, &policy("b", "other app")).unwrap();
+    let (total, first) = pg::policies::list(&mut c, "a", page(1, 2)).unwrap();
+    assert_eq!((total, first), (3, vec![p3.clone(), p2.clone()]));
+    let (total, second) = pg::policies::list(&mut c, "a", page(2, 2)).unwrap();
+    assert_eq!((total, second), (3, vec![changed.clone()]));
+    assert!(pg::policies::delete(&mut c, "a", p2.id).unwrap());
+    assert!(!pg::policies::delete(&mut c, "a", p2.id).unwrap());
+    assert_eq!(pg::policies::get(&mut c, "a", p2.id).unwrap(), None);
+
+    // events
+    let e1 = pg::events::insert(
+        &mut c,
+        "a",
+        "order.paid",
+        Some("k1"),
+        r#"{"n":1}"#,
+        2,
+        5_000,
+    )
+    .unwrap();
+    let e2 = pg::events::insert(&mut c, "a", "order.sent", None, r#"{"n":2}"#, 0, 6_000).unwrap();
+    let e3 = pg::events::insert(&mut c, "a", "order.paid", None, "{}", 1, 7_000).unwrap();
+    pg::events::insert(&mut c, "b", "order.paid", Some("k1"), "{}", 0, 7_000).unwrap();
+    let got = pg::events::get(&mut c, "a", e1).unwrap().unwrap();
+    assert_eq!(
+        (
+            got.id,
+            got.app_id.as_str(),
+            got.event_name.as_str(),
+            got.event_key.as_deref()
+        ),
+        (e1, "a", "order.paid", Some("k1"))
+    );
+    assert_eq!(
+        (
+            got.payload,
+            got.status.as_str(),
+            got.task_count,
+            got.created_at
+        ),
+        (serde_json::json!({"n": 1}), "dispatched", 2, 5_000)
+    );
+    assert_eq!(pg::events::get(&mut c, "b", e1).unwrap(), None);
+    assert_eq!(
+        pg::events::name_of(&mut c, e2).unwrap().as_deref(),
+        Some("order.sent")
+    );
+    assert_eq!(pg::events::name_of(&mut c, 999_999).unwrap(), None);
+    let (total, items) = pg::events::list(&mut c, "a", Some("order.paid"), page(1, 1)).unwrap();
+    assert_eq!(
+        (total, items.iter().map(|e| e.id).collect::<Vec<_>>()),
+        (2, vec![e3])
+    );
+    let (total, items) = pg::events::list(&mut c, "a", None, page(1, 10)).unwrap();
+    assert_eq!(
+        (total, items.iter().map(|e| e.id).collect::<Vec<_>>()),
+        (3, vec![e3, e2, e1])
+    );
+    // the list builder's other filters, as the tasks list uses them
+    let filters = pg::list::Filters::app("a")
+        .eq_known("event_name", Some("order.paid"), &["order.paid"])
+        .cmp("created_at", ">=", 6_000_i64)
+        .always("event_key IS NULL");
+    assert!(filters.condition().contains("event_name = 'order.paid'"));
+    let listed = pg::list::list_page(&mut c, "events", "id", &filters, page(1, 10), |r| {
+        r.try_get(0)
+    })
+    .unwrap();
+    assert_eq!(listed, (1, vec![e3]));
+    let bound =
+        pg::list::Filters::app("a").eq_known("event_name", Some("order.sent"), &["order.paid"]);
+    assert!(bound.condition().ends_with("event_name = $2"));
+    let listed = pg::list::list_page(&mut c, "events", "id", &bound, page(1, 10), |r| {
+        r.try_get(0)
+    })
+    .unwrap();
+    assert_eq!(listed, (1, vec![e2]));
+    let mut tx = c.transaction().unwrap();
+    let found = pg::events::find_by_key(&mut tx, "a", "order.paid", "k1", 5_000).unwrap();
+    assert_eq!(found.map(|e| e.id), Some(e1));
+    let late = pg::events::find_by_key(&mut tx, "a", "order.paid", "k1", 5_001).unwrap();
+    assert_eq!(late, None);
+    tx.commit().unwrap();
+
+    // attempts
+    for n in 1..=3 {
+        pg::attempts::insert(&mut c, &attempt(42, n)).unwrap();
+    }
+    pg::attempts::insert(&mut c, &attempt(43, 1)).unwrap();
+    let (total, first) = pg::attempts::list(&mut c, 42, page(1, 2)).unwrap();
+    let strip = |a: &Attempt| Attempt { id: 0, ..a.clone() };
+    assert_eq!(total, 3);
+    assert_eq!(
+        first.iter().map(strip).collect::<Vec<_>>(),
+        [attempt(42, 1), attempt(42, 2)]
+    );
+    let (total, second) = pg::attempts::list(&mut c, 42, page(2, 2)).unwrap();
+    assert_eq!(
+        (total, second.iter().map(strip).collect::<Vec<_>>()),
+        (3, vec![attempt(42, 3)])
+    );
+    assert!(first[0].id < first[1].id && first[1].id < second[0].id);
+
+    // the health probe
+    pg::health::probe(&mut c, 1_234).unwrap();
+    pg::health::probe(&mut c, 5_678).unwrap();
+    assert_eq!(
+        count(&mut c, "SELECT checked_at FROM health_probe WHERE id = 1"),
+        5_678
+    );
+    assert_eq!(count(&mut c, "SELECT count(*) FROM health_probe"), 1);
+}
+
+#[test]
+fn endpoints_round_trip_and_their_status_and_health_statements() {
+    let Some((_server, _url, mut c)) = opened("endpoints") else {
+        return;
+    };
+    let policy = pg::policies::insert(&mut c, &policy("a", "p")).unwrap();
+    let e1 = pg::endpoints::insert(&mut c, &endpoint("a", "one", Some(policy.id))).unwrap();
+    let e2 = pg::endpoints::insert(&mut c, &endpoint("a", "two", None)).unwrap();
+    let other = pg::endpoints::insert(&mut c, &endpoint("b", "other", None)).unwrap();
+    assert_eq!(
+        pg::endpoints::get(&mut c, "a", e1.id).unwrap(),
+        Some(e1.clone())
+    );
+    assert_eq!(pg::endpoints::get(&mut c, "b", e1.id).unwrap(), None);
+    assert_eq!(
+        pg::endpoints::get_any(&mut c, other.id).unwrap(),
+        Some(other.clone())
+    );
+
+    let mut headers = serde_json::Map::new();
+    headers.insert("X-New".into(), "1".into());
+    let changed = Endpoint {
+        name: "uno".into(),
+        url: "http://127.0.0.1:9/uno".into(),
+        headers,
+        secret: None,
+        timeout_ms: 1_000,
+        retry_policy_id: None,
+        filter_events: None,
+        rate_limit_per_sec: None,
+        max_in_flight: None,
+        previous_secret: None,
+        previous_secret_expires_at: None,
+        updated_at: 2_000,
+        ..e1.clone()
+    };
+    pg::endpoints::update(&mut c, &changed).unwrap();
+    assert_eq!(
+        pg::endpoints::get(&mut c, "a", e1.id).unwrap(),
+        Some(changed.clone())
+    );
+    assert_eq!(
+        pg::endpoints::count_using_policy(&mut c, policy.id).unwrap(),
+        0
+    );
+    pg::endpoints::update(
+        &mut c,
+        &Endpoint {
+            retry_policy_id: Some(policy.id),
+            ..changed.clone()
+        },
+    )
+    .unwrap();
+    assert_eq!(
+        pg::endpoints::count_using_policy(&mut c, policy.id).unwrap(),
+        1
+    );
+
+    let limits = pg::endpoints::limits_any(&mut c, e2.id).unwrap().unwrap();
+    assert_eq!(
+        (
+            limits.enabled,
+            limits.rate_limit_per_sec,
+            limits.max_in_flight
+        ),
+        (true, Some(2.5), Some(3))
+    );
+    assert_eq!(pg::endpoints::limits_any(&mut c, 999_999).unwrap(), None);
+
+    // enable / disable
+    assert!(
+        pg::endpoints::set_status(&mut c, "a", e2.id, false, DisabledReason::Manual, 3_000)
+            .unwrap()
+    );
+    assert!(
+        !pg::endpoints::set_status(&mut c, "a", e2.id, false, DisabledReason::Manual, 3_001)
+            .unwrap()
+    );
+    let got = pg::endpoints::get(&mut c, "a", e2.id).unwrap().unwrap();
+    assert_eq!(
+        (
+            got.status.as_str(),
+            got.disabled_reason.as_deref(),
+            got.updated_at
+        ),
+        ("disabled", Some("manual"), 3_000)
+    );
+    assert!(
+        !pg::endpoints::limits_any(&mut c, e2.id)
+            .unwrap()
+            .unwrap()
+            .enabled
+    );
+    let (total, items) = pg::endpoints::list(&mut c, "a", Some("disabled"), page(1, 10)).unwrap();
+    assert_eq!((total, items), (1, vec![got]));
+    let (total, items) = pg::endpoints::list(&mut c, "a", None, page(2, 1)).unwrap();
+    assert_eq!(
+        (total, items.iter().map(|e| e.id).collect::<Vec<_>>()),
+        (2, vec![e1.id])
+    );
+    assert_eq!(
+        pg::endpoints::list_enabled(&mut c, "a")
+            .unwrap()
+            .iter()
+            .map(|e| e.id)
+            .collect::<Vec<_>>(),
+        [e1.id]
+    );
+    assert!(
+        pg::endpoints::set_status(&mut c, "a", e2.id, true, DisabledReason::Manual, 4_000).unwrap()
+    );
+    assert_eq!(
+        pg::endpoints::get(&mut c, "a", e2.id)
+            .unwrap()
+            .unwrap()
+            .disabled_reason,
+        None
+    );
+    assert_eq!(
+        pg::endpoints::disable_any(&mut c, e2.id, DisabledReason::Gone, 5_000)
+            .unwrap()
+            .as_deref(),
+        Some("a")
+    );
+    assert_eq!(
+        pg::endpoints::disable_any(&mut c, e2.id, DisabledReason::Gone, 5_001).unwrap(),
+        None
+    );
+    assert_eq!(
+        pg::endpoints::get(&mut c, "a", e2.id)
+            .unwrap()
+            .unwrap()
+            .disabled_reason
+            .as_deref(),
+        Some("gone")
+    );
+    assert!(
+        pg::endpoints::set_status(&mut c, "a", e2.id, true, DisabledReason::Manual, 6_000).unwrap()
+    );
+
+    // fan-out targets: the policy's attempts, or the default's
+    let targets: Vec<_> = pg::endpoints::enabled_targets(&mut c, "a")
+        .unwrap()
+        .into_iter()
+        .map(|t| (t.id, t.filter_events, t.max_attempts))
+        .collect();
+    let default = i64::from(webhookd::retry::RetryPolicy::DEFAULT.max_attempts);
+    assert_eq!(
+        targets,
+        [
+            (e1.id, None, 7),
+            (e2.id, Some("order.*".to_string()), default)
+        ]
+    );
+    assert_eq!(
+        pg::endpoints::names(&mut c, "a", &[e2.id, 999_999, e1.id, other.id, e2.id]).unwrap(),
+        [
+            (e2.id, "two".to_string()),
+            (e1.id, "uno".to_string()),
+            (e2.id, "two".to_string())
+        ]
+    );
+
+    // health: failures extend the streak and disable at the threshold; a success resets it
+    let failing = HealthDelta {
+        last_failure_at: Some(7_000),
+        failures: 2,
+        first_failure_at: Some(6_500),
+        ..Default::default()
+    };
+    assert_eq!(
+        pg::endpoints::record_health(&mut c, e1.id, &failing, 3, Some(1_000), 7_000).unwrap(),
+        None
+    );
+    let more = HealthDelta {
+        last_failure_at: Some(8_000),
+        failures: 1,
+        first_failure_at: Some(8_000),
+        ..Default::default()
+    };
+    assert_eq!(
+        pg::endpoints::record_health(&mut c, e1.id, &more, 3, Some(1_000), 8_000).unwrap(),
+        Some(("a".to_string(), 3))
+    );
+    let got = pg::endpoints::get(&mut c, "a", e1.id).unwrap().unwrap();
+    assert_eq!(
+        (
+            got.status.as_str(),
+            got.disabled_reason.as_deref(),
+            got.consecutive_failures,
+            got.last_failure_at
+        ),
+        ("disabled", Some("failing"), 3, Some(8_000))
+    );
+    let healed = HealthDelta {
+        last_success_at: Some(9_000),
+        failures: 1,
+        first_failure_at: Some(9_500),
+        last_failure_at: Some(9_500),
+    };
+    assert_eq!(
+        pg::endpoints::record_health(&mut c, e2.id, &failing, 3, None, 7_000).unwrap(),
+        None
+    );
+    assert_eq!(
+        pg::endpoints::record_health(&mut c, e2.id, &healed, 3, Some(1_000), 9_500).unwrap(),
+        None
+    );
+    let got = pg::endpoints::get(&mut c, "a", e2.id).unwrap().unwrap();
+    assert_eq!(
+        (
+            got.status.as_str(),
+            got.consecutive_failures,
+            got.last_success_at,
+            got.last_failure_at
+        ),
+        ("enabled", 1, Some(9_000), Some(9_500))
+    );
+
+    assert!(pg::endpoints::delete(&mut c, "b", other.id).unwrap());
+    assert!(!pg::endpoints::delete(&mut c, "b", other.id).unwrap());
+}
+
+#[test]
+fn deleting_an_endpoint_cancels_its_tasks_and_pauses_schedules_left_without_targets() {
+    let Some((_server, _url, mut c)) = opened("cascade") else {
+        return;
+    };
+    let gone = pg::endpoints::insert(&mut c, &endpoint("a", "gone", None))
+        .unwrap()
+        .id;
+    let kept = pg::endpoints::insert(&mut c, &endpoint("a", "kept", None))
+        .unwrap()
+        .id;
+    let mut schedule = |app: &str, status: &str, ids: String| -> i64 {
+        c.query_one(
+            "INSERT INTO schedules (app_id, name, cron_expr, timezone, endpoint_ids, status, next_run_at, created_at, updated_at)
+             VALUES ($1, 's', '* * * * *', 'UTC', $2, $3, 60000, 0, 0) RETURNING id",
+            &[&app, &ids, &status],
+        )
+        .unwrap()
+        .get(0)
+    };
+    let only = schedule("a", "active", format!("[{gone}]"));
+    let shared = schedule("a", "active", format!("[{kept},{gone},77]"));
+    let paused_already = schedule("a", "paused", format!("[{gone}]"));
+    let untouched = schedule("a", "active", format!("[{kept}]"));
+    let other_app = schedule("b", "active", format!("[{gone}]"));
+    let pending = task(&mut c, gone, None, "pending", None);
+    let done = task(&mut c, gone, None, "succeeded", Some(10));
+    let elsewhere = task(&mut c, kept, None, "pending", None);
+
+    let mut tx = c.transaction().unwrap();
+    let paused = pg::endpoints::delete_cascade(&mut tx, "a", gone, 50_000).unwrap();
+    tx.commit().unwrap();
+    assert_eq!(paused, Some(vec![only]));
+    assert_eq!(
+        pg::endpoints::delete_cascade(&mut c, "a", gone, 50_001).unwrap(),
+        None
+    );
+    assert_eq!(pg::endpoints::get(&mut c, "a", gone).unwrap(), None);
+
+    let row = |c: &mut postgres::Client,
+               id: i64|
+     -> (String, Option<i64>, Option<String>, String, i64) {
+        let r = c
+            .query_one("SELECT status, next_run_at, paused_reason, endpoint_ids, updated_at FROM schedules WHERE id = $1", &[&id])
+            .unwrap();
+        (r.get(0), r.get(1), r.get(2), r.get(3), r.get(4))
+    };
+    let reason = Some("every target endpoint was deleted".to_string());
+    assert_eq!(
+        row(&mut c, only),
+        ("paused".into(), None, reason, "[]".into(), 50_000)
+    );
+    assert_eq!(
+        row(&mut c, shared),
+        (
+            "active".into(),
+            Some(60_000),
+            None,
+            format!("[{kept},77]"),
+            50_000
+        )
+    );
+    assert_eq!(
+        row(&mut c, paused_already),
+        ("paused".into(), Some(60_000), None, "[]".into(), 50_000)
+    );
+    assert_eq!(
+        row(&mut c, untouched),
+        ("active".into(), Some(60_000), None, format!("[{kept}]"), 0)
+    );
+    assert_eq!(
+        row(&mut c, other_app),
+        ("active".into(), Some(60_000), None, format!("[{gone}]"), 0)
+    );
+
+    let task_row =
+        |c: &mut postgres::Client, id: i64| -> (String, Option<i64>, Option<i64>, Option<String>) {
+            let r = c
+            .query_one(
+                "SELECT status, finished_at, next_attempt_at, last_error FROM tasks WHERE id = $1",
+                &[&id],
+            )
+            .unwrap();
+            (r.get(0), r.get(1), r.get(2), r.get(3))
+        };
+    assert_eq!(
+        task_row(&mut c, pending),
+        (
+            "canceled".into(),
+            Some(50_000),
+            None,
+            Some("endpoint deleted".into())
+        )
+    );
+    assert_eq!(
+        task_row(&mut c, done),
+        ("succeeded".into(), Some(10), None, None)
+    );
+    assert_eq!(
+        task_row(&mut c, elsewhere),
+        ("pending".into(), None, Some(0), None)
+    );
+}
+
+#[test]
+fn replay_pairs_and_retention_chunks() {
+    let Some((_server, _url, mut c)) = opened("replay_retention") else {
+        return;
+    };
+    // replay: first use, replay, expiry taken over
+    assert!(pg::replay::first_use(&mut c, "whk_1", "sig", 1_000, 500).unwrap());
+    assert!(!pg::replay::first_use(&mut c, "whk_1", "sig", 1_500, 900).unwrap());
+    assert!(!pg::replay::first_use(&mut c, "whk_1", "sig", 1_500, 1_000).unwrap());
+    assert!(pg::replay::first_use(&mut c, "whk_1", "sig", 2_000, 1_001).unwrap());
+    assert_eq!(count(&mut c, "SELECT expires_at FROM replay_guard"), 2_000);
+    assert!(pg::replay::first_use(&mut c, "whk_2", "sig", 100, 0).unwrap());
+    assert!(pg::replay::first_use(&mut c, "whk_1", "other", 200, 0).unwrap());
+    assert_eq!(pg::replay::count(&mut c).unwrap(), 3);
+    assert_eq!(pg::replay::prune(&mut c, 1_500, 1).unwrap(), 1);
+    assert_eq!(pg::replay::prune(&mut c, 1_500, 10).unwrap(), 1);
+    assert_eq!(pg::replay::prune(&mut c, 1_500, 10).unwrap(), 0);
+    assert_eq!(pg::replay::count(&mut c).unwrap(), 1);
+
+    // retention: finished tasks before the cutoff go with their attempts, oldest first
+    let ep = pg::endpoints::insert(&mut c, &endpoint("a", "e", None))
+        .unwrap()
+        .id;
+    let kept_event = pg::events::insert(&mut c, "a", "x", None, "{}", 1, 100).unwrap();
+    let old_event = pg::events::insert(&mut c, "a", "x", None, "{}", 0, 100).unwrap();
+    let new_event = pg::events::insert(&mut c, "a", "x", None, "{}", 0, 900).unwrap();
+    let oldest = task(&mut c, ep, None, "succeeded", Some(100));
+    let older = task(&mut c, ep, None, "failed", Some(200));
+    let recent = task(&mut c, ep, None, "succeeded", Some(900));
+    let open = task(&mut c, ep, Some(kept_event), "pending", None);
+    for t in [oldest, older, recent, open] {
+        pg::attempts::insert(&mut c, &attempt(t, 1)).unwrap();
+    }
+    assert_eq!(
+        pg::retention::delete_finished_tasks(&mut c, 500, 1).unwrap(),
+        1
+    );
+    assert_eq!(
+        count(
+            &mut c,
+            &format!("SELECT count(*) FROM tasks WHERE id = {oldest}")
+        ),
+        0
+    );
+    assert_eq!(
+        count(
+            &mut c,
+            &format!("SELECT count(*) FROM tasks WHERE id = {older}")
+        ),
+        1
+    );
+    assert_eq!(
+        pg::retention::delete_finished_tasks(&mut c, 500, 10).unwrap(),
+        1
+    );
+    assert_eq!(
+        pg::retention::delete_finished_tasks(&mut c, 500, 10).unwrap(),
+        0
+    );
+    let left: Vec<i64> = c
+        .query("SELECT id FROM tasks ORDER BY id", &[])
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    assert_eq!(left, [recent, open]);
+    let with_attempts: Vec<i64> = c
+        .query("SELECT task_id FROM attempts ORDER BY task_id", &[])
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    assert_eq!(with_attempts, [recent, open]);
+    // old events go unless a task still refers to them
+    assert_eq!(
+        pg::retention::delete_old_events(&mut c, 500, 10).unwrap(),
+        1
+    );
+    assert_eq!(pg::events::get(&mut c, "a", old_event).unwrap(), None);
+    assert!(pg::events::get(&mut c, "a", kept_event).unwrap().is_some());
+    assert!(pg::events::get(&mut c, "a", new_event).unwrap().is_some());
+    assert_eq!(
+        pg::retention::delete_old_events(&mut c, 500, 10).unwrap(),
+        0
+    );
+}
+
+/// Two nodes publishing the same key at once create one event: the advisory lock taken by
+/// `find_by_key` makes the second wait for the first's commit, then find its event. Each
+/// publisher pauses between lookup and insert, so without the lock both would insert.
+#[test]
+fn two_nodes_publishing_one_key_at_once_create_one_event() {
+    let Some((server, url, mut c)) = opened("publish_race") else {
+        return;
+    };
+    let barrier = Arc::new(Barrier::new(2));
+    let publishers: Vec<_> = (0..2)
+        .map(|_| {
+            let mut node = server.client(&url);
+            let barrier = barrier.clone();
+            std::thread::spawn(move || {
+                barrier.wait();
+                let mut tx = node.transaction().unwrap();
+                let found = pg::events::find_by_key(&mut tx, "a", "order.paid", "k", 0).unwrap();
+                let id = match found {
+                    Some(event) => event.id,
+                    None => {
+                        std::thread::sleep(Duration::from_millis(300));
+                        pg::events::insert(&mut tx, "a", "order.paid", Some("k"), "{}", 0, 1_000)
+                            .unwrap()
+                    }
+                };
+                tx.commit().unwrap();
+                id
+            })
+        })
+        .collect();
+    let ids: Vec<i64> = publishers.into_iter().map(|p| p.join().unwrap()).collect();
+    assert_eq!(ids[0], ids[1]);
+    assert_eq!(count(&mut c, "SELECT count(*) FROM events"), 1);
+}
+
+/// Two nodes accepting the same signed request at once: exactly one sees a first use (the
+/// second waits on the primary key for the first's commit, then finds a live row).
+#[test]
+fn a_signature_used_on_two_nodes_at_once_is_accepted_once() {
+    let Some((server, url, mut c)) = opened("replay_race") else {
+        return;
+    };
+    let barrier = Arc::new(Barrier::new(2));
+    let nodes: Vec<_> = (0..2)
+        .map(|_| {
+            let mut node = server.client(&url);
+            let barrier = barrier.clone();
+            std::thread::spawn(move || {
+                barrier.wait();
+                let mut tx = node.transaction().unwrap();
+                let first = pg::replay::first_use(&mut tx, "whk_1", "sig", 10_000, 1_000).unwrap();
+                std::thread::sleep(Duration::from_millis(200));
+                tx.commit().unwrap();
+                first
+            })
+        })
+        .collect();
+    let firsts: Vec<bool> = nodes.into_iter().map(|n| n.join().unwrap()).collect();
+    assert_eq!(firsts.iter().filter(|&&f| f).count(), 1, "{firsts:?}");
+    assert_eq!(pg::replay::count(&mut c).unwrap(), 1);
+}
