@@ -337,7 +337,37 @@ fn a_node_killed_mid_load_loses_no_acknowledged_publish() {
         if open == 0 {
             break;
         }
-        assert!(Instant::now() < deadline, "{open} tasks not delivered");
+        if Instant::now() > deadline {
+            let rows: Vec<String> = sql
+                .query(
+                    "SELECT id, status, claimed_by, lease_until, next_attempt_at, attempts,
+                            last_error, updated_at
+                       FROM tasks WHERE status <> 'success' ORDER BY id",
+                    &[],
+                )
+                .unwrap()
+                .iter()
+                .map(|r| {
+                    format!(
+                        "id {} {} by {:?} lease_until {:?} next {:?} attempts {} error {:?} updated {}",
+                        r.get::<_, i64>(0),
+                        r.get::<_, String>(1),
+                        r.get::<_, Option<String>>(2),
+                        r.get::<_, Option<i64>>(3),
+                        r.get::<_, Option<i64>>(4),
+                        r.get::<_, i64>(5),
+                        r.get::<_, Option<String>>(6),
+                        r.get::<_, i64>(7),
+                    )
+                })
+                .collect();
+            panic!(
+                "{open} tasks not delivered at {} (kill at {kill_ms}):\n{}\n{}",
+                now_ms(),
+                rows.join("\n"),
+                cluster.logs()
+            );
+        }
         std::thread::sleep(Duration::from_millis(100));
     }
 
