@@ -24,7 +24,7 @@ use crate::app::App;
 use crate::metrics::DeliveryOutcome;
 use crate::operator::{self, OperatorEvent};
 use crate::store::endpoints::DisabledReason;
-use crate::store::{self, StoreError, Tx, tasks::Claimed};
+use crate::store::{self, IdleCap, StoreError, Tx, tasks::Claimed};
 use send::{Sent, Target, Verdict};
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -93,6 +93,9 @@ struct Shared {
     /// Claimed tasks whose result is not committed yet: queued, being sent, or reported.
     in_flight: AtomicUsize,
     stopping: AtomicBool,
+    /// Caps the dispatcher's idle sleep while other nodes' new tasks might go unnoticed
+    /// (`Store::watch`).
+    idle_cap: IdleCap,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -108,8 +111,9 @@ pub struct DeliveryPool {
 }
 
 impl DeliveryPool {
-    pub fn start(app: Arc<App>) -> Self {
+    pub fn start(app: Arc<App>, idle_cap: IdleCap) -> Self {
         let shared = Arc::new(Shared {
+            idle_cap,
             agent: send::agent(&app.config),
             app: app.clone(),
             queue: Mutex::default(),
@@ -358,13 +362,14 @@ fn dispatch(shared: &Shared) {
         if out_of_room && free > 0 {
             continue; // more may be claimable now
         }
+        let idle = shared.idle_cap.cap(app.config.max_idle);
         let wait = match wake_at {
-            _ if free == 0 => app.config.max_idle, // a worker's result wakes us
+            _ if free == 0 => idle, // a worker's result wakes us
             Some(at) => {
                 let ms = at.saturating_sub(app.clock.now_ms()).max(0);
-                Duration::from_millis(u64::try_from(ms).unwrap_or(0)).min(app.config.max_idle)
+                Duration::from_millis(u64::try_from(ms).unwrap_or(0)).min(idle)
             }
-            None => app.config.max_idle,
+            None => idle,
         };
         app.delivery_wake.wait(wait);
     }

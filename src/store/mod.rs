@@ -104,6 +104,42 @@ pub trait Store: Send + Sync + 'static {
 
     /// `"sqlite"` or `"postgres"`.
     fn backend(&self) -> &'static str;
+
+    /// Starts watching for changes other processes make to the database (PostgreSQL: the other
+    /// nodes' notices, `--pg-poll-ms` / `--pg-poll-only`), calling `wakers` for each. The
+    /// scheduler and the delivery pool cap their idle sleeps with the returned
+    /// [`Watcher::idle_cap`]. SQLite: nothing to watch, one process owns the file.
+    fn watch(&self, wakers: Wakers, poll: Duration, poll_only: bool) -> anyhow::Result<Watcher>;
+}
+
+pub use postgres::listen::{IdleCap, Wakers};
+
+/// What [`Store::watch`] started: the cap on idle sleeps, and the watching to stop at shutdown.
+pub struct Watcher {
+    pub idle_cap: IdleCap,
+    stop: Option<Box<dyn FnOnce() + Send>>,
+}
+
+impl Watcher {
+    /// Nothing watched and no cap: the process's own wakes cover every change.
+    pub fn none() -> Watcher {
+        Watcher {
+            idle_cap: IdleCap::new(Duration::MAX),
+            stop: None,
+        }
+    }
+
+    /// Sleeps capped by `idle_cap`, and `stop` run at shutdown.
+    pub fn new(idle_cap: IdleCap, stop: Option<Box<dyn FnOnce() + Send>>) -> Watcher {
+        Watcher { idle_cap, stop }
+    }
+
+    /// Stops watching (blocking, about a second at most).
+    pub fn stop(self) {
+        if let Some(stop) = self.stop {
+            stop();
+        }
+    }
 }
 
 impl dyn Store {

@@ -4,12 +4,14 @@
 
 use super::{PgPool, PgUrl};
 use crate::store::{
-    Page, Store, StoreError, Tx, attempts, endpoints, events, keys, policies, schedules, tasks,
+    IdleCap, Page, Store, StoreError, Tx, Watcher, attempts, endpoints, events, keys, policies,
+    schedules, tasks,
 };
 use postgres::GenericClient;
 use postgres::error::SqlState;
 use std::path::Path;
 use std::sync::Mutex;
+use std::time::Duration;
 
 /// A PostgreSQL database behind a pool of blocking connections.
 pub struct PgStore {
@@ -101,10 +103,10 @@ impl Store for PgStore {
             pg.wake
         };
         if wake.tasks {
-            tx.execute("SELECT pg_notify('webhookd_tasks', '')", &[])?;
+            super::listen::notify(&mut tx, super::listen::Channel::Tasks, "")?;
         }
         if wake.schedules {
-            tx.execute("SELECT pg_notify('webhookd_schedules', '')", &[])?;
+            super::listen::notify(&mut tx, super::listen::Channel::Schedules, "")?;
         }
         tx.commit()?;
         Ok(())
@@ -169,6 +171,22 @@ impl Store for PgStore {
 
     fn backend(&self) -> &'static str {
         "postgres"
+    }
+
+    /// The `store-listener` thread (`LISTEN` on its own connection); until it is connected, and
+    /// always with `--pg-poll-only`, idle sleeps are capped at `poll`.
+    fn watch(
+        &self,
+        wakers: crate::store::Wakers,
+        poll: Duration,
+        poll_only: bool,
+    ) -> anyhow::Result<Watcher> {
+        let cap = IdleCap::new(poll);
+        if poll_only {
+            return Ok(Watcher::new(cap, None));
+        }
+        let listener = super::listen::Listener::spawn(&self.url, wakers, &cap)?;
+        Ok(Watcher::new(cap, Some(Box::new(move || listener.stop()))))
     }
 }
 
