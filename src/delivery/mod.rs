@@ -362,7 +362,13 @@ fn dispatch(shared: &Shared) {
         if out_of_room && free > 0 {
             continue; // more may be claimable now
         }
-        let idle = shared.idle_cap.cap(app.config.max_idle);
+        let mut idle = shared.idle_cap.cap(app.config.max_idle);
+        if app.store.backend() == "postgres" {
+            // Another node's lease running out sends no notice: on a shared store an idle pool
+            // still comes back for the next rescue, or a dead node's tasks could wait up to
+            // `max_idle` (60 s) past their lease.
+            idle = idle.min(Duration::from_millis(RESCUE_EVERY_MS.unsigned_abs()));
+        }
         let wait = match wake_at {
             _ if free == 0 => idle, // a worker's result wakes us
             Some(at) => {
