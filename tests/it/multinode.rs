@@ -761,6 +761,7 @@ fn a_publish_on_a_full_node_wakes_the_others_without_polling() {
     assert_eq!(a_holds, held, "node A's claims changed");
     assert_eq!(hang.received().len(), 1);
     latencies.sort();
+    eprintln!("publish on a full node → delivery by another: {latencies:?}");
     let median = latencies[latencies.len() / 2];
     let under_400 = latencies
         .iter()
