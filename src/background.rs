@@ -38,11 +38,10 @@ impl Background {
         let watcher = app
             .store
             .watch(wakers, app.config.pg_poll, app.config.pg_poll_only)?;
-        let idle_cap = watcher.idle_cap.clone();
         Ok(Background {
             checkpointer: Checkpointer::start(app.clone()),
-            scheduler: crate::scheduler::Scheduler::start(app.clone(), idle_cap.clone()),
-            delivery: crate::delivery::DeliveryPool::start(app, idle_cap),
+            scheduler: crate::scheduler::Scheduler::start(app.clone(), watcher.idle_cap.clone()),
+            delivery: crate::delivery::DeliveryPool::start(app, &watcher),
             watcher,
         })
     }

@@ -117,11 +117,17 @@ fn filled_database() -> (
     String,
 ) {
     let start = Utc::now().trunc_subsecs(0);
-    let server = TestServer::start_manual(start, wide_skew);
+    // The source is a SQLite file whatever WEBHOOKD_TEST_DB says: migrate copies from one.
+    let source = tempfile::tempdir().unwrap();
+    let file = source.path().join("webhookd.sqlite");
+    let server = TestServer::start_manual(start, |config| {
+        wide_skew(config);
+        config.db = file.to_str().unwrap().to_string();
+    });
     let c = server.client();
     let other = server.client_for_app("app2");
     let (revoked, _) = create_key(&server.db, "app3");
-    let db_text = server.db.to_str().unwrap().to_string();
+    let db_text = server.db.clone();
     let out = webhookd(&["keys", "revoke", "--db", &db_text, &revoked]);
     assert!(out.status.success(), "{}", text(&out.stderr));
 
@@ -415,7 +421,7 @@ fn migrate_refuses_a_missing_source_a_foreign_file_and_a_non_url_target() {
     assert_eq!(std::fs::read(&foreign).unwrap(), untouched);
 
     let db = dir.path().join("db.sqlite");
-    create_key(&db, "app1");
+    create_key(db.to_str().unwrap(), "app1");
     let (code, stderr) = migrate(&db, "other.sqlite");
     assert_eq!(code, Some(2), "{stderr}");
     assert!(
