@@ -155,9 +155,15 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
             .map_err(|e| UsageError(format!("--db (env WEBHOOKD_DB): {e:#}")))?;
         if store.read(|tx| tx.count_keys())? == 0 {
             let key = store.write(|tx| tx.create_key("default", "bootstrap", clock.now_ms()))?;
+            // The hint repeats --db: a PostgreSQL URL's password must not reach the log (§16).
+            let db = if store::postgres::is_url(&config.db) {
+                store::postgres::redact(&config.db)
+            } else {
+                config.db.clone()
+            };
             eprintln!(
-                "webhookd: first start — created API key for app 'default':\n  key id: {}\n  secret: {}\nIt is shown only this once. Make more with: webhookd keys create --db {} --app APP --name NAME",
-                key.key_id, key.secret, config.db
+                "webhookd: first start — created API key for app 'default':\n  key id: {}\n  secret: {}\nIt is shown only this once. Make more with: webhookd keys create --db {db} --app APP --name NAME",
+                key.key_id, key.secret
             );
         }
     }

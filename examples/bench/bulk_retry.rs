@@ -142,6 +142,12 @@ pub fn scenario(bench: &mut Bench) -> anyhow::Result<()> {
     if bench.settings.remote.is_some() {
         anyhow::bail!("bulk-retry fills its own database: it cannot run against --url");
     }
+    if let Some(why) = bench.settings.cannot_prefill() {
+        let mut r = crate::report::Report::new("bulk-retry");
+        r.note(why);
+        bench.emit(r);
+        return Ok(());
+    }
     for status in ["enabled", "disabled"] {
         variant(bench, status)?;
     }

@@ -15,7 +15,7 @@ const MIB: f64 = 1024.0 * 1024.0;
 /// (re)built with `cargo build [--release] --bin webhookd …` so the figures are of the current
 /// source. Under `cargo test` (which holds the build lock, and has just built the binary for
 /// the integration tests) it is used as it is, or skipped when absent.
-fn binary() -> anyhow::Result<Option<PathBuf>> {
+pub fn binary() -> anyhow::Result<Option<PathBuf>> {
     let exe = std::env::current_exe()?;
     let profile_dir = exe
         .parent()

@@ -7,7 +7,12 @@
 //! cargo run --release --example bench -- all
 //! cargo run --release --example bench -- baseline publish --fanout 10
 //! cargo run --release --example bench -- all --quick --json
+//! cargo run --release --example bench -- publish api --db postgres://u:pw@127.0.0.1/bench --nodes 3
 //! ```
+//!
+//! `--db postgres://…` runs each scenario on N real `serve` processes (`--nodes`, default 1)
+//! sharing a fresh database on that server; `--spawn` runs the SQLite store as a real process
+//! too, so the two stores are compared on equal terms (see `nodes.rs`).
 //!
 //! Scenarios: `baseline` (the limits on this machine), `publish`, `api`, `schedules`,
 //! `footprint` (the real binary as a subprocess), `scale` (1M finished tasks), `fairness` (a
@@ -21,6 +26,7 @@ mod bulk_retry;
 mod fairness;
 mod footprint;
 mod load;
+mod nodes;
 mod publish;
 mod receiver;
 mod report;
@@ -95,6 +101,19 @@ struct Args {
     /// Delivery workers of the webhookd the harness starts (default: webhookd's default).
     #[arg(long)]
     workers: Option<usize>,
+    /// The database of the webhookd the harness starts: a SQLite file path, or a
+    /// `postgres://` URL on whose server each scenario gets a fresh database (default: a fresh
+    /// temporary SQLite file per scenario).
+    #[arg(long, conflicts_with = "url")]
+    db: Option<String>,
+    /// Start this many `webhookd serve` processes on the one database (PostgreSQL only when
+    /// above 1); the load clients are spread over them round robin.
+    #[arg(long, default_value_t = 1, conflicts_with = "url")]
+    nodes: usize,
+    /// Run the server as the real binary in a subprocess even for one node on SQLite (the
+    /// default runs it in the harness's process), as it always is with a PostgreSQL --db.
+    #[arg(long, conflicts_with = "url")]
+    spawn: bool,
     /// Use the webhookd running at this URL instead of starting one.
     #[arg(long, requires_all = ["key_id", "secret"])]
     url: Option<String>,
@@ -117,6 +136,12 @@ pub struct Settings {
     pub minutes: Option<u32>,
     tasks: Option<u64>,
     pub workers: Option<usize>,
+    /// `--db`: a SQLite path or a PostgreSQL URL (None: a temporary SQLite file).
+    pub db: Option<String>,
+    /// `serve` processes on the one database.
+    pub nodes: usize,
+    /// Subprocesses even for one node on SQLite.
+    pub spawn: bool,
     /// `(url, key id, secret)` of a running server.
     pub remote: Option<(String, String, String)>,
 }
@@ -160,6 +185,26 @@ impl Settings {
             .unwrap_or(if self.quick { 5_000 } else { 100_000 })
     }
 
+    /// Whether the store is PostgreSQL.
+    pub fn postgres(&self) -> bool {
+        self.db
+            .as_deref()
+            .is_some_and(webhookd::store::postgres::is_url)
+    }
+
+    /// Whether the server runs as real `serve` processes rather than in this process.
+    pub fn spawned(&self) -> bool {
+        self.remote.is_none() && (self.spawn || self.nodes > 1 || self.postgres())
+    }
+
+    /// Why a scenario that fills the SQLite file before the server opens it cannot run here.
+    pub fn cannot_prefill(&self) -> Option<&'static str> {
+        self.spawned().then_some(
+            "skipped: it fills a SQLite file in this process before the server starts, so it \
+             runs only without --db postgres://, --nodes and --spawn",
+        )
+    }
+
     /// How long a wait for deliveries goes on without any arriving before giving up.
     pub fn stall(&self) -> Duration {
         Duration::from_secs(if self.quick { 5 } else { 15 })
@@ -176,14 +221,17 @@ pub struct Bench {
 
 impl Bench {
     /// A fresh webhookd on a temporary database (which `prepare` may fill before the server
-    /// opens it), or the `--url` one.
+    /// opens it), `--nodes` processes on the `--db` (`prepare` is not called: scenarios that
+    /// fill the database check [`Settings::cannot_prefill`] first), or the `--url` one.
     pub fn target(
         &self,
         prepare: impl FnOnce(&Path) -> anyhow::Result<()>,
     ) -> anyhow::Result<target::Target> {
-        match &self.settings.remote {
+        let s = &self.settings;
+        match &s.remote {
             Some((url, key_id, secret)) => Ok(target::Target::remote(url, key_id, secret)),
-            None => target::Target::in_process(self.settings.workers, prepare),
+            None if s.spawned() => target::Target::nodes(s),
+            None => target::Target::in_process(s.workers, s.db.as_deref().map(Path::new), prepare),
         }
     }
 
@@ -201,7 +249,21 @@ impl Bench {
     }
 
     /// Prints a finished report (table, or JSON line) and keeps it.
-    pub fn emit(&mut self, report: Report) {
+    pub fn emit(&mut self, mut report: Report) {
+        let s = &self.settings;
+        if s.remote.is_none() {
+            report
+                .param("store", if s.postgres() { "postgres" } else { "sqlite" })
+                .param("nodes", s.nodes)
+                .param(
+                    "server",
+                    if s.spawned() {
+                        "processes"
+                    } else {
+                        "in-process"
+                    },
+                );
+        }
         if self.settings.json {
             eprint!("{}", report.table());
             println!("{}", report.to_json());
@@ -232,6 +294,9 @@ fn run(args: Args) -> anyhow::Result<Vec<Report>> {
         minutes: args.minutes,
         tasks: args.tasks,
         workers: args.workers,
+        db: args.db,
+        nodes: args.nodes,
+        spawn: args.spawn,
         remote: args.url.map(|url| {
             (
                 url,
@@ -240,6 +305,15 @@ fn run(args: Args) -> anyhow::Result<Vec<Report>> {
             )
         }),
     };
+    if settings.nodes == 0 {
+        anyhow::bail!("--nodes must be at least 1");
+    }
+    if settings.nodes > 1 && !settings.postgres() {
+        anyhow::bail!(
+            "--nodes {} needs a postgres:// --db: several processes cannot share one SQLite file",
+            settings.nodes
+        );
+    }
     let mut bench = Bench {
         settings,
         receiver: receiver::Receiver::start()?,

@@ -87,6 +87,12 @@ pub fn scenario(bench: &mut Bench) -> anyhow::Result<()> {
     if bench.settings.remote.is_some() {
         anyhow::bail!("scale fills its own database: it cannot run against --url");
     }
+    if let Some(why) = bench.settings.cannot_prefill() {
+        let mut r = crate::report::Report::new("scale");
+        r.note(why);
+        bench.emit(r);
+        return Ok(());
+    }
     let n = bench.settings.scale_tasks();
     // The empty-database figures of this run, or measured now.
     let mut empty = Vec::new();

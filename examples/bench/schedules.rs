@@ -24,17 +24,6 @@ fn sleep_until_us(at_us: i64) {
     }
 }
 
-/// `(scheduled instant ms, created_at ms)` of every task of the endpoint, straight from the
-/// database (the API shows times in whole seconds).
-fn task_times(db: &std::path::Path, endpoint_id: i64) -> anyhow::Result<Vec<(i64, i64)>> {
-    let conn = rusqlite::Connection::open(db)?;
-    let mut stmt = conn.prepare("SELECT run_at, created_at FROM tasks WHERE endpoint_id = ?1")?;
-    let rows = stmt
-        .query_map([endpoint_id], |r| Ok((r.get(0)?, r.get(1)?)))?
-        .collect::<rusqlite::Result<Vec<_>>>()?;
-    Ok(rows)
-}
-
 pub fn scenario(bench: &mut Bench) -> anyhow::Result<()> {
     let s = &bench.settings;
     let count = s.schedule_count();
@@ -152,9 +141,9 @@ pub fn scenario(bench: &mut Bench) -> anyhow::Result<()> {
         .add("duplicates", (deliveries.len() - unique.len()) as f64, "")
         .add("with_schedule_header", with_schedule as f64, "");
 
-    match &target.db {
-        Some(db) => {
-            let times = task_times(db, endpoint_id)?;
+    match target.task_times(endpoint_id) {
+        Some(times) => {
+            let times = times?;
             let creation = Stats::new(
                 times
                     .iter()
@@ -195,7 +184,7 @@ pub fn scenario(bench: &mut Bench) -> anyhow::Result<()> {
             unique.len()
         ));
     }
-    if target.db.is_none() {
+    if !target.owns_db() {
         for id in &ids {
             let _ = clients[0].send("DELETE", &format!("/v1/schedules/{id}"), None);
         }

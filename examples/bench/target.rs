@@ -1,5 +1,7 @@
 //! The webhookd under test: started in this process on a temporary database, started as the
-//! real binary in a subprocess (footprint), or a server already running at `--url`.
+//! real binary in a subprocess (footprint), N real `serve` processes sharing one database
+//! (`--nodes`, `--spawn`, a PostgreSQL `--db`: see [`crate::nodes`]), or a server already
+//! running at `--url`.
 
 use anyhow::{Context, bail};
 use std::path::{Path, PathBuf};
@@ -16,7 +18,10 @@ const APP: &str = "bench";
 
 /// A webhookd the harness can send requests to.
 pub struct Target {
+    /// The first node's URL (setup requests go there).
     pub url: String,
+    /// Every node's URL: load clients are spread over them round robin.
+    pub urls: Vec<String>,
     /// The database file, when the harness made it: lets it create a key per client thread and
     /// read task rows directly.
     pub db: Option<PathBuf>,
@@ -34,18 +39,22 @@ enum Kind {
         child: Child,
         _dir: tempfile::TempDir,
     },
+    /// `serve` processes on one database; keys through `webhookd keys create`.
+    Nodes(crate::nodes::Nodes),
     Remote,
 }
 
 impl Target {
     /// Starts webhookd in this process, as `webhookd serve` would, on a fresh temporary
     /// database that `prepare` may fill first.
+    /// `db`: the file to use instead of a fresh temporary one.
     pub fn in_process(
         workers: Option<usize>,
+        db: Option<&Path>,
         prepare: impl FnOnce(&Path) -> anyhow::Result<()>,
     ) -> anyhow::Result<Target> {
         let dir = tempfile::tempdir()?;
-        let db = dir.path().join("webhookd.sqlite");
+        let db = db.map_or_else(|| dir.path().join("webhookd.sqlite"), Path::to_path_buf);
         let key = create_keys(&db, 1)?.remove(0);
         prepare(&db)?;
         let mut config = Config::new(db.to_string_lossy());
@@ -63,8 +72,10 @@ impl Target {
             clock,
             std::future::pending(),
         ))?;
+        let url = format!("http://{}", running.addr);
         Ok(Target {
-            url: format!("http://{}", running.addr),
+            urls: vec![url.clone()],
+            url,
             db: Some(db),
             key,
             kind: Kind::InProcess {
@@ -123,6 +134,7 @@ impl Target {
             std::thread::sleep(Duration::from_millis(1));
         };
         let target = Target {
+            urls: vec![url.clone()],
             url,
             db: Some(db),
             key,
@@ -133,8 +145,10 @@ impl Target {
 
     /// A server that is already running; every client shares its one key.
     pub fn remote(url: &str, key_id: &str, secret: &str) -> Target {
+        let url = url.trim_end_matches('/').to_string();
         Target {
-            url: url.trim_end_matches('/').to_string(),
+            urls: vec![url.clone()],
+            url,
             db: None,
             key: (key_id.to_string(), secret.to_string()),
             kind: Kind::Remote,
@@ -150,17 +164,46 @@ impl Target {
     /// database: a client's X-Timestamp advances by at least 1 ms per request (so no two
     /// requests share a signature), and one key shared by thousands of requests a second would
     /// run its timestamps ahead of the clock and out of the server's skew window.
+    /// With several nodes, client `i` talks to node `i % nodes`.
     pub fn clients(&self, n: usize) -> anyhow::Result<Vec<Client>> {
-        match &self.db {
-            Some(db) => Ok(create_keys(db, n)?
-                .into_iter()
-                .map(|(id, secret)| Client::new(&self.url, &id, &secret))
-                .collect()),
-            None => {
-                let shared = self.client();
-                Ok(vec![shared; n])
-            }
+        let keys = match (&self.kind, &self.db) {
+            (Kind::Nodes(nodes), _) => nodes.keys(APP, n)?,
+            (_, Some(db)) => create_keys(db, n)?,
+            (_, None) => vec![self.key.clone(); n],
+        };
+        Ok(keys
+            .iter()
+            .enumerate()
+            .map(|(i, (id, secret))| Client::new(&self.urls[i % self.urls.len()], id, secret))
+            .collect())
+    }
+
+    /// Started by the harness on a database it made (not `--url`).
+    pub fn owns_db(&self) -> bool {
+        !matches!(self.kind, Kind::Remote)
+    }
+
+    /// `(run_at, created_at)` in ms of every task of an endpoint, straight from the database
+    /// (the API shows times in whole seconds); `None` for a `--url` server.
+    pub fn task_times(&self, endpoint_id: i64) -> Option<anyhow::Result<Vec<(i64, i64)>>> {
+        const SQL: &str = "SELECT run_at, created_at FROM tasks WHERE endpoint_id = $1";
+        if let Kind::Nodes(nodes) = &self.kind
+            && let Some(client) = nodes.postgres()
+        {
+            return Some(client.and_then(|mut c| {
+                let rows = c.query(SQL, &[&endpoint_id])?;
+                Ok(rows.iter().map(|r| (r.get(0), r.get(1))).collect())
+            }));
         }
+        let db = self.db.as_ref()?;
+        Some((|| {
+            let conn = rusqlite::Connection::open(db)?;
+            let mut stmt = conn.prepare(&SQL.replace('$', "?"))?;
+            let rows = stmt
+                .query_map([endpoint_id], |r| Ok((r.get(0)?, r.get(1)?)))?
+                .collect::<rusqlite::Result<Vec<_>>>()?;
+            Ok(rows)
+        })())
     }
 
     /// The server's process id (this process when in-process).
@@ -168,6 +211,7 @@ impl Target {
         match &self.kind {
             Kind::InProcess { .. } => Some(std::process::id()),
             Kind::Process { child, .. } => Some(child.id()),
+            Kind::Nodes(nodes) => nodes.pids().first().copied(),
             Kind::Remote => None,
         }
     }
@@ -202,6 +246,7 @@ impl Target {
                     let _ = child.wait();
                 }
             }
+            Kind::Nodes(nodes) => nodes.stop(),
             Kind::Remote => {}
         }
     }
@@ -210,6 +255,22 @@ impl Target {
 impl Drop for Target {
     fn drop(&mut self) {
         self.stop_inner();
+    }
+}
+
+/// The harness's target of N `serve` processes on `db` (see [`crate::nodes`]).
+impl Target {
+    pub fn nodes(settings: &crate::Settings) -> anyhow::Result<Target> {
+        let nodes = crate::nodes::Nodes::start(settings)?;
+        let key = nodes.keys(APP, 1)?.remove(0);
+        let urls = nodes.urls();
+        Ok(Target {
+            url: urls[0].clone(),
+            urls,
+            db: nodes.sqlite_file(),
+            key,
+            kind: Kind::Nodes(nodes),
+        })
     }
 }
 

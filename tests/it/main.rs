@@ -19,6 +19,7 @@ mod fuzz;
 mod health;
 mod logs;
 mod migrate;
+mod multinode;
 mod openapi;
 mod operations;
 mod packaging;

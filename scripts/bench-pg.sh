@@ -1,0 +1,223 @@
+#!/usr/bin/env bash
+# Issue #13's benchmark matrix: SQLite beside PostgreSQL with 1 and 3 nodes, on this machine.
+#
+# Starts a private, tuned PostgreSQL server (initdb on a temp folder, a free loopback port; as
+# the `postgres` user when run as root), builds the release binary and harness, and runs
+# publish (fan-out 1 and 10), api (signed GETs) and schedules (10,000 on one minute) for:
+#   sqlite  one `webhookd serve` process on a temporary SQLite file (--spawn: a real process,
+#           like the PostgreSQL nodes, so the two stores compare on equal terms)
+#   pg1     one node on a fresh PostgreSQL database
+#   pg3     three nodes on one fresh PostgreSQL database, the load spread round robin
+# Each run is sampled with pidstat (CPU of webhookd, postgres, the harness) and mpstat (the
+# whole machine: what else was running). Prints one table; raw JSON and samples stay in OUT.
+#
+# Durability: fsync=on, full_page_writes=on, synchronous_commit=on (PostgreSQL's default: a
+# commit waits for its WAL flush). SQLite runs as webhookd always does, WAL with
+# synchronous=NORMAL, which does not flush at each commit: set SYNC=off to run PostgreSQL at the
+# comparable setting (synchronous_commit=off: a crash may lose the last commits, never
+# corrupts).
+#
+# Usage: scripts/bench-pg.sh [OUT_DIR]
+# Env: CONFIGS="sqlite pg1 pg3", SCENARIOS="publish1 publish10 api schedules",
+#      EVENTS1 (fan-out 1 events, default 20000), EVENTS10 (default 5000), API_SECS (10),
+#      SCHEDULES (10000), SYNC (on), WORKERS (webhookd's default when unset).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+# 24-hour times in the samples, whatever the locale.
+export LC_ALL=C S_TIME_FORMAT=ISO
+
+OUT=${1:-$(mktemp -d /tmp/bench-pg.XXXXXX)}
+mkdir -p "$OUT"
+CONFIGS=${CONFIGS:-sqlite pg1 pg3}
+SCENARIOS=${SCENARIOS:-publish1 publish10 api schedules}
+EVENTS1=${EVENTS1:-20000}
+EVENTS10=${EVENTS10:-5000}
+API_SECS=${API_SECS:-10}
+SCHEDULES=${SCHEDULES:-10000}
+SYNC=${SYNC:-on}
+
+for tool in pidstat mpstat jq; do
+    command -v "$tool" >/dev/null || { echo "bench-pg: $tool is missing (apt-get install -y sysstat jq)" >&2; exit 2; }
+done
+PGBIN=$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -1)
+[ -x "$PGBIN/initdb" ] || { echo "bench-pg: no PostgreSQL server (apt-get install -y postgresql)" >&2; exit 2; }
+
+echo "== building the release binary and harness" >&2
+cargo build --release --bin webhookd --example bench >&2
+BENCH=$PWD/target/release/examples/bench
+
+PGDIR=$(mktemp -d /tmp/webhookd-bench-pg.XXXXXX)
+RUN=()
+if [ "$(id -u)" = 0 ]; then
+    chown postgres: "$PGDIR"
+    RUN=(runuser -u postgres --)
+fi
+cleanup() {
+    "${RUN[@]}" "$PGBIN/pg_ctl" -D "$PGDIR/data" -m fast -w stop >/dev/null 2>&1 || true
+    rm -rf "$PGDIR"
+}
+trap cleanup EXIT
+
+PASSWORD=pw-$(od -An -N8 -tx8 /dev/urandom | tr -d ' ')
+printf '%s' "$PASSWORD" >"$PGDIR/pwfile"
+chmod 600 "$PGDIR/pwfile"
+[ ${#RUN[@]} -gt 0 ] && chown postgres: "$PGDIR/pwfile"
+"${RUN[@]}" "$PGBIN/initdb" -D "$PGDIR/data" -U webhookd --pwfile "$PGDIR/pwfile" \
+    --auth-host=scram-sha-256 --auth-local=trust -E UTF8 --locale=C >/dev/null
+rm -f "$PGDIR/pwfile"
+PORT=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+# Tuned for this machine (2 cores, 24 GB, one SSD-backed disk): memory for the working set,
+# checkpoints far apart, durability left on.
+cat >>"$PGDIR/data/postgresql.conf" <<EOF
+listen_addresses = '127.0.0.1'
+port = $PORT
+unix_socket_directories = '$PGDIR'
+max_connections = 300
+shared_buffers = 1GB
+effective_cache_size = 8GB
+work_mem = 16MB
+maintenance_work_mem = 256MB
+wal_buffers = 64MB
+max_wal_size = 8GB
+min_wal_size = 1GB
+checkpoint_timeout = 15min
+checkpoint_completion_target = 0.9
+random_page_cost = 1.1
+jit = off
+fsync = on
+full_page_writes = on
+synchronous_commit = $SYNC
+EOF
+"${RUN[@]}" "$PGBIN/pg_ctl" -D "$PGDIR/data" -l "$PGDIR/server.log" -w -t 60 start >/dev/null
+"${RUN[@]}" "$PGBIN/psql" -h "$PGDIR" -p "$PORT" -U webhookd -d postgres -qc 'CREATE DATABASE bench'
+URL="postgres://webhookd:$PASSWORD@127.0.0.1:$PORT/bench"
+PGPID=$(head -1 "$PGDIR/data/postmaster.pid")
+echo "== PostgreSQL $("$PGBIN/postgres" --version | awk '{print $3}') on port $PORT: fsync=on, synchronous_commit=$SYNC" >&2
+
+args_for_config() {
+    case $1 in
+        sqlite) echo "--spawn" ;;
+        pg1) echo "--db $URL --nodes 1" ;;
+        pg3) echo "--db $URL --nodes 3" ;;
+        *) echo "bench-pg: unknown config $1" >&2; exit 2 ;;
+    esac
+}
+args_for_scenario() {
+    case $1 in
+        publish1) echo "publish --fanout 1 --events $EVENTS1" ;;
+        publish10) echo "publish --fanout 10 --events $EVENTS10" ;;
+        api) echo "api --duration $API_SECS" ;;
+        schedules) echo "schedules --schedules $SCHEDULES" ;;
+        *) echo "bench-pg: unknown scenario $1" >&2; exit 2 ;;
+    esac
+}
+
+for config in $CONFIGS; do
+    for scenario in $SCENARIOS; do
+        name=$config-$scenario
+        echo "== $name (load average $(cut -d' ' -f1-3 /proc/loadavg))" >&2
+        pidstat -u -h 1 -C 'webhookd|postgres|bench' >"$OUT/$name.pidstat" 2>/dev/null &
+        pid_pidstat=$!
+        mpstat 1 >"$OUT/$name.mpstat" 2>/dev/null &
+        pid_mpstat=$!
+        workers=()
+        [ -n "${WORKERS:-}" ] && workers=(--workers "$WORKERS")
+        # shellcheck disable=SC2046 # the argument lists are meant to split
+        "$BENCH" $(args_for_scenario "$scenario") $(args_for_config "$config") \
+            "${workers[@]}" --json >"$OUT/$name.json" 2>"$OUT/$name.log" &
+        pid_bench=$!
+        # Whose samples count: the harness, its nodes, and this server's processes (other
+        # programs on the machine may run webhookd or PostgreSQL too).
+        echo "$pid_bench $PGPID" >"$OUT/$name.pids"
+        while kill -0 "$pid_bench" 2>/dev/null; do
+            ps -o pid= --ppid "$pid_bench" --ppid "$PGPID" >>"$OUT/$name.pids" || true
+            sleep 0.5
+        done
+        if ! wait "$pid_bench"; then
+            echo "bench-pg: $name failed:" >&2
+            tail -5 "$OUT/$name.log" | sed "s/$PASSWORD/***/g" >&2
+        fi
+        kill "$pid_pidstat" "$pid_mpstat" 2>/dev/null || true
+        wait "$pid_pidstat" "$pid_mpstat" 2>/dev/null || true
+    done
+done
+
+# The table: figures from the JSON lines, CPU from the samples (CPU-seconds per program over
+# the run, and the machine's busy share: what the other programs took is the busy share minus
+# ours).
+python3 - "$OUT" $CONFIGS -- $SCENARIOS <<'PY'
+import json, os, sys
+from collections import defaultdict
+out = sys.argv[1]
+split = sys.argv.index("--")
+configs, scenarios = sys.argv[2:split], sys.argv[split + 1:]
+figures = {
+    "publish1": [("delivered_per_s", "del/s"), ("latency_p99_ms", "p99 full ms"),
+                 ("half_latency_p99_ms", "p99 half ms"), ("publish_request_p99_ms", "req p99 ms")],
+    "publish10": [("delivered_per_s", "del/s"), ("latency_p99_ms", "p99 full ms"),
+                  ("half_latency_p99_ms", "p99 half ms"), ("publish_request_p99_ms", "req p99 ms")],
+    "api": [("get_endpoint_per_s", "GET/s"), ("get_endpoint_p99_ms", "p99 ms"),
+            ("list_failed_tasks_per_s", "list/s")],
+    "schedules": [("created_per_s", "created/s"), ("all_created_after_s", "created s"),
+                  ("all_delivered_after_s", "delivered s")],
+}
+def cpu(name):
+    secs, samples = defaultdict(float), set()
+    try:
+        ours = set(open(os.path.join(out, name + ".pids")).read().split())
+    except FileNotFoundError:
+        ours = set()
+    try:
+        for line in open(os.path.join(out, name + ".pidstat")):
+            f = line.split()
+            if not f or f[0].startswith("#") or len(f) < 10:
+                continue
+            try:
+                pct = float(f[7])
+            except ValueError:
+                continue
+            if f[2] not in ours:
+                continue
+            samples.add(f[0])
+            prog = f[9]
+            prog = "postgres" if prog.startswith("postgres") else prog
+            secs[prog] += pct / 100.0
+    except FileNotFoundError:
+        pass
+    busy, n = 0.0, 0
+    try:
+        for line in open(os.path.join(out, name + ".mpstat")):
+            f = line.split()
+            if len(f) > 3 and f[1] == "all" and f[0] != "Average:":
+                busy += 100.0 - float(f[-1]); n += 1
+    except FileNotFoundError:
+        pass
+    return secs, (busy / n if n else float("nan")), len(samples)
+for scenario in scenarios:
+    cols = figures[scenario]
+    print(f"\n### {scenario}\n")
+    print("| config | " + " | ".join(h for _, h in cols) +
+          " | CPU s: webhookd / postgres / harness | machine busy % | errors / notes |")
+    print("|---" * (len(cols) + 4) + "|")
+    for config in configs:
+        name = f"{config}-{scenario}"
+        try:
+            reports = [json.loads(l) for l in open(os.path.join(out, name + ".json")) if l.strip()]
+        except FileNotFoundError:
+            reports = []
+        if not reports:
+            print(f"| {config} | " + " | ".join("—" for _ in cols) + " | | | run failed (see log) |")
+            continue
+        r = reports[-1]
+        vals = []
+        for key, _ in cols:
+            v = r.get(key)
+            vals.append("—" if v is None else (f"{v:,.0f}" if abs(v) >= 100 else f"{v:.2f}"))
+        secs, busy, n = cpu(name)
+        c = " / ".join(f"{secs.get(p, 0.0):.1f}" for p in ("webhookd", "postgres", "bench"))
+        notes = "; ".join(r.get("notes", []))
+        errs = [k for k in r if k.endswith("errors") and r[k]]
+        print(f"| {config} | " + " | ".join(vals) + f" | {c} ({n} s) | {busy:.0f} | "
+              + (", ".join(f"{k}={r[k]}" for k in errs) + " " if errs else "") + notes + " |")
+PY
+echo "(raw JSON, logs and samples in $OUT)" >&2
