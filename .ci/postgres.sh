@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# CI: Debian's PostgreSQL server binaries for the tests/it/pg_store tests (contract §16). Only the
-# package is installed; no cluster is started system-wide: each test starts its own private
-# server with initdb/pg_ctl on a temp folder (tests/it/pg.rs), as the `postgres` user when root.
+# CI: Debian's PostgreSQL server binaries for the tests/it/pg_store tests (contract §16), then the
+# whole integration suite a second time on PostgreSQL (WEBHOOKD_TEST_DB=postgres, with CI=true so
+# that a missing server is a failure, not a skip). Only the package is installed; no
+# cluster is started system-wide: the tests start private servers with initdb/pg_ctl on temp
+# folders (tests/it/pg.rs), as the `postgres` user when root.
 set -euo pipefail
 if ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; then
     echo "== installing postgresql (Debian)"
@@ -16,3 +18,7 @@ if ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; then
 fi
 ls -d /usr/lib/postgresql/*/bin
 id postgres >/dev/null
+echo "== WEBHOOKD_TEST_DB=postgres cargo test --test it"
+started=$(date +%s)
+CI=true WEBHOOKD_TEST_DB=postgres cargo test --test it
+echo "== the suite on PostgreSQL took $(( $(date +%s) - started )) s"

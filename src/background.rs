@@ -2,6 +2,7 @@
 //! checkpointer — started and stopped together.
 
 use crate::app::App;
+use crate::store::{Wakers, Watcher};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread::JoinHandle;
@@ -21,15 +22,28 @@ pub struct Background {
     scheduler: crate::scheduler::Scheduler,
     delivery: crate::delivery::DeliveryPool,
     checkpointer: Checkpointer,
+    /// Other processes' changes (PostgreSQL nodes) waking the scheduler and the delivery pool.
+    watcher: Watcher,
 }
 
 impl Background {
-    pub fn start(app: Arc<App>) -> Self {
-        Background {
+    pub fn start(app: Arc<App>) -> anyhow::Result<Self> {
+        let wakers = {
+            let (tasks, schedules) = (app.clone(), app.clone());
+            Wakers {
+                tasks: Box::new(move || tasks.delivery_wake.notify()),
+                schedules: Box::new(move || schedules.scheduler_wake.notify()),
+            }
+        };
+        let watcher = app
+            .store
+            .watch(wakers, app.config.pg_poll, app.config.pg_poll_only)?;
+        Ok(Background {
             checkpointer: Checkpointer::start(app.clone()),
-            scheduler: crate::scheduler::Scheduler::start(app.clone()),
-            delivery: crate::delivery::DeliveryPool::start(app),
-        }
+            scheduler: crate::scheduler::Scheduler::start(app.clone(), watcher.idle_cap.clone()),
+            delivery: crate::delivery::DeliveryPool::start(app, &watcher),
+            watcher,
+        })
     }
 
     /// Stops firing schedules, then lets in-flight deliveries finish within the shutdown grace.
@@ -38,6 +52,7 @@ impl Background {
         self.scheduler.stop();
         self.delivery.stop();
         self.checkpointer.stop();
+        self.watcher.stop();
     }
 }
 

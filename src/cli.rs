@@ -1,5 +1,5 @@
 //! The command line (contract §1, §10): `serve`, `keys create|list|revoke`, `api`,
-//! `healthcheck`, `backup`. Every flag also reads an environment variable `WEBHOOKD_<FLAG>`.
+//! `healthcheck`, `backup`, `migrate`. Every flag also reads an environment variable `WEBHOOKD_<FLAG>`.
 
 use clap::builder::BoolishValueParser;
 use clap::{ArgAction, Args, Parser, Subcommand};
@@ -59,6 +59,21 @@ pub enum Command {
         #[arg(long, env = "WEBHOOKD_OUT")]
         out: PathBuf,
     },
+    /// Copy every record of a SQLite database (the same ids, the API keys) into an empty
+    /// PostgreSQL database, in one transaction; prints the rows copied per table. Stop the
+    /// server on the SQLite file first: tasks it was delivering arrive as pending.
+    Migrate(MigrateArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct MigrateArgs {
+    /// The SQLite database file to copy (upgraded to this binary's schema version first).
+    #[arg(long, env = "WEBHOOKD_FROM")]
+    pub from: PathBuf,
+    /// The PostgreSQL database to fill: postgres://USER:PASSWORD@HOST:PORT/DATABASE. Its schema
+    /// is created if absent; it must hold no webhookd records.
+    #[arg(long, env = "WEBHOOKD_TO", hide_env_values = true)]
+    pub to: String,
 }
 
 #[derive(Debug, Args)]
@@ -116,6 +131,15 @@ pub struct ServeArgs {
     /// writers and empties the WAL.
     #[arg(long, env = "WEBHOOKD_WAL_LIMIT_MB", default_value_t = 64)]
     pub wal_limit_mb: u64,
+    /// PostgreSQL only: longest the scheduler and the delivery pool wait before looking at the
+    /// database again while no LISTEN connection brings other nodes' changes (--pg-poll-only,
+    /// or while that connection is down), in milliseconds.
+    #[arg(long, env = "WEBHOOKD_PG_POLL_MS", default_value_t = 1000)]
+    pub pg_poll_ms: u64,
+    /// PostgreSQL only: do not LISTEN for other nodes' changes (e.g. behind PgBouncer in
+    /// transaction mode); poll every --pg-poll-ms instead.
+    #[arg(long, env = "WEBHOOKD_PG_POLL_ONLY", action = ArgAction::SetTrue, value_parser = BoolishValueParser::new())]
+    pub pg_poll_only: bool,
     /// Do not serve GET /metrics.
     #[arg(long, env = "WEBHOOKD_NO_METRICS", action = ArgAction::SetTrue, value_parser = BoolishValueParser::new())]
     pub no_metrics: bool,

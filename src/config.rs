@@ -44,6 +44,11 @@ pub struct Config {
     /// When the `-wal` file grows past this many bytes, the next checkpoint briefly holds the
     /// writers and empties it (PASSIVE checkpoints alone cannot bound it under steady load).
     pub wal_limit_bytes: u64,
+    /// PostgreSQL: the cap on the scheduler's and delivery pool's idle sleep while no LISTEN
+    /// connection brings other nodes' changes (`store::postgres::listen::IdleCap`).
+    pub pg_poll: Duration,
+    /// PostgreSQL: never LISTEN; always poll every `pg_poll`.
+    pub pg_poll_only: bool,
 }
 
 impl Config {
@@ -67,6 +72,8 @@ impl Config {
             max_idle: Duration::from_secs(60),
             wal_limit_bytes: 64 * 1024 * 1024,
             bulk_retry_max: 100_000,
+            pg_poll: Duration::from_millis(1000),
+            pg_poll_only: false,
         }
     }
 
@@ -99,6 +106,11 @@ impl Config {
         }
         if self.retention_days == 0 {
             return Err("--retention-days (env WEBHOOKD_RETENTION_DAYS) must be at least 1".into());
+        }
+        if !(Duration::from_millis(10)..=Duration::from_secs(3600)).contains(&self.pg_poll) {
+            return Err(
+                "--pg-poll-ms (env WEBHOOKD_PG_POLL_MS) must be between 10 and 3600000".into(),
+            );
         }
         let hours = self.disable_failing_after_hours;
         if !hours.is_finite() || !(0.0..=1_000_000.0).contains(&hours) {
@@ -178,6 +190,25 @@ impl std::str::FromStr for Cidr {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn pg_poll_range() {
+        let mut config = Config::new("x.sqlite");
+        assert!(config.validate().is_ok());
+        for (ms, fine) in [
+            (9, false),
+            (10, true),
+            (3_600_000, true),
+            (3_600_001, false),
+        ] {
+            config.pg_poll = Duration::from_millis(ms);
+            let checked = config.validate();
+            assert_eq!(checked.is_ok(), fine, "{ms}: {checked:?}");
+            if let Err(e) = checked {
+                assert!(e.contains("--pg-poll-ms"), "{e}");
+            }
+        }
+    }
 
     #[test]
     fn cidr_contains() {

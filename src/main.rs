@@ -5,7 +5,7 @@ use clap::{CommandFactory, FromArgMatches};
 use std::path::Path;
 use std::process::ExitCode;
 use std::sync::Arc;
-use webhookd::cli::{ApiArgs, Cli, Command, KeysCommand, ServeArgs};
+use webhookd::cli::{ApiArgs, Cli, Command, KeysCommand, MigrateArgs, ServeArgs};
 use webhookd::clock::{Clock, SystemClock};
 use webhookd::config::{Cidr, Config};
 use webhookd::store;
@@ -106,6 +106,7 @@ fn try_main(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Api(args) => api(args),
         Command::Healthcheck { url } => healthcheck(&url).map(|()| ExitCode::SUCCESS),
         Command::Backup { db, out } => backup(&db, &out).map(|()| ExitCode::SUCCESS),
+        Command::Migrate(args) => migrate(args).map(|()| ExitCode::SUCCESS),
     }
 }
 
@@ -124,6 +125,8 @@ fn config_from(args: ServeArgs) -> anyhow::Result<Config> {
     config.rate_limit_per_sec = args.rate_limit;
     config.disable_failing_after_hours = args.disable_failing_after_hours;
     config.wal_limit_bytes = args.wal_limit_mb.saturating_mul(1024 * 1024);
+    config.pg_poll = std::time::Duration::from_millis(args.pg_poll_ms);
+    config.pg_poll_only = args.pg_poll_only;
     config.allow_targets = args
         .allow_targets
         .iter()
@@ -376,6 +379,50 @@ fn backup(db: &str, out: &Path) -> anyhow::Result<()> {
         "webhookd: backed up {} to {} (mode 0600; it holds API key secrets)",
         db,
         out.display()
+    );
+    Ok(())
+}
+
+/// `webhookd migrate`: copies a SQLite database into an empty PostgreSQL one
+/// (`store::postgres::copy`) and prints the rows copied per table.
+fn migrate(args: MigrateArgs) -> anyhow::Result<()> {
+    let from = &args.from;
+    if from.to_str().is_some_and(store::postgres::is_url) || !from.is_file() {
+        return Err(UsageError(format!(
+            "--from (env WEBHOOKD_FROM): {} is not a file; give the SQLite database to copy",
+            store::postgres::redact(&from.display().to_string())
+        ))
+        .into());
+    }
+    let to = store::postgres::PgUrl::parse(&args.to)
+        .map_err(|e| UsageError(format!("--to (env WEBHOOKD_TO): {e:#}")))?;
+    let source = store::sqlite::open(from, 1)
+        .map_err(|e| UsageError(format!("--from (env WEBHOOKD_FROM): {e:#}")))?;
+    let source = source.get()?;
+    let target = store::postgres::open(&args.to, 1)?;
+    let mut target = target.get()?;
+    let started = std::time::Instant::now();
+    let copied = store::postgres::copy::copy(&source, &mut target, SystemClock.now_ms()).map_err(
+        |e| match e.downcast::<store::postgres::copy::NotEmpty>() {
+            Ok(full) => UsageError(format!("--to {to}: {full}")).into(),
+            Err(e) => e.context(format!("migrating {} to {to}", from.display())),
+        },
+    )?;
+    let lines: Vec<String> = copied
+        .tables
+        .iter()
+        .map(|(table, rows)| format!("{table}\t{rows}"))
+        .collect();
+    print_out(&lines.join("\n"))?;
+    let total: u64 = copied.tables.iter().map(|(_, rows)| rows).sum();
+    eprintln!(
+        "webhookd: copied {total} rows from {} to {to} in {:.1} s{}",
+        from.display(),
+        started.elapsed().as_secs_f64(),
+        match copied.requeued {
+            0 => String::new(),
+            n => format!("; {n} tasks that were being delivered are pending again"),
+        }
     );
     Ok(())
 }

@@ -18,7 +18,7 @@
 use crate::app::App;
 use crate::clock::{from_ms, rfc3339};
 use crate::cron::CronSchedule;
-use crate::store::{StoreError, Tx, endpoints::Target, schedules::Firing, tasks::NewTask};
+use crate::store::{IdleCap, StoreError, Tx, endpoints::Target, schedules::Firing, tasks::NewTask};
 use chrono::{DateTime, TimeDelta, Utc};
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -57,13 +57,15 @@ pub struct Scheduler {
 }
 
 impl Scheduler {
-    pub fn start(app: Arc<App>) -> Self {
+    /// `idle_cap` caps its sleep while changes by other nodes might go unnoticed
+    /// (`Store::watch`).
+    pub fn start(app: Arc<App>, idle_cap: IdleCap) -> Self {
         let stop = Arc::new(AtomicBool::new(false));
         let thread = {
             let (app, stop) = (app.clone(), stop.clone());
             std::thread::Builder::new()
                 .name("webhookd-scheduler".into())
-                .spawn(move || run(&app, &stop))
+                .spawn(move || run(&app, &stop, &idle_cap))
                 .expect("cannot start the scheduler thread")
         };
         Scheduler {
@@ -85,10 +87,10 @@ impl Scheduler {
     }
 }
 
-fn run(app: &App, stop: &AtomicBool) {
+fn run(app: &App, stop: &AtomicBool, idle_cap: &IdleCap) {
     let mut crons = CronCache::default();
     while !stop.load(Ordering::SeqCst) {
-        let pause = match tick(app, &mut crons) {
+        let pause = match tick(app, &mut crons, idle_cap.cap(app.config.max_idle)) {
             Ok(Some(pause)) => pause,
             Ok(None) => continue,
             Err(e) => {
@@ -106,7 +108,7 @@ const BUSY_ELSEWHERE_PAUSE: Duration = Duration::from_millis(20);
 
 /// Fires one batch of due schedules. Returns how long to sleep before the next is due, or
 /// `None` when the batch was full and more may be due already.
-fn tick(app: &App, crons: &mut CronCache) -> anyhow::Result<Option<Duration>> {
+fn tick(app: &App, crons: &mut CronCache, idle: Duration) -> anyhow::Result<Option<Duration>> {
     let now = app.clock.now();
     let (tasks, lag_ms, full, none_due) = app.store.write(|tx| {
         let due = tx.due_schedules(now.timestamp_millis(), BATCH)?;
@@ -132,7 +134,6 @@ fn tick(app: &App, crons: &mut CronCache) -> anyhow::Result<Option<Duration>> {
     if full {
         return Ok(None);
     }
-    let idle = app.config.max_idle;
     Ok(Some(match app.store.read(|tx| tx.earliest_next_run())? {
         Some(at) => {
             let wait = u64::try_from(at - now.timestamp_millis()).unwrap_or(0);

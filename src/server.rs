@@ -459,7 +459,7 @@ pub async fn start_on(
     .await??;
     let addr = listener.local_addr()?;
     let app = Arc::new(App::new(config, store, clock));
-    let background = crate::background::Background::start(app.clone());
+    let background = crate::background::Background::start(app.clone())?;
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
     let served = app.clone();
     let task = tokio::spawn(async move {

@@ -29,6 +29,13 @@ pub struct Body {
     checked: Arc<AtomicBool>,
 }
 
+/// 40001 for a text holding the NUL character (see [`Body::patch_str`]).
+fn nul_error(name: &str, what: &str) -> ApiError {
+    ApiError::validation(format!(
+        "{name}: {what} must not contain the NUL character (U+0000)"
+    ))
+}
+
 fn type_error(field: &str, expected: &str) -> ApiError {
     ApiError::validation(format!("{field}: must be {expected}"))
 }
@@ -112,8 +119,16 @@ impl Body {
         }
     }
 
+    /// A string. The NUL character (U+0000) is refused: PostgreSQL text cannot hold it, and a
+    /// SQLite database must stay movable to PostgreSQL (`webhookd migrate`).
     pub fn patch_str(&self, field: &str) -> ApiResult<Patch<String>> {
-        self.patch_with(field, |v| v.as_str().map(str::to_string), "a string")
+        let text = self.patch_with(field, |v| v.as_str().map(str::to_string), "a string")?;
+        if let Patch::Value(v) = &text
+            && v.contains('\0')
+        {
+            return Err(nul_error(field, "field"));
+        }
+        Ok(text)
     }
 
     pub fn patch_int(&self, field: &str) -> ApiResult<Patch<i64>> {
@@ -300,6 +315,15 @@ impl Query {
         Query {
             pairs,
             read: RefCell::default(),
+        }
+    }
+
+    /// Refuses (40001) a parameter whose value holds the NUL character, before any handler
+    /// takes it to the database (see [`Body::patch_str`]).
+    pub fn refuse_nul(&self) -> ApiResult<()> {
+        match self.pairs.iter().find(|(_, v)| v.contains('\0')) {
+            Some((name, _)) => Err(nul_error(name, "query parameter")),
+            None => Ok(()),
         }
     }
 
@@ -532,6 +556,25 @@ mod tests {
         let body = Body::parse(br#"{"id": 7}"#).unwrap();
         assert_eq!(body.finish().unwrap_err().code, 40001);
         assert!(Body::parse(b"").unwrap().finish().is_ok());
+    }
+
+    #[test]
+    fn nul_characters_are_refused_in_strings_and_query_values() {
+        let body = Body::parse(br#"{"name": "a\u0000b", "url": "ok"}"#).unwrap();
+        let err = body.str("name").unwrap_err();
+        assert_eq!(err.code, 40001);
+        assert_eq!(
+            err.message,
+            "name: field must not contain the NUL character (U+0000)"
+        );
+        assert_eq!(body.str("url").unwrap().as_deref(), Some("ok"));
+        let q = Query::parse(Some("status=failed&event_name=a%00b"));
+        let err = q.refuse_nul().unwrap_err();
+        assert_eq!(
+            err.message,
+            "event_name: query parameter must not contain the NUL character (U+0000)"
+        );
+        assert!(Query::parse(Some("status=failed")).refuse_nul().is_ok());
     }
 
     #[test]

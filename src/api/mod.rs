@@ -61,6 +61,7 @@ impl Request {
 /// handler returns without checking it is a bug in that handler: logged, and fatal in debug
 /// builds so that a test sending a body finds it.
 pub fn dispatch(handler: Handler, ctx: &mut Ctx<'_>, req: &Request) -> ApiResult<Value> {
+    req.query.refuse_nul()?;
     if req.method == "GET" {
         let data = handler(ctx, req)?;
         req.query.finish()?;

@@ -24,7 +24,7 @@ use crate::app::App;
 use crate::metrics::DeliveryOutcome;
 use crate::operator::{self, OperatorEvent};
 use crate::store::endpoints::DisabledReason;
-use crate::store::{self, StoreError, Tx, tasks::Claimed};
+use crate::store::{self, IdleCap, StoreError, Tx, Watcher, tasks::Claimed};
 use send::{Sent, Target, Verdict};
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -39,8 +39,6 @@ const MAX_BATCH: usize = 256;
 const MIN_ROUND: Duration = Duration::from_millis(2);
 /// Pause after a database error before the dispatcher tries again.
 const ERROR_PAUSE: Duration = Duration::from_millis(500);
-/// How often a round also takes back tasks whose lease expired (`Tx::rescue_expired_leases`).
-const RESCUE_EVERY_MS: i64 = 1000;
 
 /// A claimed task that waited longer than this for a worker has its lease renewed before it is
 /// sent (`Tx::renew_leases`). A lease is the endpoint's timeout plus 30 s, so a task sent within
@@ -93,6 +91,12 @@ struct Shared {
     /// Claimed tasks whose result is not committed yet: queued, being sent, or reported.
     in_flight: AtomicUsize,
     stopping: AtomicBool,
+    /// Caps the dispatcher's idle sleep while other nodes' new tasks might go unnoticed
+    /// (`Store::watch`).
+    idle_cap: IdleCap,
+    /// How often to take back tasks whose lease expired (`Watcher::rescue_every`); `None`:
+    /// no other process holds leases.
+    rescue_every: Option<Duration>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -108,8 +112,11 @@ pub struct DeliveryPool {
 }
 
 impl DeliveryPool {
-    pub fn start(app: Arc<App>) -> Self {
+    /// `watcher` says how other processes sharing the database are noticed (`Store::watch`).
+    pub fn start(app: Arc<App>, watcher: &Watcher) -> Self {
         let shared = Arc::new(Shared {
+            idle_cap: watcher.idle_cap.clone(),
+            rescue_every: watcher.rescue_every,
             agent: send::agent(&app.config),
             app: app.clone(),
             queue: Mutex::default(),
@@ -297,6 +304,16 @@ fn dispatch(shared: &Shared) {
     let mut gate = fair::Gate::new(app.clock.clone(), app.config.default_endpoint_cap());
     let mut last_round: Option<Instant> = None;
     let mut next_rescue_ms = i64::MIN;
+    // On a database other nodes share, one may die holding leases, and nothing wakes this one
+    // when they run out: look at least once per rescue period, or its tasks would wait up to
+    // `max_idle` more after their lease ended.
+    let longest_idle = match shared.rescue_every {
+        Some(every) => app.config.max_idle.min(every),
+        None => app.config.max_idle,
+    };
+    let rescue_every_ms = shared
+        .rescue_every
+        .map(|every| i64::try_from(every.as_millis()).unwrap_or(i64::MAX));
     while !shared.stopping.load(Ordering::SeqCst) {
         if let Some(since) = last_round.map(|t| t.elapsed())
             && since < MIN_ROUND
@@ -319,11 +336,11 @@ fn dispatch(shared: &Shared) {
         for endpoint_id in std::mem::take(&mut *lock(&shared.dropped)) {
             gate.release(endpoint_id);
         }
-        let rescue = now >= next_rescue_ms;
+        let rescue = rescue_every_ms.is_some() && now >= next_rescue_ms;
         let round = app.store.write(|tx| {
             record(tx, &done, &rules)?;
             if rescue {
-                // Tasks of another node that died mid-delivery (PostgreSQL; SQLite has none).
+                // Tasks of another node that died mid-delivery.
                 let rescued = tx.rescue_expired_leases(now)?;
                 if rescued > 0 {
                     tracing::warn!(
@@ -338,8 +355,8 @@ fn dispatch(shared: &Shared) {
         });
         let (claimed, out_of_room, wake_at) = match round {
             Ok(round) => {
-                if rescue {
-                    next_rescue_ms = now.saturating_add(RESCUE_EVERY_MS);
+                if let (true, Some(every)) = (rescue, rescue_every_ms) {
+                    next_rescue_ms = now.saturating_add(every);
                 }
                 round
             }
@@ -358,13 +375,14 @@ fn dispatch(shared: &Shared) {
         if out_of_room && free > 0 {
             continue; // more may be claimable now
         }
+        let idle = shared.idle_cap.cap(longest_idle);
         let wait = match wake_at {
-            _ if free == 0 => app.config.max_idle, // a worker's result wakes us
+            _ if free == 0 => idle, // a worker's result wakes us
             Some(at) => {
                 let ms = at.saturating_sub(app.clock.now_ms()).max(0);
-                Duration::from_millis(u64::try_from(ms).unwrap_or(0)).min(app.config.max_idle)
+                Duration::from_millis(u64::try_from(ms).unwrap_or(0)).min(idle)
             }
-            None => app.config.max_idle,
+            None => idle,
         };
         app.delivery_wake.wait(wait);
     }

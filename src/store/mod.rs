@@ -104,6 +104,57 @@ pub trait Store: Send + Sync + 'static {
 
     /// `"sqlite"` or `"postgres"`.
     fn backend(&self) -> &'static str;
+
+    /// Starts watching for changes other processes make to the database (PostgreSQL: the other
+    /// nodes' notices, `--pg-poll-ms` / `--pg-poll-only`), calling `wakers` for each. The
+    /// scheduler and the delivery pool cap their idle sleeps with the returned
+    /// [`Watcher::idle_cap`]. SQLite: nothing to watch, one process owns the file.
+    fn watch(&self, wakers: Wakers, poll: Duration, poll_only: bool) -> anyhow::Result<Watcher>;
+}
+
+pub use postgres::listen::{IdleCap, Wakers};
+
+/// What [`Store::watch`] started: the cap on idle sleeps, how often leases of other processes
+/// must be looked at, and the watching to stop at shutdown.
+pub struct Watcher {
+    pub idle_cap: IdleCap,
+    /// How often the delivery pool takes back tasks whose lease ran out
+    /// ([`Tx::rescue_expired_leases`]), idle or not: a node dying with claimed tasks sends no
+    /// notice. `None`: no other process can hold a lease (SQLite).
+    pub rescue_every: Option<Duration>,
+    stop: Option<Box<dyn FnOnce() + Send>>,
+}
+
+impl Watcher {
+    /// Nothing watched, no cap, no leases: the process's own wakes cover every change.
+    pub fn none() -> Watcher {
+        Watcher {
+            idle_cap: IdleCap::new(Duration::MAX),
+            rescue_every: None,
+            stop: None,
+        }
+    }
+
+    /// Several processes on one database: sleeps capped by `idle_cap`, leases looked at every
+    /// `rescue_every`, and `stop` run at shutdown.
+    pub fn shared(
+        idle_cap: IdleCap,
+        rescue_every: Duration,
+        stop: Option<Box<dyn FnOnce() + Send>>,
+    ) -> Watcher {
+        Watcher {
+            idle_cap,
+            rescue_every: Some(rescue_every),
+            stop,
+        }
+    }
+
+    /// Stops watching (blocking, about a second at most).
+    pub fn stop(self) {
+        if let Some(stop) = self.stop {
+            stop();
+        }
+    }
 }
 
 impl dyn Store {
@@ -235,7 +286,7 @@ pub trait Tx {
 
     /// Hands tasks whose lease expired (their node died mid-delivery) back to `pending`;
     /// returns how many. SQLite: always 0 — one process owns the file, and start-up requeues
-    /// every `running` task. The delivery dispatcher calls it at most once a second.
+    /// every `running` task. The delivery pool calls it every `Watcher::rescue_every`.
     fn rescue_expired_leases(&mut self, now_ms: i64) -> Result<usize, StoreError>;
 
     // --- keys ---

@@ -163,10 +163,10 @@ fn a_revoked_key_stops_working_at_once() {
     let server = TestServer::start();
     let client = server.client();
     ok(&client, "GET", "/endpoints", None);
-    let pool = webhookd::store::sqlite::open(&server.db, 1).unwrap();
-    assert!(
-        webhookd::store::sqlite::keys::revoke(&pool.get().unwrap(), &server.key_id, 0).unwrap()
-    );
+    let store = webhookd::store::open(&server.db, 1).unwrap();
+    let revoked =
+        store.write::<_, webhookd::store::StoreError>(|tx| tx.revoke_key(&server.key_id, 0));
+    assert!(revoked.unwrap());
     err(&client, "GET", "/endpoints", None, 401, 40102);
 }
 

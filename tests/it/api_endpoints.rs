@@ -329,3 +329,39 @@ fn lists_page_newest_first_and_clamp_page_size() {
     assert_eq!(beyond["items"], json!([]));
     assert_eq!(beyond["total"], 25);
 }
+
+/// PostgreSQL text cannot hold U+0000, and a SQLite database must stay movable to PostgreSQL:
+/// refused in every text field and query value, on both stores, and nothing is stored.
+#[test]
+fn the_nul_character_is_refused_in_text_and_query_values() {
+    let server = TestServer::start();
+    let client = server.client();
+    let reply = err(
+        &client,
+        "POST",
+        "/endpoints",
+        Some(json!({"name": "a\u{0}b", "url": "https://example.com/hook"})),
+        400,
+        40001,
+    );
+    assert!(reply.body["message"].as_str().unwrap().starts_with("name:"));
+    err(
+        &client,
+        "POST",
+        "/events",
+        Some(json!({"event_name": "a.b", "event_key": "k\u{0}", "payload": {}})),
+        400,
+        40001,
+    );
+    err(&client, "GET", "/events?event_name=a%00b", None, 400, 40001);
+    let listed = ok(&client, "GET", "/endpoints", None);
+    assert_eq!(listed["total"], 0);
+    // A NUL inside a payload is JSON text (escaped) and is kept.
+    let event = ok(
+        &client,
+        "POST",
+        "/events",
+        Some(json!({"event_name": "a.b", "payload": {"note": "x\u{0}y"}})),
+    );
+    assert_eq!(event["payload"]["note"], "x\u{0}y");
+}

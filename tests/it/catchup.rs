@@ -257,35 +257,70 @@ fn overlap_skip_holds_back_new_tasks_while_a_failing_one_retries() {
     );
 }
 
+/// A database left at schema version 1 (before `catchup`/`overlap` existed) with one schedule:
+/// its `--db` value. On PostgreSQL, version 1 is `migrations/postgres/schema.sql` and the marker.
+fn version_1_database(dir: &std::path::Path) -> String {
+    const OLD_SCHEDULE: &str = "INSERT INTO schedules
+        (app_id, name, cron_expr, timezone, status, created_at, updated_at)
+        VALUES ('app1', 'old', '0 * * * *', 'UTC', 'active', 0, 0)";
+    match crate::support::backend() {
+        crate::support::Backend::Sqlite => {
+            let db = dir.join("v1.sqlite");
+            let conn = rusqlite::Connection::open(&db).unwrap();
+            conn.execute_batch(include_str!("../../schema.sql"))
+                .unwrap();
+            conn.pragma_update(None, "application_id", 0x5748_4B44)
+                .unwrap();
+            conn.pragma_update(None, "user_version", 1).unwrap();
+            conn.execute(OLD_SCHEDULE, []).unwrap();
+            db.to_str().unwrap().to_string()
+        }
+        crate::support::Backend::Postgres => {
+            let server = crate::pg::shared().expect("PostgreSQL is installed");
+            let url = server.create_database(&format!("v1_{}", std::process::id()));
+            let mut client = server.client(&url);
+            client
+                .batch_execute(include_str!("../../migrations/postgres/schema.sql"))
+                .unwrap();
+            // The marker as src/store/postgres/migrate.rs writes it after step 1.
+            client
+                .batch_execute(
+                    "CREATE TABLE webhookd_schema (
+                         single BOOLEAN PRIMARY KEY DEFAULT true CHECK (single),
+                         application TEXT NOT NULL,
+                         version BIGINT NOT NULL);
+                     INSERT INTO webhookd_schema (application, version) VALUES ('webhookd', 1)",
+                )
+                .unwrap();
+            client.batch_execute(OLD_SCHEDULE).unwrap();
+            url
+        }
+    }
+}
+
 #[test]
 fn a_version_1_database_upgrades_with_the_default_modes() {
     let dir = tempfile::tempdir().unwrap();
-    let db = dir.path().join("v1.sqlite");
-    {
-        let conn = rusqlite::Connection::open(&db).unwrap();
-        conn.execute_batch(include_str!("../../schema.sql"))
-            .unwrap();
-        conn.pragma_update(None, "application_id", 0x5748_4B44)
-            .unwrap();
-        conn.pragma_update(None, "user_version", 1).unwrap();
-        conn.execute(
-            "INSERT INTO schedules (app_id, name, cron_expr, timezone, status, created_at, updated_at)
-             VALUES ('app1', 'old', '0 * * * *', 'UTC', 'active', 0, 0)",
-            [],
-        )
-        .unwrap();
-    }
-    let pool = webhookd::store::sqlite::open(&db, 1).unwrap();
-    let conn = pool.get().unwrap();
-    let s = webhookd::store::sqlite::schedules::get(&conn, "app1", 1)
-        .unwrap()
-        .unwrap();
+    let db = version_1_database(dir.path());
+    drop(webhookd::store::open(&db, 1).unwrap());
+    let mut conn = crate::support::Db::open(&db);
+    let s = conn.rows(
+        "SELECT catchup, overlap, skipped_runs FROM schedules WHERE id = 1",
+        &[],
+    );
     assert_eq!(
-        (s.catchup.as_str(), s.overlap.as_str(), s.skipped_runs),
+        (s[0][0].text(), s[0][1].text(), s[0][2].int()),
         ("latest", "allow", 0)
     );
-    let version: i64 = conn
-        .query_row("PRAGMA user_version", [], |r| r.get(0))
-        .unwrap();
-    assert_eq!(version, webhookd::store::SCHEMA_VERSION);
+    let (version, expected) = match crate::support::backend() {
+        crate::support::Backend::Sqlite => (
+            conn.int("PRAGMA user_version", &[]),
+            webhookd::store::SCHEMA_VERSION,
+        ),
+        crate::support::Backend::Postgres => (
+            conn.int("SELECT version FROM webhookd_schema", &[]),
+            webhookd::store::postgres::SCHEMA_VERSION,
+        ),
+    };
+    assert_eq!(version, expected);
 }

@@ -494,20 +494,15 @@ fn retention_deletes_old_finished_tasks_and_their_attempts() {
     ok(&c, "POST", &format!("/endpoints/{ep}/disable"), None);
     let waiting = task_id(&c, ep);
     server.advance(chrono::Duration::days(31));
-    let pool = webhookd::store::sqlite::open(&server.db, 1).unwrap();
-    let conn = pool.get().unwrap();
-    let count = |sql: &str| conn.query_row(sql, [done], |r| r.get::<_, i64>(0)).unwrap();
+    let mut db = crate::support::Db::open(&server.db);
+    let mut count = |sql: &str| db.int(sql, &[&done]);
     wait_for(WAIT, || {
         (count("SELECT count(*) FROM tasks WHERE id = ?1") == 0).then_some(())
     })
     .expect("the old finished task is deleted");
     assert_eq!(count("SELECT count(*) FROM attempts WHERE task_id = ?1"), 0);
-    let kept = conn
-        .query_row("SELECT status FROM tasks WHERE id = ?1", [waiting], |r| {
-            r.get::<_, String>(0)
-        })
-        .unwrap();
-    assert_eq!(kept, "pending", "unfinished tasks are kept");
+    let kept = db.rows("SELECT status FROM tasks WHERE id = ?1", &[&waiting]);
+    assert_eq!(kept[0][0].text(), "pending", "unfinished tasks are kept");
 }
 
 #[test]

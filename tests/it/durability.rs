@@ -1,11 +1,11 @@
 //! The real binary as a subprocess: killed with SIGKILL while tasks are pending and in flight,
-//! it delivers every task after a restart on the same file; SIGTERM shuts it down cleanly.
+//! it delivers every task after a restart on the same database (on PostgreSQL once the killed
+//! node's leases run out); SIGTERM shuts it down cleanly.
 
 use crate::delivery::endpoint;
-use crate::support::{Answer, Receiver, free_local_addr, ok, wait_for};
+use crate::support::{Answer, Backend, Db, Receiver, backend, free_local_addr, ok, wait_for};
 use serde_json::{Value, json};
 use std::collections::BTreeSet;
-use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 use webhookd::client::Client;
@@ -19,7 +19,7 @@ struct Served {
 }
 
 impl Served {
-    fn start(db: &Path, extra: &[&str]) -> Served {
+    fn start(db: &str, extra: &[&str]) -> Served {
         let listen = free_local_addr();
         let child = Command::new(BIN)
             .arg("serve")
@@ -41,13 +41,13 @@ impl Served {
         Served { child, url }
     }
 
-    fn client(&self, db: &Path) -> Client {
+    fn client(&self, db: &str) -> Client {
         let (key_id, secret) = Self::key(db);
         Client::new(&self.url, &key_id, &secret)
     }
 
     /// A new key of `app1`, made by `webhookd keys create`: (key id, secret).
-    fn key(db: &Path) -> (String, String) {
+    fn key(db: &str) -> (String, String) {
         let out = Command::new(BIN)
             .args(["keys", "create", "--db"])
             .arg(db)
@@ -74,17 +74,35 @@ impl Drop for Served {
     }
 }
 
-fn db_in(dir: &tempfile::TempDir) -> PathBuf {
-    dir.path().join("webhookd.sqlite")
+fn db_in(dir: &tempfile::TempDir) -> String {
+    crate::support::test_db(dir.path())
 }
 
-fn read_only(db: &Path) -> rusqlite::Connection {
-    rusqlite::Connection::open_with_flags(db, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY).unwrap()
+/// `(status, count)` of every task in the database.
+fn statuses(db: &str) -> Vec<(String, i64)> {
+    Db::open(db)
+        .rows(
+            "SELECT status, count(*) FROM tasks GROUP BY status ORDER BY status",
+            &[],
+        )
+        .iter()
+        .map(|r| (r[0].text().to_string(), r[1].int()))
+        .collect()
 }
 
-/// `(status, count)` of every task in the file.
-fn statuses(db: &Path) -> Vec<(String, i64)> {
-    webhookd::store::sqlite::tasks::count_by_status(&read_only(db)).unwrap()
+/// The endpoints' delivery timeout here: short, so that on PostgreSQL the lease of a task a
+/// killed node had claimed (the timeout plus a 30 s margin, contract §16) runs out soon.
+const TIMEOUT_MS: u64 = 2_000;
+
+/// How long a restarted server may take to deliver what a SIGKILL interrupted. SQLite: one
+/// process owns the file and requeues every `running` task at start. PostgreSQL: other nodes'
+/// `running` tasks are alive as far as a node knows, so the killed node's claims wait for their
+/// lease to run out.
+fn redelivery_within(base: Duration) -> Duration {
+    match backend() {
+        Backend::Sqlite => base,
+        Backend::Postgres => base + Duration::from_millis(TIMEOUT_MS) + Duration::from_secs(30),
+    }
 }
 
 /// The task ids (`X-Service-Task-Id`) the receiver has seen.
@@ -103,7 +121,7 @@ fn sigkill_while_delivering_loses_no_task() {
     rx.set_default(Answer::status(200).delayed(Duration::from_millis(300)));
     let server = Served::start(&db, &[]);
     let c = server.client(&db);
-    let ep = endpoint(&c, &rx.url, json!({}));
+    let ep = endpoint(&c, &rx.url, json!({ "timeout_ms": TIMEOUT_MS }));
     let ids: BTreeSet<String> = (0..40)
         .map(|i| {
             ok(
@@ -133,7 +151,7 @@ fn sigkill_while_delivering_loses_no_task() {
 
     rx.set_default(Answer::status(200));
     let _restarted = Served::start(&db, &[]);
-    let all_done = wait_for(Duration::from_secs(15), || {
+    let all_done = wait_for(redelivery_within(Duration::from_secs(15)), || {
         let s = statuses(&db);
         (s == vec![("success".to_string(), 40)]).then_some(())
     });
@@ -157,7 +175,7 @@ fn sigterm_finishes_in_flight_deliveries_and_exits_zero() {
     rx.set_default(Answer::status(200).delayed(Duration::from_millis(800)));
     let mut server = Served::start(&db, &["--shutdown-grace-secs", "5"]);
     let c = server.client(&db);
-    let ep = endpoint(&c, &rx.url, json!({}));
+    let ep = endpoint(&c, &rx.url, json!({ "timeout_ms": TIMEOUT_MS }));
     let id = ok(&c, "POST", "/tasks", Some(json!({ "endpoint_id": ep })))["id"]
         .as_i64()
         .unwrap();
@@ -168,11 +186,10 @@ fn sigterm_finishes_in_flight_deliveries_and_exits_zero() {
     let exited = wait_for(Duration::from_secs(10), || server.child.try_wait().unwrap());
     let status = exited.expect("webhookd exits after SIGTERM");
     assert_eq!(status.code(), Some(0));
-    let task = webhookd::store::sqlite::tasks::get(&read_only(&db), "app1", id)
-        .unwrap()
-        .unwrap();
+    let status = Db::open(&db).rows("SELECT status FROM tasks WHERE id = ?1", &[&id]);
     assert_eq!(
-        task.status, "success",
+        status[0][0].text(),
+        "success",
         "the in-flight delivery finished within the grace"
     );
 }
@@ -220,7 +237,7 @@ fn random_sigkills_under_load_lose_nothing_and_fire_nothing_twice() {
     let server = Served::start(&db, &["--misfire-grace-secs", "300"]);
     let (key_id, secret) = Served::key(&db);
     let c = Client::new(&server.url, &key_id, &secret);
-    let ep = endpoint(&c, &rx.url, json!({}));
+    let ep = endpoint(&c, &rx.url, json!({ "timeout_ms": TIMEOUT_MS }));
     for i in 0..20 {
         ok(
             &c,
@@ -289,46 +306,32 @@ fn random_sigkills_under_load_lose_nothing_and_fire_nothing_twice() {
         acknowledged.len()
     );
 
-    let conn = read_only(&db);
-    let integrity: String = conn
-        .query_row("PRAGMA integrity_check", [], |r| r.get(0))
-        .unwrap();
-    assert_eq!(integrity, "ok");
-    let twice: Vec<(i64, i64, i64)> = conn
-        .prepare(
-            "SELECT schedule_id, run_at, count(*) FROM tasks WHERE schedule_id IS NOT NULL
-             GROUP BY schedule_id, run_at HAVING count(*) > 1",
-        )
-        .unwrap()
-        .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
-        .unwrap()
-        .collect::<rusqlite::Result<_>>()
-        .unwrap();
+    let mut conn = Db::open(&db);
+    if backend() == Backend::Sqlite {
+        let integrity = conn.rows("PRAGMA integrity_check", &[]);
+        assert_eq!(integrity[0][0].text(), "ok");
+    }
+    let twice = conn.rows(
+        "SELECT schedule_id, run_at, count(*) FROM tasks WHERE schedule_id IS NOT NULL
+         GROUP BY schedule_id, run_at HAVING count(*) > 1",
+        &[],
+    );
     assert!(twice.is_empty(), "fired twice: {twice:?}");
-    let firings: i64 = conn
-        .query_row(
-            "SELECT count(*) FROM tasks WHERE schedule_id IS NOT NULL",
-            [],
-            |r| r.get(0),
-        )
-        .unwrap();
+    let firings = conn.int(
+        "SELECT count(*) FROM tasks WHERE schedule_id IS NOT NULL",
+        &[],
+    );
     assert!(firings >= 20, "only {firings} scheduled tasks");
 
     // Every acknowledged publish has its one task, and each reaches the receiver.
     let mut expected = BTreeSet::new();
     for event in &acknowledged {
-        let tasks: Vec<i64> = conn
-            .prepare_cached("SELECT id FROM tasks WHERE event_id = ?1")
-            .unwrap()
-            .query_map([event], |r| r.get(0))
-            .unwrap()
-            .collect::<rusqlite::Result<_>>()
-            .unwrap();
+        let tasks = conn.ints("SELECT id FROM tasks WHERE event_id = ?1", &[event]);
         assert_eq!(tasks.len(), 1, "event {event} has tasks {tasks:?}");
         expected.insert(tasks[0].to_string());
     }
     drop(conn);
-    let delivered = wait_for(Duration::from_secs(30), || {
+    let delivered = wait_for(redelivery_within(Duration::from_secs(30)), || {
         expected.is_subset(&delivered_task_ids(&rx)).then_some(())
     });
     let got = delivered_task_ids(&rx);

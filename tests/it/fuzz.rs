@@ -245,9 +245,9 @@ mod auth {
 
     fn keyed() -> Keyed {
         let dir = tempfile::tempdir().unwrap();
-        let db = dir.path().join("webhookd.sqlite");
+        let db = crate::support::test_db(dir.path());
         let (key_id, secret) = crate::support::create_key(&db, "app1");
-        let store = webhookd::store::open(db.to_str().unwrap(), 2).unwrap();
+        let store = webhookd::store::open(&db, 2).unwrap();
         Keyed {
             _dir: dir,
             store,

@@ -4,7 +4,7 @@
 //! and a small tmpfs, mounted by the test (root only; root ignores file modes, so `chmod` alone
 //! proves nothing there).
 
-use crate::support::{TestServer, get_text, ok, raw, require_component};
+use crate::support::{Db, TestServer, get_text, ok, raw, require_component, sqlite_only};
 use serde_json::{Value, json};
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -98,22 +98,22 @@ fn healthz_get_and_head_answer_ok_with_the_version() {
     let (status, body) = raw(&server.url, "HEAD", "/healthz", &[], b"");
     assert_eq!((status, body), (200, Value::Null), "HEAD has no body");
     // The probe really wrote its row.
-    let conn = rusqlite::Connection::open(&server.db).unwrap();
-    let probes: i64 = conn
-        .query_row("SELECT count(*) FROM health_probe", [], |r| r.get(0))
-        .unwrap();
+    let probes = Db::open(&server.db).int("SELECT count(*) FROM health_probe", &[]);
     assert_eq!(probes, 1);
 }
 
 #[test]
 fn a_database_file_deleted_or_replaced_while_running_is_503_for_health_and_writes() {
+    if sqlite_only("deletes and replaces the server's open SQLite file") {
+        return;
+    }
     let server = TestServer::start();
     let c = server.client();
     ok(&c, "POST", "/v1/events", Some(json!({"event_name": "a.b"})));
     let kept = server.dir.path().join("kept.sqlite");
     std::fs::copy(&server.db, &kept).unwrap();
     for suffix in ["", "-wal", "-shm"] {
-        let _ = std::fs::remove_file(format!("{}{suffix}", server.db.display()));
+        let _ = std::fs::remove_file(format!("{}{suffix}", server.db));
     }
     let body = wait_health(&server.url, 503);
     assert_eq!(body["status"], "unavailable");
@@ -145,6 +145,9 @@ fn a_database_file_deleted_or_replaced_while_running_is_503_for_health_and_write
 
 #[test]
 fn serve_refuses_a_database_it_cannot_write_naming_the_file_and_the_permission() {
+    if sqlite_only("a read-only bind mount of the SQLite file's folder") {
+        return;
+    }
     if !require_component(
         "root (to mount a read-only bind mount; root ignores file modes)",
         is_root(),
@@ -156,7 +159,7 @@ fn serve_refuses_a_database_it_cannot_write_naming_the_file_and_the_permission()
     let (data, view) = (dir.path().join("data"), dir.path().join("view"));
     std::fs::create_dir_all(&data).unwrap();
     std::fs::create_dir_all(&view).unwrap();
-    crate::support::create_key(&data.join("webhookd.sqlite"), "app1");
+    crate::support::create_key(data.join("webhookd.sqlite").to_str().unwrap(), "app1");
     let _mounted = Mounted::read_only_bind(&data, &view);
     let db = view.join("webhookd.sqlite");
     let output = Command::new(env!("CARGO_BIN_EXE_webhookd"))
@@ -179,6 +182,9 @@ fn serve_refuses_a_database_it_cannot_write_naming_the_file_and_the_permission()
 
 #[test]
 fn a_full_disk_is_503_50301_until_space_is_freed_and_the_file_stays_sound() {
+    if sqlite_only("the full disk is a small tmpfs under the SQLite file") {
+        return;
+    }
     if !require_component(
         "root (to mount a small tmpfs as a disk that fills up)",
         is_root(),
@@ -191,7 +197,7 @@ fn a_full_disk_is_503_50301_until_space_is_freed_and_the_file_stays_sound() {
     std::fs::create_dir_all(&disk).unwrap();
     let _mounted = Mounted::tmpfs(&disk, "6m");
     let db = disk.join("webhookd.sqlite");
-    let server = TestServer::start_with(|config| config.db = db.to_string_lossy().into_owned());
+    let server = TestServer::start_with(|config| config.db = db.to_str().unwrap().into());
     let c = server.client();
     ok(
         &c,

@@ -13,7 +13,7 @@ const BIN: &str = env!("CARGO_BIN_EXE_webhookd");
 
 /// `webhookd serve` on `db` with stderr into `log`, once it answers `/healthz`: the child and
 /// its base URL.
-fn serve_logging(db: &Path, log: &Path, args: &[&str], env: &[(&str, &str)]) -> (Child, String) {
+fn serve_logging(db: &str, log: &Path, args: &[&str], env: &[(&str, &str)]) -> (Child, String) {
     let listen = free_local_addr();
     let child = Command::new(BIN)
         .args(["serve", "--db"])
@@ -45,7 +45,7 @@ fn stop(mut child: Child) -> std::process::ExitStatus {
 #[test]
 fn json_logs_parse_line_by_line_carry_the_warnings_and_no_secret() {
     let dir = tempfile::tempdir().unwrap();
-    let db = dir.path().join("webhookd.sqlite");
+    let db = crate::support::test_db(dir.path());
     let (key_id, api_secret) = crate::support::create_key(&db, "app1");
     let log_path = dir.path().join("stderr.log");
     let (child, url) = serve_logging(
@@ -206,7 +206,7 @@ fn json_logs_parse_line_by_line_carry_the_warnings_and_no_secret() {
 #[test]
 fn text_logs_have_no_colour_codes_when_stderr_is_not_a_terminal() {
     let dir = tempfile::tempdir().unwrap();
-    let db = dir.path().join("webhookd.sqlite");
+    let db = crate::support::test_db(dir.path());
     let log_path = dir.path().join("stderr.log");
     let (child, _) = serve_logging(&db, &log_path, &[], &[("WEBHOOKD_LOG_FORMAT", "text")]);
     stop(child);

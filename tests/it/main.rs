@@ -1,5 +1,7 @@
 //! The integration tests: one binary, each module a family of behaviour checked through a real
-//! server on 127.0.0.1:0, a real SQLite file and a real HTTP receiver on loopback.
+//! server on 127.0.0.1:0, a real database and a real HTTP receiver on loopback. The database is
+//! a SQLite file, or with `WEBHOOKD_TEST_DB=postgres` a database on a private PostgreSQL server
+//! (`support::test_db`).
 
 mod api_auth;
 mod api_endpoints;
@@ -16,11 +18,13 @@ mod events;
 mod fuzz;
 mod health;
 mod logs;
+mod migrate;
 mod openapi;
 mod operations;
 mod packaging;
 mod pg;
 mod pg_delivery;
+mod pg_listen;
 mod pg_store;
 mod pg_tables;
 mod reliability;

@@ -205,12 +205,10 @@ fn the_signing_example_is_accepted_by_a_server_holding_that_key() {
         example["key_id"].as_str().unwrap(),
         example["secret"].as_str().unwrap(),
     );
-    let conn = rusqlite::Connection::open(&server.db).unwrap();
-    conn.execute(
+    crate::support::Db::open(&server.db).execute(
         "INSERT INTO api_keys (key_id, secret, app_id, name, created_at) VALUES (?1, ?2, 'doc', 'doc', 0)",
-        rusqlite::params![key_id, secret],
-    )
-    .unwrap();
+        &[&key_id, &secret],
+    );
     // The example's timestamp is long past, so it must be signed anew with a fresh one; the
     // document's recipe (the same payload rule) must then be accepted.
     let request = &example["requests"][0];

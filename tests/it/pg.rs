@@ -1,9 +1,16 @@
 //! A private PostgreSQL server for the tests: Debian's `initdb` and `pg_ctl` on a temp folder, a
 //! free loopback port, the unix socket inside the folder, fsync off. Run as the `postgres` OS
 //! user when the tests run as root (initdb refuses root). Stopped and removed on drop.
+//!
+//! [`shared`] is the one server of the whole test process that `WEBHOOKD_TEST_DB=postgres` runs
+//! the suite on: started on first use, a template database holding the schema, one cheap
+//! `CREATE DATABASE … TEMPLATE` per test, stopped at process exit.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Mutex, OnceLock, mpsc};
+use std::time::{Duration, SystemTime};
 
 /// The superuser the private server is created with.
 pub const USER: &str = "webhookd";
@@ -15,7 +22,11 @@ pub struct PgServer {
     as_postgres: bool,
     port: u16,
     password: String,
+    max_connections: u32,
 }
+
+/// The file in a server's folder holding the pid of the test process that made it.
+const OWNER: &str = "owner.pid";
 
 /// The newest `/usr/lib/postgresql/<version>/bin` holding `initdb` and `pg_ctl`.
 fn server_binaries() -> Option<PathBuf> {
@@ -36,6 +47,15 @@ impl PgServer {
     /// Starts a private server, or returns `None` after a loud skip when the PostgreSQL server
     /// is not installed (a failure under `CI=true`).
     pub fn start() -> Option<PgServer> {
+        Self::start_with(60)
+    }
+
+    /// Whether a PostgreSQL server can be started here (its binaries are installed).
+    pub fn installed() -> bool {
+        server_binaries().is_some()
+    }
+
+    fn start_with(max_connections: u32) -> Option<PgServer> {
         let bin = server_binaries();
         if !crate::support::require_component(
             "PostgreSQL server",
@@ -51,6 +71,8 @@ impl PgServer {
             .prefix("webhookd-pg")
             .tempdir()
             .expect("temp folder");
+        // Who made the folder, so a later run can tell a dead run's leftover from a live one.
+        std::fs::write(dir.path().join(OWNER), std::process::id().to_string()).unwrap();
         let password = format!("pw-{:016x}", rand::random::<u64>());
         let pwfile = dir.path().join("pwfile");
         std::fs::write(&pwfile, &password).unwrap();
@@ -71,6 +93,7 @@ impl PgServer {
             as_postgres,
             port: 0,
             password,
+            max_connections,
         };
         let data = server.data_dir();
         server.run(
@@ -132,9 +155,10 @@ impl PgServer {
     fn pg_ctl_start(&self) -> bool {
         let options = format!(
             "-c listen_addresses=127.0.0.1 -p {} -k {} -c fsync=off -c synchronous_commit=off \
-             -c full_page_writes=off -c max_connections=60 -c shared_buffers=16MB",
+             -c full_page_writes=off -c max_connections={} -c shared_buffers=16MB",
             self.port,
-            self.dir.path().display()
+            self.dir.path().display(),
+            self.max_connections,
         );
         self.command("pg_ctl")
             .arg("-D")
@@ -178,17 +202,214 @@ impl PgServer {
     }
 }
 
-impl Drop for PgServer {
-    fn drop(&mut self) {
-        let data = self.data_dir();
+impl PgServer {
+    /// Stops the server (`mode`: `fast` lets sessions end cleanly, `immediate` does not wait).
+    fn stop(&self, mode: &str) {
         let _ = self
             .command("pg_ctl")
             .arg("-D")
-            .arg(&data)
-            .args(["-m", "fast", "-w", "stop"])
+            .arg(self.data_dir())
+            .args(["-m", mode, "-w", "stop"])
             .output();
+    }
+}
+
+impl Drop for PgServer {
+    fn drop(&mut self) {
+        self.stop("fast");
         // Then `dir` drops and removes the folder (as root, or as the user who made it).
     }
+}
+
+/// The template database of the shared server: the schema applied once by
+/// `webhookd::store::postgres::open`, copied by every test's `CREATE DATABASE`.
+const TEMPLATE: &str = "tmpl";
+
+static SHARED: OnceLock<Option<PgServer>> = OnceLock::new();
+static DATABASES: AtomicU64 = AtomicU64::new(0);
+
+/// The one server of this test process, started on first use with a template database, or
+/// `None` after a loud skip when PostgreSQL is not installed (a failure under `CI=true`).
+///
+/// A static never drops, so the server is stopped and its folder removed by an `atexit` hook
+/// (the test harness ends with `exit`) and, when the process dies without running it (SIGKILL,
+/// Ctrl-C), by a watchdog process that polls for this process and then stops the server.
+/// Leftovers of runs that died before either could act are reaped on the next start.
+pub fn shared() -> Option<&'static PgServer> {
+    SHARED
+        .get_or_init(|| {
+            reap_dead_runs();
+            // Several test servers at once, each with its own pool.
+            let server = PgServer::start_with(400)?;
+            server.watch_parent();
+            // SAFETY: `stop_shared` is a plain `extern "C" fn` taking no arguments; registering
+            // it has no other precondition.
+            unsafe { libc::atexit(stop_shared) };
+            let url = server.create_database(TEMPLATE);
+            // Drop the pool before any copy: a template may not have open sessions.
+            drop(webhookd::store::postgres::open(&url, 1).expect("schema on the template"));
+            Some(server)
+        })
+        .as_ref()
+}
+
+extern "C" fn stop_shared() {
+    if let Some(Some(server)) = SHARED.get() {
+        server.stop("immediate");
+        let _ = std::fs::remove_dir_all(server.dir.path());
+    }
+}
+
+impl PgServer {
+    /// A new database `t<n>` copied from the template (the current schema, no rows); its URL.
+    ///
+    /// A copy takes a few hundred milliseconds on a loaded machine (it writes the new
+    /// database's system catalogs, ~7 MB), so a thread makes the next ones while tests run and
+    /// this usually returns at once.
+    pub fn fresh_database(&'static self) -> String {
+        static READY: OnceLock<Mutex<mpsc::Receiver<String>>> = OnceLock::new();
+        let ready = READY.get_or_init(|| {
+            let (send, receive) = mpsc::sync_channel(2);
+            std::thread::Builder::new()
+                .name("pg-databases".into())
+                .spawn(move || {
+                    // Ends when nobody takes databases any more, i.e. at process exit.
+                    while send.send(self.database_from_template()).is_ok() {}
+                })
+                .expect("the database maker starts");
+            Mutex::new(receive)
+        });
+        ready
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .recv()
+            .expect("the database maker runs")
+    }
+
+    /// Copies the template into a new database `t<n>`; its URL.
+    pub fn database_from_template(&self) -> String {
+        let name = format!("t{}", DATABASES.fetch_add(1, Ordering::SeqCst));
+        let mut admin = self.client(&self.url("postgres"));
+        let sql = format!("CREATE DATABASE \"{name}\" TEMPLATE \"{TEMPLATE}\"");
+        // The template's last session may still be closing right after the pool dropped.
+        let mut tries = 0;
+        loop {
+            match admin.batch_execute(&sql) {
+                Ok(()) => return self.url(&name),
+                Err(e) if tries < 50 && e.to_string().contains("being accessed") => {
+                    tries += 1;
+                    std::thread::sleep(Duration::from_millis(20));
+                }
+                Err(e) => panic!("{sql}: {e}"),
+            }
+        }
+    }
+
+    /// Drops database `name`, ending its sessions (a test's server pool may still hold some).
+    pub fn drop_database(&self, name: &str) {
+        let mut admin = self.client(&self.url("postgres"));
+        admin
+            .batch_execute(&format!("DROP DATABASE IF EXISTS \"{name}\" WITH (FORCE)"))
+            .unwrap_or_else(|e| panic!("DROP DATABASE {name}: {e}"));
+    }
+
+    /// Starts a process in its own process group (so Ctrl-C does not reach it) that waits for
+    /// this test process to end, then stops the server and removes its folder. After a normal
+    /// exit the `atexit` hook has already done both and the watchdog finds nothing to do.
+    fn watch_parent(&self) {
+        use std::os::unix::process::CommandExt;
+        let mut stop = self.command("pg_ctl");
+        stop.arg("-D")
+            .arg(self.data_dir())
+            .args(["-m", "immediate", "-w", "stop"]);
+        let stop_line = std::iter::once(stop.get_program())
+            .chain(stop.get_args())
+            .map(|part| shell_quote(&part.to_string_lossy()))
+            .collect::<Vec<_>>()
+            .join(" ");
+        let script = format!(
+            "while kill -0 {pid} 2>/dev/null; do sleep 1; done; \
+             if [ -d {dir} ]; then {stop_line} >/dev/null 2>&1; rm -rf {dir}; fi",
+            pid = std::process::id(),
+            dir = shell_quote(&self.dir.path().to_string_lossy()),
+        );
+        // Never waited for: it ends only after this process has.
+        #[expect(
+            clippy::zombie_processes,
+            reason = "the watchdog outlives this process"
+        )]
+        Command::new("sh")
+            .args(["-c", &script])
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .process_group(0)
+            .spawn()
+            .expect("the server's watchdog starts");
+    }
+}
+
+/// Stops and removes the servers of earlier test processes that are gone (killed before their
+/// watchdog could act, or from before the watchdog existed and more than two hours old).
+fn reap_dead_runs() {
+    let Ok(entries) = std::fs::read_dir(std::env::temp_dir()) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let dir = entry.path();
+        let is_ours = entry
+            .file_name()
+            .to_str()
+            .is_some_and(|n| n.starts_with("webhookd-pg"));
+        if !is_ours || !dir.is_dir() || !leftover(&dir) {
+            continue;
+        }
+        let data = dir.join("data");
+        if data.join("postmaster.pid").exists()
+            && let Some(bin) = server_binaries()
+        {
+            // SAFETY: geteuid has no preconditions and cannot fail.
+            let root = unsafe { libc::geteuid() } == 0;
+            let pg_ctl = bin.join("pg_ctl");
+            let mut stop = if root {
+                let mut c = Command::new("runuser");
+                c.args(["-u", "postgres", "--"]).arg(pg_ctl);
+                c
+            } else {
+                Command::new(pg_ctl)
+            };
+            let _ = stop
+                .arg("-D")
+                .arg(&data)
+                .args(["-m", "immediate", "-w", "stop"])
+                .output();
+        }
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}
+
+/// Whether `dir` (a `webhookd-pg*` folder) belongs to no live test process.
+fn leftover(dir: &Path) -> bool {
+    match std::fs::read_to_string(dir.join(OWNER)) {
+        Ok(pid) => match pid.trim().parse::<i32>() {
+            // SAFETY: kill with signal 0 only checks that the process exists.
+            Ok(pid) => {
+                let gone = unsafe { libc::kill(pid, 0) } != 0;
+                gone && std::io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH)
+            }
+            Err(_) => false,
+        },
+        // Made before owners were recorded: only when clearly abandoned.
+        Err(_) => std::fs::metadata(dir)
+            .and_then(|m| m.modified())
+            .ok()
+            .and_then(|t| SystemTime::now().duration_since(t).ok())
+            .is_some_and(|age| age > Duration::from_secs(2 * 3600)),
+    }
+}
+
+fn shell_quote(s: &str) -> String {
+    format!("'{}'", s.replace('\'', r"'\''"))
 }
 
 fn free_port() -> u16 {
@@ -197,4 +418,60 @@ fn free_port() -> u16 {
         .local_addr()
         .unwrap()
         .port()
+}
+
+/// The shared server's databases: each new one is empty but holds the current schema (the
+/// template's copy), is its own database, and costs a copy rather than an initdb.
+#[test]
+fn fresh_databases_copy_the_schema_and_nothing_else() {
+    let Some(server) = shared() else {
+        return;
+    };
+    let started = std::time::Instant::now();
+    let (a, b) = (
+        server.database_from_template(),
+        server.database_from_template(),
+    );
+    let per_database = started.elapsed() / 2;
+    let ready = std::time::Instant::now();
+    let c = server.fresh_database();
+    let waited = ready.elapsed();
+    assert_ne!(a, b);
+    let version = |url: &str| -> i64 {
+        server
+            .client(url)
+            .query_one("SELECT version FROM webhookd_schema", &[])
+            .expect("the schema marker")
+            .get(0)
+    };
+    assert_eq!(version(&a), webhookd::store::postgres::SCHEMA_VERSION);
+    assert_eq!(version(&b), webhookd::store::postgres::SCHEMA_VERSION);
+    let mut first = server.client(&a);
+    first
+        .batch_execute(
+            "INSERT INTO api_keys (key_id, secret, app_id, name, created_at) \
+             VALUES ('k', 's', 'app', 'n', 0)",
+        )
+        .unwrap();
+    let count = |url: &str| -> i64 {
+        server
+            .client(url)
+            .query_one("SELECT count(*) FROM api_keys", &[])
+            .unwrap()
+            .get(0)
+    };
+    assert_eq!(
+        (count(&a), count(&b)),
+        (1, 0),
+        "a row in one is not in the other"
+    );
+    drop(first);
+    for url in [&a, &b, &c] {
+        server.drop_database(url.rsplit('/').next().unwrap());
+    }
+    eprintln!("one database from the template: {per_database:?}; a prepared one: {waited:?}");
+    assert!(
+        per_database < Duration::from_secs(5),
+        "a fresh database took {per_database:?}"
+    );
 }

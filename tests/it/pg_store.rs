@@ -18,13 +18,7 @@ fn sqlite_shape() -> (Columns, Indexes) {
     let dir = tempfile::tempdir().unwrap();
     let pool = store::sqlite::open(&dir.path().join("shape.sqlite"), 1).unwrap();
     let conn = pool.get().unwrap();
-    let tables: Vec<String> = conn
-        .prepare("SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'")
-        .unwrap()
-        .query_map([], |r| r.get(0))
-        .unwrap()
-        .collect::<Result<_, _>>()
-        .unwrap();
+    let tables = crate::migrate::sqlite_strings(&conn, crate::migrate::SQLITE_TABLES, []);
     let mut columns = Columns::new();
     let mut indexes = Indexes::new();
     for table in tables {

@@ -52,7 +52,7 @@ fn first_preview(client: &Client, cron_expr: &str, timezone: &str, from: DateTim
 
 /// The tasks of a schedule, read from the database, oldest first.
 pub(crate) fn tasks_of(server: &TestServer, schedule_id: i64) -> Vec<Task> {
-    let pool = webhookd::store::sqlite::open(&server.db, 1).unwrap();
+    let store = webhookd::store::open(&server.db, 1).unwrap();
     let filter = TaskFilter {
         schedule_id: Some(schedule_id),
         ..TaskFilter::default()
@@ -61,8 +61,9 @@ pub(crate) fn tasks_of(server: &TestServer, schedule_id: i64) -> Vec<Task> {
         page: 1,
         page_size: 1000,
     };
-    let (_, mut tasks) =
-        webhookd::store::sqlite::tasks::list(&pool.get().unwrap(), "app1", &filter, page).unwrap();
+    let (_, mut tasks) = store
+        .read::<_, webhookd::store::StoreError>(|tx| tx.list_tasks("app1", &filter, page))
+        .unwrap();
     tasks.reverse();
     tasks
 }
@@ -636,14 +637,10 @@ fn firing_twice_for_one_instant_creates_one_set_of_tasks() {
     assert_eq!(tasks_of(&server, minutely).len(), 2);
 
     // As if the move of next_run_at had been lost: the loop meets 12:00 again and skips it.
-    let pool = webhookd::store::sqlite::open(&server.db, 1).unwrap();
-    pool.get()
-        .unwrap()
-        .execute(
-            "UPDATE schedules SET next_run_at = ?1 WHERE id = ?2",
-            (at(12, 0, 0).timestamp_millis(), minutely),
-        )
-        .unwrap();
+    crate::support::Db::open(&server.db).execute(
+        "UPDATE schedules SET next_run_at = ?1 WHERE id = ?2",
+        &[&at(12, 0, 0).timestamp_millis(), &minutely],
+    );
     server.advance(TimeDelta::seconds(2));
     wait_next_run(&client, minutely, at(12, 1, 0));
     assert_eq!(tasks_of(&server, minutely).len(), 2);

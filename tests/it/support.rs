@@ -8,7 +8,7 @@ use serde_json::Value;
 use std::collections::VecDeque;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
-use std::path::PathBuf;
+use std::path::Path;
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 use webhookd::app::App;
@@ -17,10 +17,89 @@ use webhookd::clock::{Clock, ManualClock, SystemClock};
 use webhookd::config::Config;
 use webhookd::server::Running;
 
+/// The database the suite runs on, from `WEBHOOKD_TEST_DB` (`sqlite`, the default, or
+/// `postgres`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Backend {
+    Sqlite,
+    Postgres,
+}
+
+/// The backend of this test run. An unknown `WEBHOOKD_TEST_DB` value panics; `postgres` without
+/// an installed PostgreSQL server is a loud fallback to SQLite (a failure under `CI=true`).
+pub fn backend() -> Backend {
+    static CHOSEN: std::sync::OnceLock<Backend> = std::sync::OnceLock::new();
+    *CHOSEN.get_or_init(|| {
+        match std::env::var("WEBHOOKD_TEST_DB").as_deref() {
+            Err(_) | Ok("" | "sqlite") => Backend::Sqlite,
+            Ok("postgres") => {
+                let found = crate::pg::PgServer::installed();
+                if require_component(
+                    "PostgreSQL server (WEBHOOKD_TEST_DB=postgres)",
+                    found,
+                    "apt-get install -y postgresql",
+                ) {
+                    Backend::Postgres
+                } else {
+                    // Written past the harness's capture, so the fallback is seen once.
+                    let _ = std::io::stderr().write_all(
+                        b"\n*** WEBHOOKD_TEST_DB=postgres: PostgreSQL is not installed; \
+                          THE SUITE RUNS ON SQLITE INSTEAD ***\n",
+                    );
+                    Backend::Sqlite
+                }
+            }
+            Ok(other) => panic!("WEBHOOKD_TEST_DB={other}: expected sqlite or postgres"),
+        }
+    })
+}
+
+/// A `--db` value for one test: a SQLite file in `dir`, or under `WEBHOOKD_TEST_DB=postgres` a
+/// new database (the current schema, no rows) on this process's private server. The database
+/// lives until the process ends; [`TestServer`] drops its own sooner.
+pub fn test_db(dir: &Path) -> String {
+    match backend() {
+        Backend::Sqlite => dir.join("webhookd.sqlite").to_str().expect("utf-8").into(),
+        Backend::Postgres => shared_pg().fresh_database(),
+    }
+}
+
+fn shared_pg() -> &'static crate::pg::PgServer {
+    crate::pg::shared().expect("backend() checked that PostgreSQL is installed")
+}
+
+/// True, after saying why on stderr, when this run is on PostgreSQL and the calling test checks
+/// something only SQLite has (`reason`); the test then returns without checking anything.
+pub fn sqlite_only(reason: &str) -> bool {
+    if backend() == Backend::Sqlite {
+        return false;
+    }
+    let _ = writeln!(
+        std::io::stderr(),
+        "SQLite-only test skipped under WEBHOOKD_TEST_DB=postgres: {reason}"
+    );
+    true
+}
+
+/// Drops a test's PostgreSQL database when its server is done with it (a new database holds
+/// some megabytes; hundreds of tests would otherwise keep them all until the process ends).
+struct DropDb(Option<String>);
+
+impl Drop for DropDb {
+    fn drop(&mut self) {
+        if let Some(url) = self.0.take()
+            && let Some(name) = url.rsplit('/').next()
+        {
+            shared_pg().drop_database(name);
+        }
+    }
+}
+
 /// A webhookd running in this process on its own runtime, database and port.
 pub struct TestServer {
     pub dir: tempfile::TempDir,
-    pub db: PathBuf,
+    /// The `--db` value: a SQLite file path or a `postgres://` URL.
+    pub db: String,
     pub url: String,
     pub key_id: String,
     pub secret: String,
@@ -28,6 +107,8 @@ pub struct TestServer {
     pub manual_clock: Option<Arc<ManualClock>>,
     running: Option<Running>,
     runtime: tokio::runtime::Runtime,
+    /// Declared after `running`: the database goes once the server has stopped.
+    drop_db: DropDb,
 }
 
 impl TestServer {
@@ -48,7 +129,9 @@ impl TestServer {
 
     fn launch(adjust: impl FnOnce(&mut Config), manual: Option<Arc<ManualClock>>) -> TestServer {
         let dir = tempfile::tempdir().expect("temp dir");
-        Self::launch_in(dir, None, adjust, manual)
+        let db = test_db(dir.path());
+        let drop_db = DropDb((backend() == Backend::Postgres).then(|| db.clone()));
+        Self::launch_in(dir, db, drop_db, None, adjust, manual)
     }
 
     /// Stops this server and starts a new one on the same database file, with a manual clock
@@ -79,21 +162,24 @@ impl TestServer {
         }
         let dir = std::mem::replace(&mut self.dir, tempfile::tempdir().expect("temp dir"));
         let key = (self.key_id.clone(), self.secret.clone());
-        Self::launch_in(dir, Some(key), adjust, manual)
+        let drop_db = DropDb(self.drop_db.0.take());
+        Self::launch_in(dir, self.db.clone(), drop_db, Some(key), adjust, manual)
     }
 
     fn launch_in(
         dir: tempfile::TempDir,
+        db: String,
+        drop_db: DropDb,
         key: Option<(String, String)>,
         adjust: impl FnOnce(&mut Config),
         manual: Option<Arc<ManualClock>>,
     ) -> TestServer {
-        let mut config = Config::new(dir.path().join("webhookd.sqlite").to_string_lossy());
+        let mut config = Config::new(db);
         config.listen = "127.0.0.1:0".parse().unwrap();
         config.workers = 4;
         config.shutdown_grace_secs = 2;
         adjust(&mut config);
-        let db = PathBuf::from(&config.db);
+        let db = config.db.clone();
         let (key_id, secret) = key.unwrap_or_else(|| create_key(&db, "app1"));
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
@@ -120,6 +206,7 @@ impl TestServer {
             manual_clock: manual,
             running: Some(running),
             runtime,
+            drop_db,
         }
     }
 
@@ -165,13 +252,13 @@ impl Drop for TestServer {
     }
 }
 
-/// Creates an API key directly in the database file (as `webhookd keys create` does).
-pub fn create_key(db: &std::path::Path, app_id: &str) -> (String, String) {
-    let pool = webhookd::store::sqlite::open(db, 1).expect("open db");
-    let conn = pool.get().unwrap();
-    let key =
-        webhookd::store::sqlite::keys::create(&conn, app_id, "test", Utc::now().timestamp_millis())
-            .unwrap();
+/// Creates an API key directly in the database (as `webhookd keys create` does).
+pub fn create_key(db: &str, app_id: &str) -> (String, String) {
+    let store = webhookd::store::open(db, 1).expect("open db");
+    let now = Utc::now().timestamp_millis();
+    let key = store
+        .write::<_, webhookd::store::StoreError>(|tx| tx.create_key(app_id, "test", now))
+        .expect("create a key");
     (key.key_id, key.secret)
 }
 
@@ -544,4 +631,143 @@ pub fn program_runs(program: &str, args: &[&str]) -> bool {
         .stderr(std::process::Stdio::null())
         .status()
         .is_ok_and(|s| s.success())
+}
+
+/// The tests' own view of a `--db` database, on either backend: a few plain queries for what a
+/// test checks beside the API (row counts, a stored status, an injected row). SQL is written
+/// once with `?1`-style placeholders, which PostgreSQL gets as `$1`.
+pub enum Db {
+    Sqlite(rusqlite::Connection),
+    Postgres(postgres::Client),
+}
+
+/// A parameter either driver can bind.
+pub trait Param: rusqlite::ToSql + postgres::types::ToSql + Sync {}
+impl<T: rusqlite::ToSql + postgres::types::ToSql + Sync> Param for T {}
+
+/// One column value of a row read through [`Db`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Cell {
+    Null,
+    Int(i64),
+    Text(String),
+}
+
+impl Cell {
+    pub fn int(&self) -> i64 {
+        match self {
+            Cell::Int(n) => *n,
+            other => panic!("expected an integer, got {other:?}"),
+        }
+    }
+
+    pub fn text(&self) -> &str {
+        match self {
+            Cell::Text(s) => s,
+            other => panic!("expected text, got {other:?}"),
+        }
+    }
+}
+
+impl Db {
+    /// Opens `db` (a SQLite path or a `postgres://` URL) as it is, without any schema upgrade.
+    pub fn open(db: &str) -> Db {
+        if webhookd::store::postgres::is_url(db) {
+            Db::Postgres(postgres::Client::connect(db, postgres::NoTls).expect("test connection"))
+        } else {
+            Db::Sqlite(rusqlite::Connection::open(db).expect("open the SQLite file"))
+        }
+    }
+
+    /// Runs one statement; the number of rows it changed.
+    pub fn execute(&mut self, sql: &str, params: &[&dyn Param]) -> u64 {
+        match self {
+            Db::Sqlite(conn) => {
+                let params: Vec<&dyn rusqlite::ToSql> = params.iter().map(|p| *p as _).collect();
+                conn.execute(sql, params.as_slice())
+                    .unwrap_or_else(|e| panic!("{sql}: {e}")) as u64
+            }
+            Db::Postgres(client) => {
+                let params: Vec<&(dyn postgres::types::ToSql + Sync)> =
+                    params.iter().map(|p| *p as _).collect();
+                client
+                    .execute(&dollar_placeholders(sql), &params)
+                    .unwrap_or_else(|e| panic!("{sql}: {e}"))
+            }
+        }
+    }
+
+    /// Every row of a query, each column read as an integer, text or NULL.
+    pub fn rows(&mut self, sql: &str, params: &[&dyn Param]) -> Vec<Vec<Cell>> {
+        match self {
+            Db::Sqlite(conn) => {
+                use rusqlite::types::ValueRef;
+                let params: Vec<&dyn rusqlite::ToSql> = params.iter().map(|p| *p as _).collect();
+                let mut stmt = conn.prepare(sql).unwrap_or_else(|e| panic!("{sql}: {e}"));
+                let columns = stmt.column_count();
+                stmt.query_map(params.as_slice(), |row| {
+                    (0..columns)
+                        .map(|i| {
+                            Ok(match row.get_ref(i)? {
+                                ValueRef::Null => Cell::Null,
+                                ValueRef::Integer(n) => Cell::Int(n),
+                                ValueRef::Text(t) => Cell::Text(String::from_utf8_lossy(t).into()),
+                                other => panic!("{sql}: column {i} is {other:?}"),
+                            })
+                        })
+                        .collect()
+                })
+                .and_then(Iterator::collect)
+                .unwrap_or_else(|e| panic!("{sql}: {e}"))
+            }
+            Db::Postgres(client) => {
+                use postgres::types::Type;
+                let params: Vec<&(dyn postgres::types::ToSql + Sync)> =
+                    params.iter().map(|p| *p as _).collect();
+                let rows = client
+                    .query(&dollar_placeholders(sql), &params)
+                    .unwrap_or_else(|e| panic!("{sql}: {e}"));
+                rows.iter()
+                    .map(|row| {
+                        (0..row.len())
+                            .map(|i| {
+                                let ty = row.columns()[i].type_().clone();
+                                let cell = match ty {
+                                    Type::INT8 => row.get::<_, Option<i64>>(i).map(Cell::Int),
+                                    Type::INT4 => {
+                                        row.get::<_, Option<i32>>(i).map(|n| Cell::Int(n.into()))
+                                    }
+                                    Type::INT2 => {
+                                        row.get::<_, Option<i16>>(i).map(|n| Cell::Int(n.into()))
+                                    }
+                                    Type::TEXT | Type::VARCHAR | Type::NAME => {
+                                        row.get::<_, Option<String>>(i).map(Cell::Text)
+                                    }
+                                    other => panic!("{sql}: column {i} has type {other}"),
+                                };
+                                cell.unwrap_or(Cell::Null)
+                            })
+                            .collect()
+                    })
+                    .collect()
+            }
+        }
+    }
+
+    /// The one integer a query returns (`SELECT count(*) …`).
+    pub fn int(&mut self, sql: &str, params: &[&dyn Param]) -> i64 {
+        let rows = self.rows(sql, params);
+        assert_eq!(rows.len(), 1, "{sql}: {} rows", rows.len());
+        rows[0][0].int()
+    }
+
+    /// The first column of every row, as integers.
+    pub fn ints(&mut self, sql: &str, params: &[&dyn Param]) -> Vec<i64> {
+        self.rows(sql, params).iter().map(|r| r[0].int()).collect()
+    }
+}
+
+/// `?1`, `?2`, … as PostgreSQL's `$1`, `$2`, … (the tests' SQL holds no `?` in literals).
+fn dollar_placeholders(sql: &str) -> String {
+    sql.replace('?', "$")
 }

@@ -8,11 +8,13 @@
 //! `spawn_blocking`, never directly inside an async task.
 
 pub mod attempts;
+pub mod copy;
 pub mod endpoints;
 pub mod events;
 pub mod health;
 pub mod keys;
 pub mod list;
+pub mod listen;
 mod migrate;
 pub mod policies;
 pub mod replay;
@@ -56,7 +58,11 @@ pub fn open(url: &str, size: u32) -> anyhow::Result<PgPool> {
 /// One connection outside the pool (start-up work, tests). The driver's error never holds the
 /// password; the context names the redacted URL.
 pub fn connect(url: &PgUrl) -> anyhow::Result<postgres::Client> {
-    let mut config = url.config().clone();
+    connect_with(url, url.config().clone())
+}
+
+/// [`connect`] with adjusted settings (e.g. an `application_name` shown in `pg_stat_activity`).
+fn connect_with(url: &PgUrl, mut config: postgres::Config) -> anyhow::Result<postgres::Client> {
     if config.get_connect_timeout().is_none() {
         config.connect_timeout(Duration::from_secs(10));
     }

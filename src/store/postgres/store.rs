@@ -4,16 +4,23 @@
 
 use super::{PgPool, PgUrl};
 use crate::store::{
-    Page, Store, StoreError, Tx, attempts, endpoints, events, keys, policies, schedules, tasks,
+    IdleCap, Page, Store, StoreError, Tx, Watcher, attempts, endpoints, events, keys, policies,
+    schedules, tasks,
 };
 use postgres::GenericClient;
 use postgres::error::SqlState;
 use std::path::Path;
 use std::sync::Mutex;
+use std::time::Duration;
+
+/// How often each node takes back the tasks of nodes whose lease ran out: a dead node's tasks
+/// are delivered at most this long after their lease.
+const LEASE_RESCUE_EVERY: Duration = Duration::from_secs(1);
 
 /// A PostgreSQL database behind a pool of blocking connections.
 pub struct PgStore {
-    pool: PgPool,
+    /// Always `Some` until the store drops (see its `Drop`).
+    pool: Option<PgPool>,
     url: PgUrl,
     /// This process's name in `tasks.claimed_by`: host, pid and a random part, so a restarted
     /// process never takes over the leases of its previous life.
@@ -22,13 +29,30 @@ pub struct PgStore {
     last_probe: Mutex<Option<(i64, Option<String>)>>,
 }
 
+impl Drop for PgStore {
+    /// The `postgres` client closes each connection by blocking on its own small runtime, which
+    /// panics (and, in a destructor, aborts the process) on a thread that is driving async
+    /// tasks — where the last handle on the store may well go: the end of `Running::wait`, a
+    /// finished connection task. So the pool is closed on a thread of its own, waited for.
+    fn drop(&mut self) {
+        let Some(pool) = self.pool.take() else {
+            return;
+        };
+        if tokio::runtime::Handle::try_current().is_err() {
+            drop(pool);
+            return;
+        }
+        let _ = std::thread::spawn(move || drop(pool)).join();
+    }
+}
+
 impl PgStore {
     /// Connects to `url`, refuses a foreign or newer database untouched, applies pending schema
     /// upgrades, and keeps a pool of up to `pool_size` connections.
     pub fn open(url: &str, pool_size: u32) -> anyhow::Result<PgStore> {
         let pool = super::open(url, pool_size)?;
         Ok(PgStore {
-            pool,
+            pool: Some(pool),
             url: PgUrl::parse(url)?,
             node: node_id(),
             last_probe: Mutex::new(None),
@@ -46,7 +70,11 @@ impl PgStore {
     }
 
     fn client(&self) -> Result<r2d2::PooledConnection<super::Manager>, StoreError> {
-        self.pool.get().map_err(|e| {
+        let pool = self
+            .pool
+            .as_ref()
+            .expect("the pool lives as long as the store");
+        pool.get().map_err(|e| {
             tracing::warn!(error = %e, db = %self.url, "no PostgreSQL connection");
             StoreError::Unwritable(format!(
                 "no connection to PostgreSQL at {} could be opened; check that the server runs and accepts this node",
@@ -101,10 +129,10 @@ impl Store for PgStore {
             pg.wake
         };
         if wake.tasks {
-            tx.execute("SELECT pg_notify('webhookd_tasks', '')", &[])?;
+            super::listen::notify(&mut tx, super::listen::Channel::Tasks, "")?;
         }
         if wake.schedules {
-            tx.execute("SELECT pg_notify('webhookd_schedules', '')", &[])?;
+            super::listen::notify(&mut tx, super::listen::Channel::Schedules, "")?;
         }
         tx.commit()?;
         Ok(())
@@ -169,6 +197,26 @@ impl Store for PgStore {
 
     fn backend(&self) -> &'static str {
         "postgres"
+    }
+
+    /// The `store-listener` thread (`LISTEN` on its own connection); until it is connected, and
+    /// always with `--pg-poll-only`, idle sleeps are capped at `poll`.
+    fn watch(
+        &self,
+        wakers: crate::store::Wakers,
+        poll: Duration,
+        poll_only: bool,
+    ) -> anyhow::Result<Watcher> {
+        let cap = IdleCap::new(poll);
+        if poll_only {
+            return Ok(Watcher::shared(cap, LEASE_RESCUE_EVERY, None));
+        }
+        let listener = super::listen::Listener::spawn(&self.url, wakers, &cap)?;
+        Ok(Watcher::shared(
+            cap,
+            LEASE_RESCUE_EVERY,
+            Some(Box::new(move || listener.stop())),
+        ))
     }
 }
 

@@ -431,6 +431,15 @@ impl crate::store::Store for SqliteStore {
     fn backend(&self) -> &'static str {
         "sqlite"
     }
+
+    fn watch(
+        &self,
+        _wakers: crate::store::Wakers,
+        _poll: Duration,
+        _poll_only: bool,
+    ) -> anyhow::Result<crate::store::Watcher> {
+        Ok(crate::store::Watcher::none())
+    }
 }
 
 /// SQLite's "cannot write" errors become the unavailable causes that say what to fix

@@ -1,0 +1,270 @@
+//! Cross-node wake-ups (contract §16, `docs/dev/storage.md`): a write that makes work due
+//! calls [`notify`] inside its transaction, PostgreSQL sends the notice on commit (never for a
+//! rollback), and every node's `store-listener` thread, on its own connection outside the
+//! pool, `LISTEN`s and calls the matching wake. When the listener is not connected (or with
+//! `--pg-poll-only`) the delivery pool and the scheduler cap their idle sleep at
+//! `--pg-poll-ms` through an [`IdleCap`], so a missed notice costs at most that much delay.
+
+use super::{PgUrl, connect_with};
+use postgres::GenericClient;
+use postgres::fallible_iterator::FallibleIterator;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+/// A notification channel webhookd uses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Channel {
+    /// A task became due (publish, POST /tasks, retry, firing, release, rescue).
+    Tasks,
+    /// A schedule was created, updated, resumed or deleted.
+    Schedules,
+}
+
+impl Channel {
+    /// The PostgreSQL channel name.
+    pub fn name(self) -> &'static str {
+        match self {
+            Channel::Tasks => "webhookd_tasks",
+            Channel::Schedules => "webhookd_schedules",
+        }
+    }
+
+    fn from_name(name: &str) -> Option<Channel> {
+        [Channel::Tasks, Channel::Schedules]
+            .into_iter()
+            .find(|c| c.name() == name)
+    }
+}
+
+/// Queues a notice on `channel`. Inside a transaction PostgreSQL sends it when the transaction
+/// commits and drops it on rollback; identical notices of one transaction are sent once.
+pub fn notify(
+    c: &mut impl GenericClient,
+    channel: Channel,
+    payload: &str,
+) -> Result<(), postgres::Error> {
+    c.execute("SELECT pg_notify($1, $2)", &[&channel.name(), &payload])?;
+    Ok(())
+}
+
+/// What the listener calls for each notice: the delivery pool's and the scheduler's wakes.
+pub struct Wakers {
+    pub tasks: Box<dyn Fn() + Send + Sync>,
+    pub schedules: Box<dyn Fn() + Send + Sync>,
+}
+
+impl Wakers {
+    fn wake(&self, channel: Channel) {
+        match channel {
+            Channel::Tasks => (self.tasks)(),
+            Channel::Schedules => (self.schedules)(),
+        }
+    }
+}
+
+/// How long the listener blocks waiting for notices before it looks at its stop flag.
+const TICK: Duration = Duration::from_secs(1);
+/// A silent connection is checked with a round trip this often (a peer that vanished without
+/// closing the socket would otherwise go unnoticed).
+const CHECK_EVERY: Duration = Duration::from_secs(15);
+/// First and largest pause between reconnection attempts (doubling in between).
+const BACKOFF_MIN: Duration = Duration::from_millis(100);
+const BACKOFF_MAX: Duration = Duration::from_secs(10);
+
+/// The cap on the delivery pool's and the scheduler's idle sleep: none while a listener is
+/// connected (a notice wakes them), `poll` otherwise. Cheap to clone; the clones share the
+/// listening state, so the server can make one before it starts the [`Listener`].
+#[derive(Debug, Clone)]
+pub struct IdleCap {
+    listening: Arc<AtomicBool>,
+    poll: Duration,
+}
+
+impl IdleCap {
+    /// Caps sleeps at `poll` until a [`Listener`] given this cap is connected; with no listener
+    /// (`--pg-poll-only`) always. `Duration::MAX` never caps (SQLite: one process, whose own
+    /// wakes cover every change).
+    pub fn new(poll: Duration) -> IdleCap {
+        IdleCap {
+            listening: Arc::new(AtomicBool::new(false)),
+            poll,
+        }
+    }
+
+    /// Whether notices currently arrive.
+    pub fn is_listening(&self) -> bool {
+        self.listening.load(Ordering::Acquire)
+    }
+
+    /// How long to sleep when the loop would sleep `idle`.
+    pub fn cap(&self, idle: Duration) -> Duration {
+        if self.is_listening() {
+            idle
+        } else {
+            idle.min(self.poll)
+        }
+    }
+}
+
+/// The running `store-listener` thread.
+pub struct Listener {
+    stop: Arc<AtomicBool>,
+    thread: JoinHandle<()>,
+}
+
+impl Listener {
+    /// Starts the `store-listener` thread on its own connection to `url`. It connects in the
+    /// background and marks `cap` listening while connected (so sleeps are capped until then
+    /// and whenever the connection is down). Errors only when the thread cannot be started.
+    pub fn spawn(url: &PgUrl, wakers: Wakers, cap: &IdleCap) -> std::io::Result<Listener> {
+        let stop = Arc::new(AtomicBool::new(false));
+        let (url, stopping, listening) = (url.clone(), stop.clone(), cap.listening.clone());
+        let thread = std::thread::Builder::new()
+            .name("store-listener".into())
+            .spawn(move || run(&url, &wakers, &stopping, &listening))?;
+        Ok(Listener { stop, thread })
+    }
+
+    /// Stops the thread (within about a second) and waits for it.
+    pub fn stop(self) {
+        self.stop.store(true, Ordering::Release);
+        self.thread.thread().unpark();
+        let _ = self.thread.join();
+    }
+}
+
+/// The listener loop: connect and `LISTEN`, deliver notices until the connection fails,
+/// reconnect with backoff. After every (re)connection both wakes fire once, since notices sent
+/// while no connection listened are lost.
+fn run(url: &PgUrl, wakers: &Wakers, stop: &AtomicBool, listening: &AtomicBool) {
+    let mut backoff = BACKOFF_MIN;
+    let mut failures = 0u32;
+    while !stop.load(Ordering::Acquire) {
+        match subscribe(url) {
+            Ok(mut client) => {
+                if failures > 0 {
+                    tracing::info!(url = %url, "PostgreSQL listener connected again");
+                }
+                listening.store(true, Ordering::Release);
+                wakers.wake(Channel::Tasks);
+                wakers.wake(Channel::Schedules);
+                backoff = BACKOFF_MIN;
+                failures = 0;
+                let why = listen(&mut client, wakers, stop);
+                listening.store(false, Ordering::Release);
+                match why {
+                    Ok(()) => return,
+                    Err(e) => tracing::warn!(
+                        error = %format!("{e:#}"),
+                        "PostgreSQL listener lost its connection; polling until it is back"
+                    ),
+                }
+            }
+            Err(e) => {
+                failures += 1;
+                // The first failure and then every tenth: a long outage does not flood the log.
+                if failures % 10 == 1 {
+                    tracing::warn!(
+                        error = %format!("{e:#}"),
+                        attempts = failures,
+                        "PostgreSQL listener cannot LISTEN; polling meanwhile"
+                    );
+                }
+                pause(backoff, stop);
+                backoff = (backoff * 2).min(BACKOFF_MAX);
+            }
+        }
+    }
+}
+
+/// The `application_name` of the listener's connection, unless the URL sets one: operators
+/// see it in `pg_stat_activity`.
+pub const APPLICATION_NAME: &str = "webhookd-listener";
+
+/// A new connection listening on both channels.
+fn subscribe(url: &PgUrl) -> anyhow::Result<postgres::Client> {
+    let mut config = url.config().clone();
+    if config.get_application_name().is_none() {
+        config.application_name(APPLICATION_NAME);
+    }
+    let mut client = connect_with(url, config)?;
+    client.batch_execute(&format!(
+        "LISTEN {}; LISTEN {}",
+        Channel::Tasks.name(),
+        Channel::Schedules.name()
+    ))?;
+    Ok(client)
+}
+
+/// Calls the wakes for notices until `stop` (Ok) or the connection fails (Err).
+fn listen(client: &mut postgres::Client, wakers: &Wakers, stop: &AtomicBool) -> anyhow::Result<()> {
+    let mut checked = Instant::now();
+    while !stop.load(Ordering::Acquire) {
+        let mut heard = false;
+        {
+            let mut notices = client.notifications();
+            let mut iter = notices.timeout_iter(TICK);
+            while let Some(notice) = iter.next()? {
+                heard = true;
+                if let Some(channel) = Channel::from_name(notice.channel()) {
+                    wakers.wake(channel);
+                }
+                if stop.load(Ordering::Acquire) {
+                    return Ok(());
+                }
+            }
+        }
+        if client.is_closed() {
+            anyhow::bail!("the connection was closed");
+        }
+        if heard {
+            checked = Instant::now();
+        } else if checked.elapsed() >= CHECK_EVERY {
+            client.is_valid(Duration::from_secs(5))?;
+            checked = Instant::now();
+        }
+    }
+    Ok(())
+}
+
+/// Sleeps `pause` unless `stop` is set meanwhile ([`Listener::stop`] unparks the thread).
+fn pause(pause: Duration, stop: &AtomicBool) {
+    let until = Instant::now() + pause;
+    while !stop.load(Ordering::Acquire) {
+        let left = until.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return;
+        }
+        std::thread::park_timeout(left);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_cap_applies_only_while_not_listening() {
+        let cap = IdleCap::new(Duration::from_millis(1000));
+        assert_eq!(cap.cap(Duration::from_secs(60)), Duration::from_secs(1));
+        assert_eq!(
+            cap.cap(Duration::from_millis(200)),
+            Duration::from_millis(200)
+        );
+        cap.listening.store(true, Ordering::Release);
+        assert_eq!(cap.cap(Duration::from_secs(60)), Duration::from_secs(60));
+        assert!(cap.is_listening());
+        let never = IdleCap::new(Duration::MAX);
+        assert_eq!(never.cap(Duration::from_secs(60)), Duration::from_secs(60));
+    }
+
+    #[test]
+    fn channel_names_round_trip() {
+        for channel in [Channel::Tasks, Channel::Schedules] {
+            assert_eq!(Channel::from_name(channel.name()), Some(channel));
+        }
+        assert_eq!(Channel::from_name("other"), None);
+    }
+}

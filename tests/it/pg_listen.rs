@@ -1,0 +1,156 @@
+//! Cross-node wake-ups (contract §16) against a private server: a notice sent on one connection
+//! reaches the `store-listener`'s wake within a second, a notice of a rolled-back transaction
+//! never does (and a committed one only at commit), and after its backend is terminated the
+//! listener reconnects and fires both wakes once. While it cannot listen, the idle cap polls.
+
+use crate::pg::PgServer;
+use std::sync::Mutex;
+use std::sync::mpsc::{Receiver, Sender, channel};
+use std::time::{Duration, Instant};
+use webhookd::store::postgres::PgUrl;
+use webhookd::store::postgres::listen::{self, Channel, IdleCap, Listener, Wakers};
+
+const POLL: Duration = Duration::from_millis(250);
+
+/// Wakes that report which channel fired, in order.
+fn wakers() -> (Wakers, Receiver<Channel>) {
+    let (tx, rx) = channel();
+    let sender = |tx: Sender<Channel>, channel: Channel| {
+        let tx = Mutex::new(tx);
+        Box::new(move || {
+            let _ = tx.lock().unwrap().send(channel);
+        }) as Box<dyn Fn() + Send + Sync>
+    };
+    let wakers = Wakers {
+        tasks: sender(tx.clone(), Channel::Tasks),
+        schedules: sender(tx, Channel::Schedules),
+    };
+    (wakers, rx)
+}
+
+fn wait_listening(cap: &IdleCap) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !cap.is_listening() {
+        assert!(Instant::now() < deadline, "the listener never listened");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// The two wakes every (re)connection fires, in either order.
+fn expect_both(rx: &Receiver<Channel>, within: Duration) {
+    let mut got = vec![
+        rx.recv_timeout(within).expect("a wake after connecting"),
+        rx.recv_timeout(within)
+            .expect("the second wake after connecting"),
+    ];
+    got.sort_by_key(|c| c.name());
+    assert_eq!(got, [Channel::Schedules, Channel::Tasks]);
+}
+
+fn no_wake(rx: &Receiver<Channel>, during: Duration) {
+    if let Ok(channel) = rx.recv_timeout(during) {
+        panic!("unexpected wake {channel:?}");
+    }
+}
+
+/// A started listener on a new database of `pg`, its wake reports, and a second connection.
+fn started(pg: &PgServer, db: &str) -> (Listener, IdleCap, Receiver<Channel>, postgres::Client) {
+    let url = pg.create_database(db);
+    let (wakers, rx) = wakers();
+    let cap = IdleCap::new(POLL);
+    assert_eq!(cap.cap(Duration::from_secs(60)), POLL);
+    let listener = Listener::spawn(&PgUrl::parse(&url).unwrap(), wakers, &cap).unwrap();
+    wait_listening(&cap);
+    expect_both(&rx, Duration::from_secs(2));
+    (listener, cap, rx, pg.client(&url))
+}
+
+#[test]
+fn a_notice_wakes_the_listener_within_a_second_and_a_rollback_sends_none() {
+    let Some(pg) = PgServer::start() else {
+        return;
+    };
+    let (listener, cap, rx, mut other) = started(&pg, "wakes");
+    assert_eq!(cap.cap(Duration::from_secs(60)), Duration::from_secs(60));
+
+    for channel in [Channel::Tasks, Channel::Schedules] {
+        let sent = Instant::now();
+        listen::notify(&mut other, channel, "1700000000000").unwrap();
+        assert_eq!(rx.recv_timeout(Duration::from_secs(1)), Ok(channel));
+        assert!(
+            sent.elapsed() < Duration::from_secs(1),
+            "{:?}",
+            sent.elapsed()
+        );
+    }
+
+    // Rolled back: never sent. The committed notice after it is the next one to arrive.
+    let mut tx = other.transaction().unwrap();
+    listen::notify(&mut tx, Channel::Tasks, "x").unwrap();
+    tx.rollback().unwrap();
+    listen::notify(&mut other, Channel::Schedules, "y").unwrap();
+    assert_eq!(
+        rx.recv_timeout(Duration::from_secs(1)),
+        Ok(Channel::Schedules)
+    );
+    no_wake(&rx, Duration::from_millis(1500));
+
+    // In a transaction: sent at commit, not before.
+    let mut tx = other.transaction().unwrap();
+    listen::notify(&mut tx, Channel::Tasks, "z").unwrap();
+    no_wake(&rx, Duration::from_millis(500));
+    tx.commit().unwrap();
+    assert_eq!(rx.recv_timeout(Duration::from_secs(1)), Ok(Channel::Tasks));
+
+    let stopping = Instant::now();
+    listener.stop();
+    assert!(stopping.elapsed() < Duration::from_secs(3));
+}
+
+#[test]
+fn a_terminated_listener_reconnects_and_fires_both_wakes() {
+    let Some(pg) = PgServer::start() else {
+        return;
+    };
+    let (listener, cap, rx, mut other) = started(&pg, "reconnect");
+    let backend = |c: &mut postgres::Client| -> Option<i32> {
+        c.query_opt(
+            "SELECT pid FROM pg_stat_activity WHERE application_name = $1",
+            &[&listen::APPLICATION_NAME],
+        )
+        .unwrap()
+        .map(|r| r.get(0))
+    };
+    let first = backend(&mut other).expect("the listener's backend");
+    let killed: bool = other
+        .query_one("SELECT pg_terminate_backend($1)", &[&first])
+        .unwrap()
+        .get(0);
+    assert!(killed);
+    // Detected within a tick, reconnected after a short pause: both wakes, once.
+    expect_both(&rx, Duration::from_secs(5));
+    no_wake(&rx, Duration::from_millis(300));
+    wait_listening(&cap);
+    let second = backend(&mut other).expect("a new backend");
+    assert_ne!(first, second);
+    listen::notify(&mut other, Channel::Tasks, "after").unwrap();
+    assert_eq!(rx.recv_timeout(Duration::from_secs(1)), Ok(Channel::Tasks));
+    listener.stop();
+}
+
+#[test]
+fn without_a_server_the_listener_keeps_trying_and_sleeps_are_capped() {
+    // Nothing listens on this port: the listener cannot connect, so the loops poll.
+    let port = crate::support::free_local_addr();
+    let url = PgUrl::parse(&format!("postgres://u:pw@{port}/db")).unwrap();
+    let (wakers, rx) = wakers();
+    let cap = IdleCap::new(POLL);
+    let listener = Listener::spawn(&url, wakers, &cap).unwrap();
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(!cap.is_listening());
+    assert_eq!(cap.cap(Duration::from_secs(60)), POLL);
+    assert!(rx.try_recv().is_err(), "no wake without a connection");
+    let stopping = Instant::now();
+    listener.stop();
+    assert!(stopping.elapsed() < Duration::from_secs(2));
+}
