@@ -7,7 +7,8 @@
 #
 # Each run starts the binary on a fresh database (key made with `webhookd keys create` before
 # the first start) and points `bench --url` at it. Prints, per figure, the median of each binary
-# and B/A. Needs the harness built: cargo build --release --example bench (or BENCH=path).
+# and B/A. BIN_C=path adds a third binary to every round (A, B, C, A, B, C, ...) and a C/A
+# column (e.g. a candidate fix next to the base and the regressed build). Needs the harness built: cargo build --release --example bench (or BENCH=path).
 # The key and the readiness check use BIN_B's CLI (TOOL=path to change), so that BIN_A may be
 # an older build without `healthcheck`.
 set -euo pipefail
@@ -43,9 +44,13 @@ for i in $(seq 1 "$rounds"); do
     run A "$a" "$@"
     echo "round $i/$rounds: B $(basename "$b")" >&2
     run B "$b" "$@"
+    if [ -n "${BIN_C:-}" ]; then
+        echo "round $i/$rounds: C $(basename "$BIN_C")" >&2
+        run C "$BIN_C" "$@"
+    fi
 done
 
-python3 - "$out/A" "$out/B" "$(basename "$a")" "$(basename "$b")" <<'PY'
+python3 - "$out/A" "$out/B" "$(basename "$a")" "$(basename "$b")" "${BIN_C:+$out/C}" "$(basename "${BIN_C:-none}")" <<'PY'
 import json, statistics, sys
 def load(path):
     figures = {}
@@ -59,11 +64,21 @@ def load(path):
                 figures.setdefault((rec["scenario"], k), []).append(v)
     return figures
 a, b = load(sys.argv[1]), load(sys.argv[2])
-print(f"{'scenario':10} {'figure':36} {'A: ' + sys.argv[3]:>24} {'B: ' + sys.argv[4]:>24} {'B/A':>6}")
+c = load(sys.argv[5]) if sys.argv[5] else None
+head = f"{'scenario':10} {'figure':36} {'A: ' + sys.argv[3]:>24} {'B: ' + sys.argv[4]:>24} {'B/A':>6}"
+if c is not None:
+    head += f" {'C: ' + sys.argv[6]:>24} {'C/A':>6}"
+print(head)
 for key in a:
-    if key not in b:
+    if key not in b or (c is not None and key not in c):
         continue
     ma, mb = statistics.median(a[key]), statistics.median(b[key])
     ratio = f"{mb / ma:.2f}" if ma else "-"
-    print(f"{key[0]:10} {key[1]:36} {ma:>24.1f} {mb:>24.1f} {ratio:>6}   (A {a[key]}, B {b[key]})")
+    line = f"{key[0]:10} {key[1]:36} {ma:>24.1f} {mb:>24.1f} {ratio:>6}"
+    runs = f"(A {a[key]}, B {b[key]}"
+    if c is not None:
+        mc = statistics.median(c[key])
+        line += f" {mc:>24.1f} {(f'{mc / ma:.2f}' if ma else '-'):>6}"
+        runs += f", C {c[key]}"
+    print(f"{line}   {runs})")
 PY

@@ -59,6 +59,13 @@ pub fn open_limited(path: &Path, size: u32, wal_limit_bytes: u64) -> anyhow::Res
     r2d2::Pool::builder()
         .max_size(size)
         .min_idle(Some(1))
+        // r2d2 would run `SELECT 1` (r2d2_sqlite's default `is-valid` check: prepared, stepped
+        // and finalized every time) on each checkout, ~6,500 instructions; a request checks
+        // out a connection per `Store::read`/`write` call, so up to 3 times. A connection to a
+        // local file does not go stale the way a socket does, and a file replaced under us is
+        // caught by `Store::quick_check` / the health probe, not by `SELECT 1` (BENCHMARKS.md,
+        // "Store interface refactor, SQLite mode: A/B").
+        .test_on_check_out(false)
         .connection_timeout(Duration::from_secs(30))
         .build(manager)
         .context("cannot build the database connection pool")
