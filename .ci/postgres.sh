@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# CI: Debian's PostgreSQL server binaries for the tests/it/pg_store tests (contract §16), then the
-# whole integration suite a second time on PostgreSQL (WEBHOOKD_TEST_DB=postgres, with CI=true so
-# that a missing server is a failure, not a skip). Only the package is installed; no
+# CI: Debian's PostgreSQL server binaries for the PostgreSQL tests (contract §16; the suite's
+# second pass on PostgreSQL is .ci/suite-postgres.sh, run after every other install). Only the
+# package is installed; no
 # cluster is started system-wide: the tests start private servers with initdb/pg_ctl on temp
 # folders (tests/it/pg.rs), as the `postgres` user when root.
 set -euo pipefail
@@ -18,11 +18,3 @@ if ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; then
 fi
 ls -d /usr/lib/postgresql/*/bin
 id postgres >/dev/null
-echo "== WEBHOOKD_TEST_DB=postgres cargo test --test it"
-started=$(date +%s)
-# The tests that start their own private servers whatever WEBHOOKD_TEST_DB says (the store's
-# own tests, migrate, the multi-node tests) run in .ci/run's `cargo test` pass: not twice.
-CI=true WEBHOOKD_TEST_DB=postgres cargo test --test it -- \
-    --skip pg_store:: --skip pg_tables:: --skip pg_delivery:: --skip pg_listen:: \
-    --skip migrate:: --skip multinode::
-echo "== the suite on PostgreSQL took $(( $(date +%s) - started )) s"
