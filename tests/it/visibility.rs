@@ -421,9 +421,13 @@ fn zero_hours_never_auto_disables() {
     let p = policy(&c, 10, "fixed", 3600, 3600);
     let ep = endpoint(&c, &rx.url, json!({ "retry_policy_id": p }));
     let id = task_id(&c, ep);
+    // Seven hours of failing. The clock is not moved after the eighth attempt: the ninth would
+    // then be due at once and could land before the endpoint is read (it did on PostgreSQL).
     for n in 1..=8 {
         wait_attempts(&c, id, n);
-        server.advance(chrono::Duration::hours(1));
+        if n < 8 {
+            server.advance(chrono::Duration::hours(1));
+        }
     }
     let e = get_endpoint(&c, ep);
     assert_eq!(
