@@ -536,7 +536,9 @@ fn schedule_round_trips() {
         Some(&s)
     );
     assert_eq!(schedules::get(&mut c, "other", s.id).unwrap(), None);
-    schedules::fill_names(&mut c, &mut s).unwrap();
+    // The names as the store fills them for a reply (`Tx::fill_schedule_names`).
+    webhookd::store::Tx::fill_schedule_names(&mut pgstore::PgTx::new(&mut c, "node"), &mut s)
+        .unwrap();
     assert_eq!(
         s.endpoint_names,
         BTreeMap::from([(e.to_string(), "ep".to_string())])

@@ -148,22 +148,6 @@ pub fn list(
     list_page(c, "schedules", COLUMNS, &filters, page, |r| Ok(from_row(r)))
 }
 
-/// Fills `endpoint_names` (ids no longer found are left out) and `next_run_at_local`.
-pub fn fill_names(c: &mut impl GenericClient, s: &mut Schedule) -> Result<(), postgres::Error> {
-    s.next_run_at_local = s
-        .next_run_at
-        .and_then(|ms| crate::cron::local_rfc3339_ms(ms, &s.timezone));
-    s.endpoint_names = c
-        .query(
-            "SELECT id, name FROM endpoints WHERE app_id = $1 AND id = ANY($2)",
-            &[&s.app_id, &s.endpoint_ids],
-        )?
-        .iter()
-        .map(|r| (r.get::<_, i64>(0).to_string(), r.get(1)))
-        .collect();
-    Ok(())
-}
-
 /// Active schedules due at `now_ms`, earliest first, at most `limit`, locked for the caller's
 /// transaction. Schedules another node's scheduler holds are skipped, not waited for.
 pub fn due(
