@@ -16,6 +16,7 @@
 //!   written (`GET /healthz`, 503s to writes, the start-up check); `operator`: the events
 //!   webhookd publishes when it disables an endpoint, fails a task or pauses a schedule itself.
 //! - `ui`: the dashboard's files under `/ui/`.
+//! - `trace`: W3C `traceparent` parsing and ids (pure), for the trace every delivery carries.
 //! - `clock`: the time source, movable in tests; `app`: the state a running server shares;
 //!   `background`: starts and stops the scheduler and the delivery pool together.
 //! - `build_info`: version, commit and target of this binary (from `build.rs`).
@@ -43,5 +44,6 @@ pub mod scheduler;
 pub mod server;
 pub mod signing;
 pub mod store;
+pub mod trace;
 pub mod ui;
 pub mod wire;
