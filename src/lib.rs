@@ -11,7 +11,8 @@
 //!   versioned schema (contract §16). Nothing outside `store` names a database driver.
 //! - `cron`: cron parsing and next-fire computation in a time zone (pure).
 //! - `scheduler`: fires due schedules into tasks; `delivery`: the blocking worker pool that
-//!   sends tasks; `retry`, `signing`, `filter`: pure helpers of the delivery path.
+//!   sends tasks; `retry`, `signing`, `filter`: pure helpers of the delivery path;
+//!   `payload_filter`: endpoint conditions on an event's payload (pure).
 //! - `metrics`: the counters behind `GET /metrics`; `health`: whether the database can still be
 //!   written (`GET /healthz`, 503s to writes, the start-up check); `operator`: the events
 //!   webhookd publishes when it disables an endpoint, fails a task or pauses a schedule itself.
@@ -38,6 +39,7 @@ pub mod filter;
 pub mod health;
 pub mod metrics;
 pub mod operator;
+pub mod payload_filter;
 pub mod ratelimit;
 pub mod retry;
 pub mod scheduler;
