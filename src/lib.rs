@@ -17,7 +17,8 @@
 //!   written (`GET /healthz`, 503s to writes, the start-up check); `operator`: the events
 //!   webhookd publishes when it disables an endpoint, fails a task or pauses a schedule itself.
 //! - `ui`: the dashboard's files under `/ui/`.
-//! - `trace`: W3C `traceparent` parsing and ids (pure), for the trace every delivery carries.
+//! - `trace`: W3C `traceparent` parsing and ids (pure), for the trace every delivery carries;
+//!   `otlp`: the bounded, non-blocking OTLP/HTTP span exporter behind `--otlp-endpoint`.
 //! - `clock`: the time source, movable in tests; `app`: the state a running server shares;
 //!   `background`: starts and stops the scheduler and the delivery pool together.
 //! - `build_info`: version, commit and target of this binary (from `build.rs`).
@@ -39,6 +40,7 @@ pub mod filter;
 pub mod health;
 pub mod metrics;
 pub mod operator;
+pub mod otlp;
 pub mod payload_filter;
 pub mod ratelimit;
 pub mod retry;
