@@ -278,13 +278,13 @@ fn export_loop(agent: &ureq::Agent, url: &str, spans: &Receiver<Span>, counts: &
 /// Logs an export failure at most once a minute.
 fn warn_rarely(message: &str) {
     static LAST: Mutex<Option<Instant>> = Mutex::new(None);
-    if let Ok(mut last) = LAST.lock() {
-        if last.is_none_or(|t| t.elapsed() >= Duration::from_secs(60)) {
-            *last = Some(Instant::now());
-            tracing::warn!(
-                "OTLP export failed (spans dropped; next warning in a minute at the earliest): {message}"
-            );
-        }
+    if let Ok(mut last) = LAST.lock()
+        && last.is_none_or(|t| t.elapsed() >= Duration::from_secs(60))
+    {
+        *last = Some(Instant::now());
+        tracing::warn!(
+            "OTLP export failed (spans dropped; next warning in a minute at the earliest): {message}"
+        );
     }
 }
 
