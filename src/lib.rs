@@ -19,7 +19,8 @@
 //! - `clock`: the time source, movable in tests; `app`: the state a running server shares;
 //!   `background`: starts and stops the scheduler and the delivery pool together.
 //! - `build_info`: version, commit and target of this binary (from `build.rs`).
-//! - `client`: the signing API client behind `webhookd api`, the tests and the benchmark.
+//! - `client`: the signing API client behind `webhookd api`, the tests and the benchmark;
+//!   `receive`: the verifying receiver behind `webhookd receive`.
 
 pub mod api;
 pub mod app;
@@ -38,6 +39,7 @@ pub mod health;
 pub mod metrics;
 pub mod operator;
 pub mod ratelimit;
+pub mod receive;
 pub mod retry;
 pub mod scheduler;
 pub mod server;
