@@ -4,6 +4,7 @@
 //! (`support::test_db`).
 
 mod api_auth;
+mod api_docs;
 mod api_endpoints;
 mod api_policies;
 mod bulk_retry;
