@@ -245,8 +245,23 @@ fn go_build(dir: &str, name: &str) -> PathBuf {
     out
 }
 
+/// Whether `program` runs; if not, a loud skip (a failure under `CI=true`). The skip is also
+/// written straight to stderr, past the test harness's capture, so that it shows beside the
+/// test's `ok` in a plain `cargo test` run instead of only under `--nocapture`.
 fn have(program: &str, version_arg: &str, install: &str) -> bool {
-    require_component(program, program_runs(program, &[version_arg]), install)
+    let found = require_component(program, program_runs(program, &[version_arg]), install);
+    if !found {
+        use std::io::Write;
+        let test = std::thread::current()
+            .name()
+            .unwrap_or("a test")
+            .to_string();
+        let _ = writeln!(
+            std::io::stderr(),
+            "SKIPPED {test}: {program} is not installed ({install})"
+        );
+    }
+    found
 }
 
 #[test]
