@@ -315,3 +315,30 @@ fn the_checks_catch_what_is_missing() {
         "nested in EndpointTest"
     );
 }
+
+/// The guide's worked example of delivery signatures shows what webhookd computes for its
+/// inputs (the unit test `signing::tests::the_worked_example_of_the_api_guide` holds the same
+/// numbers), so neither the guide nor the code can drift alone.
+#[test]
+fn the_delivery_signature_example_is_what_webhookd_signs() {
+    let guide = read("docs/API.md");
+    let secret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
+    let body = br#"{"order":42}"#;
+    let service = webhookd::signing::hmac_hex(secret.as_bytes(), "1764000000", body);
+    let standard =
+        webhookd::signing::standard_webhooks_signature(secret, "task_42", 1_764_000_000, body);
+    let section = section(&guide, "Signatures on deliveries").expect("the section");
+    for needle in [
+        secret,
+        "`1764000000`",
+        "`task_42`",
+        r#"`{"order":42}`"#,
+        &service,
+        &standard,
+    ] {
+        assert!(
+            section.contains(needle),
+            "the example does not show {needle}"
+        );
+    }
+}
