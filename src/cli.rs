@@ -63,6 +63,27 @@ pub enum Command {
     /// PostgreSQL database, in one transaction; prints the rows copied per table. Stop the
     /// server on the SQLite file first: tasks it was delivering arrive as pending.
     Migrate(MigrateArgs),
+    /// Listen for webhook deliveries, verify both signatures with the endpoint's secret, and
+    /// print each delivery; answers 401 to one that does not verify. For trying webhookd out
+    /// and for debugging an endpoint.
+    Receive(ReceiveArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct ReceiveArgs {
+    /// Port to listen on (0: any free port; the one taken is printed at start).
+    #[arg(long, env = "WEBHOOKD_RECEIVE_PORT", default_value_t = 9000)]
+    pub port: u16,
+    /// Address to listen on (0.0.0.0 for every interface).
+    #[arg(long, env = "WEBHOOKD_RECEIVE_HOST", default_value = "127.0.0.1")]
+    pub host: std::net::IpAddr,
+    /// The endpoint's signing secret (as in its record, e.g. whsec_...). Without it,
+    /// deliveries are printed and accepted without being verified.
+    #[arg(long, env = "WEBHOOKD_RECEIVE_SECRET", hide_env_values = true)]
+    pub secret: Option<String>,
+    /// Largest accepted distance of X-Service-Timestamp from this machine's clock, in seconds.
+    #[arg(long, env = "WEBHOOKD_RECEIVE_TOLERANCE_SECS", default_value_t = 300)]
+    pub tolerance_secs: u32,
 }
 
 #[derive(Debug, Args)]

@@ -22,7 +22,8 @@
 //! - `clock`: the time source, movable in tests; `app`: the state a running server shares;
 //!   `background`: starts and stops the scheduler and the delivery pool together.
 //! - `build_info`: version, commit and target of this binary (from `build.rs`).
-//! - `client`: the signing API client behind `webhookd api`, the tests and the benchmark.
+//! - `client`: the signing API client behind `webhookd api`, the tests and the benchmark;
+//!   `receive`: the verifying receiver behind `webhookd receive`.
 
 pub mod api;
 pub mod app;
@@ -43,6 +44,7 @@ pub mod operator;
 pub mod otlp;
 pub mod payload_filter;
 pub mod ratelimit;
+pub mod receive;
 pub mod retry;
 pub mod scheduler;
 pub mod server;

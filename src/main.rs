@@ -5,7 +5,7 @@ use clap::{CommandFactory, FromArgMatches};
 use std::path::Path;
 use std::process::ExitCode;
 use std::sync::Arc;
-use webhookd::cli::{ApiArgs, Cli, Command, KeysCommand, MigrateArgs, ServeArgs};
+use webhookd::cli::{ApiArgs, Cli, Command, KeysCommand, MigrateArgs, ReceiveArgs, ServeArgs};
 use webhookd::clock::{Clock, SystemClock};
 use webhookd::config::{Cidr, Config};
 use webhookd::store;
@@ -107,7 +107,16 @@ fn try_main(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Healthcheck { url } => healthcheck(&url).map(|()| ExitCode::SUCCESS),
         Command::Backup { db, out } => backup(&db, &out).map(|()| ExitCode::SUCCESS),
         Command::Migrate(args) => migrate(args).map(|()| ExitCode::SUCCESS),
+        Command::Receive(args) => receive(args).map(|()| ExitCode::SUCCESS),
     }
+}
+
+fn receive(args: ReceiveArgs) -> anyhow::Result<()> {
+    webhookd::receive::run(webhookd::receive::ReceiveOptions {
+        listen: std::net::SocketAddr::new(args.host, args.port),
+        secret: args.secret,
+        tolerance_secs: i64::from(args.tolerance_secs),
+    })
 }
 
 fn config_from(args: ServeArgs) -> anyhow::Result<Config> {

@@ -4,6 +4,7 @@
 //! (`support::test_db`).
 
 mod api_auth;
+mod api_docs;
 mod api_endpoints;
 mod api_policies;
 mod bulk_retry;
@@ -28,6 +29,7 @@ mod pg_delivery;
 mod pg_listen;
 mod pg_store;
 mod pg_tables;
+mod receivers;
 mod reliability;
 mod schedules;
 mod support;
