@@ -1,5 +1,6 @@
 //! The `api_keys` table: one key per client, bound to one app; secrets never leave `create`.
-//! The record types live here; the SQLite SQL is in `store::sqlite::keys`.
+//! The record types and [`KeyQueries`] live here; each backend implements the queries in its own
+//! `keys.rs` (`store::sqlite::keys`, `store::postgres::keys`).
 
 use serde::Serialize;
 
@@ -36,4 +37,27 @@ fn random_hex(bytes: usize) -> String {
     (0..bytes)
         .map(|_| format!("{:02x}", rand::random::<u8>()))
         .collect()
+}
+
+/// The queries on API keys, one body per backend (`store::sqlite::keys`,
+/// `store::postgres::keys`); part of [`crate::store::Tx`].
+pub trait KeyQueries {
+    /// Creates a key for `app_id` (a fresh id and secret, `NewKey::generate`).
+    fn create_key(
+        &mut self,
+        app_id: &str,
+        name: &str,
+        now_ms: i64,
+    ) -> Result<NewKey, crate::store::StoreError>;
+    /// How many keys exist, revoked ones included (first start makes one when none).
+    fn count_keys(&mut self) -> Result<i64, crate::store::StoreError>;
+    /// Every key, oldest first, without secrets.
+    fn list_keys(&mut self) -> Result<Vec<KeyInfo>, crate::store::StoreError>;
+    /// Marks a key revoked; false when no live key has that id.
+    fn revoke_key(&mut self, key_id: &str, now_ms: i64) -> Result<bool, crate::store::StoreError>;
+    /// The secret and app of a live (not revoked) key.
+    fn lookup_key(
+        &mut self,
+        key_id: &str,
+    ) -> Result<Option<(String, String)>, crate::store::StoreError>;
 }

@@ -10,9 +10,21 @@ pub mod events;
 pub mod keys;
 pub mod policies;
 pub mod postgres;
+pub mod replay;
+pub mod retention;
 pub mod schedules;
 pub mod sqlite;
 pub mod tasks;
+
+pub use attempts::AttemptQueries;
+pub use endpoints::EndpointQueries;
+pub use events::EventQueries;
+pub use keys::KeyQueries;
+pub use policies::PolicyQueries;
+pub use replay::ReplayQueries;
+pub use retention::RetentionQueries;
+pub use schedules::ScheduleQueries;
+pub use tasks::TaskQueries;
 
 pub use sqlite::SCHEMA_VERSION;
 
@@ -281,353 +293,22 @@ impl Page {
     }
 }
 
-/// The record operations of webhookd, one per SQL primitive of a backend; run inside
-/// [`Store::read`] (no transaction) or [`Store::write`] (one transaction). Methods that only
-/// combine others are provided here, so a backend implements the primitives only.
-pub trait Tx {
-    /// Reads the schema and writes the health probe row (`/healthz`, the start-up check).
-    fn write_health_probe(&mut self, now_ms: i64) -> Result<(), StoreError>;
-
-    /// Hands tasks whose lease expired (their node died mid-delivery) back to `pending`;
-    /// returns how many. SQLite: always 0 — one process owns the file, and start-up requeues
-    /// every `running` task. The delivery pool calls it every `Watcher::rescue_every`.
-    fn rescue_expired_leases(&mut self, now_ms: i64) -> Result<usize, StoreError>;
-
-    // --- keys ---
-    /// Creates a key for `app_id` (a fresh id and secret, `keys::NewKey::generate`).
-    fn create_key(
-        &mut self,
-        app_id: &str,
-        name: &str,
-        now_ms: i64,
-    ) -> Result<keys::NewKey, StoreError>;
-    /// How many keys exist, revoked ones included (first start makes one when none).
-    fn count_keys(&mut self) -> Result<i64, StoreError>;
-    /// Every key, oldest first, without secrets.
-    fn list_keys(&mut self) -> Result<Vec<keys::KeyInfo>, StoreError>;
-    /// Marks a key revoked; false when no live key has that id.
-    fn revoke_key(&mut self, key_id: &str, now_ms: i64) -> Result<bool, StoreError>;
-    /// The secret and app of a live (not revoked) key.
-    fn lookup_key(&mut self, key_id: &str) -> Result<Option<(String, String)>, StoreError>;
-
-    // --- replay ---
-    /// Records the pair as used until `expires_ms`. False when it is already recorded and has not
-    /// expired: a replay. An expired row is taken over, so no separate clean-up has to run first.
-    /// Must run inside a write transaction (`Store::write`): it is the durable half of the
-    /// check, committed before the request is acted on.
-    fn first_use_of_signature(
-        &mut self,
-        key_id: &str,
-        signature: &str,
-        expires_ms: i64,
-        now_ms: i64,
-    ) -> Result<bool, StoreError>;
-    /// Deletes up to `limit` rows that expired before `now_ms`; returns how many went.
-    fn prune_replay(&mut self, now_ms: i64, limit: usize) -> Result<usize, StoreError>;
-    /// How many pairs are remembered (tests, diagnostics).
-    fn count_replay(&mut self) -> Result<i64, StoreError>;
-
-    // --- policies ---
-    /// Inserts `p` (its `id` is ignored) and returns the stored record.
-    fn insert_policy(&mut self, p: &policies::Policy) -> Result<policies::Policy, StoreError>;
-    /// Writes every field a PATCH may change back.
-    fn update_policy(&mut self, p: &policies::Policy) -> Result<(), StoreError>;
-    /// A policy of an app.
-    fn get_policy(&mut self, app_id: &str, id: i64)
-    -> Result<Option<policies::Policy>, StoreError>;
-    /// Any policy by id, whatever its app (for the delivery pool).
-    fn get_policy_any(&mut self, id: i64) -> Result<Option<policies::Policy>, StoreError>;
-    /// One page of an app's policies, newest first, and the total count.
-    fn list_policies(
-        &mut self,
-        app_id: &str,
-        page: Page,
-    ) -> Result<(i64, Vec<policies::Policy>), StoreError>;
-    /// Deletes a policy of an app; false when there was none.
-    fn delete_policy(&mut self, app_id: &str, id: i64) -> Result<bool, StoreError>;
-
-    // --- endpoints ---
-    /// Inserts `ep` (its `id` is ignored) and returns the stored record.
-    fn insert_endpoint(
-        &mut self,
-        ep: &endpoints::Endpoint,
-    ) -> Result<endpoints::Endpoint, StoreError>;
-    /// Writes every field a PATCH may change back. Status and health are left alone: they have
-    /// their own statements ([`Tx::set_endpoint_status`], [`Tx::record_endpoint_health`]), so a PATCH racing the delivery
-    /// pool cannot undo a disabling.
-    fn update_endpoint(&mut self, ep: &endpoints::Endpoint) -> Result<(), StoreError>;
-    /// An endpoint of an app.
-    fn get_endpoint(
-        &mut self,
-        app_id: &str,
-        id: i64,
-    ) -> Result<Option<endpoints::Endpoint>, StoreError>;
-    /// Any endpoint by id, whatever its app (for the delivery pool).
-    fn get_endpoint_any(&mut self, id: i64) -> Result<Option<endpoints::Endpoint>, StoreError>;
-    /// The limits of any endpoint by id, whatever its app; `None` when it is gone.
-    fn endpoint_limits_any(&mut self, id: i64) -> Result<Option<endpoints::Limits>, StoreError>;
-    /// `POST /endpoints/{id}/enable` and `/disable`: enabling clears `disabled_reason` and resets
-    /// the failure streak (so auto-disable starts counting afresh); disabling records `reason`.
-    /// Returns false when the endpoint already had that status (nothing changes then).
-    fn set_endpoint_status(
-        &mut self,
-        app_id: &str,
-        id: i64,
-        enabled: bool,
-        reason: endpoints::DisabledReason,
-        now_ms: i64,
-    ) -> Result<bool, StoreError>;
-    /// Disables any endpoint, whatever its app (the delivery pool: a `410 Gone` reply, or
-    /// auto-disable). Returns the endpoint's app when it was enabled until now, `None` when it was
-    /// already disabled (or is gone), so the caller tells the operator only once.
-    fn disable_endpoint_any(
-        &mut self,
-        id: i64,
-        reason: endpoints::DisabledReason,
-        now_ms: i64,
-    ) -> Result<Option<String>, StoreError>;
-    /// Applies a round's [`HealthDelta`] to an endpoint in the result commit, and disables it
-    /// with reason `failing` when its streak reached `min_failures` attempts over at least
-    /// `failing_after_ms` (`None`: never). Returns the app and streak length of an endpoint
-    /// disabled by this call.
-    /// One statement per endpoint per round, however many of its attempts the round holds.
-    fn record_endpoint_health(
-        &mut self,
-        id: i64,
-        delta: &endpoints::HealthDelta,
-        min_failures: i64,
-        failing_after_ms: Option<i64>,
-        now_ms: i64,
-    ) -> Result<Option<(String, i64)>, StoreError>;
-    /// One page, newest first, and the total count of matches.
-    fn list_endpoints(
-        &mut self,
-        app_id: &str,
-        status: Option<&str>,
-        page: Page,
-    ) -> Result<(i64, Vec<endpoints::Endpoint>), StoreError>;
-    /// Every enabled endpoint of an app, oldest first (fan-out targets).
-    fn list_enabled_endpoints(
-        &mut self,
-        app_id: &str,
-    ) -> Result<Vec<endpoints::Endpoint>, StoreError>;
-    /// Names of the given endpoints of an app, for `endpoint_names`; unknown ids are left out.
-    fn endpoint_names(
-        &mut self,
-        app_id: &str,
-        ids: &[i64],
-    ) -> Result<Vec<(i64, String)>, StoreError>;
-    /// Deletes the endpoint row only (see `delete_endpoint_cascade`); false when there was none.
-    fn delete_endpoint(&mut self, app_id: &str, id: i64) -> Result<bool, StoreError>;
-    /// How many endpoints use a retry policy.
-    fn count_endpoints_using_policy(&mut self, policy_id: i64) -> Result<i64, StoreError>;
-    /// Deletes an endpoint in the caller's transaction: its pending tasks become `canceled`, and
-    /// schedules that name it drop it from `endpoint_ids`. A schedule whose only target it was is
-    /// paused rather than left with an empty list (which would mean "every endpoint").
-    /// Returns `None` when there was no such endpoint, else the ids of the schedules it paused.
-    fn delete_endpoint_cascade(
-        &mut self,
-        app_id: &str,
-        id: i64,
-        now_ms: i64,
-    ) -> Result<Option<Vec<i64>>, StoreError>;
-    /// Every enabled endpoint of an app with its task `max_attempts`, in one query.
-    fn list_enabled_targets(&mut self, app_id: &str) -> Result<Vec<endpoints::Target>, StoreError>;
-
-    // --- events ---
-    /// Inserts an event; `payload` is compact JSON text.
-    fn insert_event(
-        &mut self,
-        app_id: &str,
-        event_name: &str,
-        event_key: Option<&str>,
-        payload: &str,
-        task_count: i64,
-        now_ms: i64,
-    ) -> Result<i64, StoreError>;
-    /// The first event published with this name and key since `since_ms`.
-    fn find_event_by_key(
-        &mut self,
-        app_id: &str,
-        event_name: &str,
-        event_key: &str,
-        since_ms: i64,
-    ) -> Result<Option<events::Event>, StoreError>;
-    /// An event of an app.
-    fn get_event(&mut self, app_id: &str, id: i64) -> Result<Option<events::Event>, StoreError>;
-    /// The name of an event, whatever its app (for the `X-Service-Event` delivery header).
-    fn event_name_of(&mut self, id: i64) -> Result<Option<String>, StoreError>;
-    /// One page, newest first, and the total count of matches.
-    fn list_events(
-        &mut self,
-        app_id: &str,
-        event_name: Option<&str>,
-        page: Page,
-    ) -> Result<(i64, Vec<events::Event>), StoreError>;
-
-    // --- attempts ---
-    /// Appends an attempt row (its `id` is ignored). Called in the delivery pool's result
-    /// transaction, together with the task's state change.
-    fn insert_attempt(&mut self, a: &attempts::Attempt) -> Result<(), StoreError>;
-    /// One page of a task's attempts in the order they were made, and their total count.
-    fn list_attempts(
-        &mut self,
-        task_id: i64,
-        page: Page,
-    ) -> Result<(i64, Vec<attempts::Attempt>), StoreError>;
-
-    // --- retention ---
-    /// Deletes up to `limit` tasks that finished before `cutoff_ms`, with their attempts. Returns
-    /// how many tasks went; call again until it returns less than `limit`.
-    fn delete_finished_tasks(&mut self, cutoff_ms: i64, limit: usize) -> Result<usize, StoreError>;
-    /// Deletes up to `limit` events created before `cutoff_ms` that no task refers to any more.
-    fn delete_old_events(&mut self, cutoff_ms: i64, limit: usize) -> Result<usize, StoreError>;
-
-    // --- schedules ---
-    /// Inserts `s` (its `id` is ignored) and returns the stored record.
-    fn insert_schedule(
-        &mut self,
-        s: &schedules::Schedule,
-    ) -> Result<schedules::Schedule, StoreError>;
-    /// Writes every field an API call may change back (`last_run_at` belongs to the scheduler).
-    fn update_schedule(&mut self, s: &schedules::Schedule) -> Result<(), StoreError>;
-    /// A schedule of an app, deleted ones included.
-    fn get_schedule(
-        &mut self,
-        app_id: &str,
-        id: i64,
-    ) -> Result<Option<schedules::Schedule>, StoreError>;
-    /// One page of an app's schedules that are not deleted, newest first, and the total count.
-    fn list_schedules(
-        &mut self,
-        app_id: &str,
-        status: Option<&str>,
-        page: Page,
-    ) -> Result<(i64, Vec<schedules::Schedule>), StoreError>;
-    /// Active schedules due at `now_ms`, earliest first, at most `limit`.
-    fn due_schedules(
-        &mut self,
-        now_ms: i64,
-        limit: usize,
-    ) -> Result<Vec<schedules::Firing>, StoreError>;
-    /// An active schedule by id, whatever its app.
-    fn get_active_schedule(&mut self, id: i64) -> Result<Option<schedules::Firing>, StoreError>;
-    /// The earliest `next_run_at` of all active schedules: when the scheduler has work next.
-    fn earliest_next_run(&mut self) -> Result<Option<i64>, StoreError>;
-    /// Records that `schedule_id` fired for `scheduled_at`; false when it already had.
-    fn record_firing(&mut self, schedule_id: i64, scheduled_at: i64) -> Result<bool, StoreError>;
-    /// Moves an active schedule on after the scheduler looked at it: `next_run_at` always,
-    /// `last_run_at` when it fired, `skipped_runs` up by `skipped`. `updated_at` is left alone
-    /// (it tracks changes by the API).
-    fn advance_schedule(
-        &mut self,
-        id: i64,
-        fired_at: Option<i64>,
-        next_run_at: Option<i64>,
-        skipped: i64,
-    ) -> Result<(), StoreError>;
-    /// Forgets a schedule's firings scheduled before `cutoff_ms` (they can no longer recur).
-    fn forget_firings(&mut self, schedule_id: i64, cutoff_ms: i64) -> Result<(), StoreError>;
-
-    // --- tasks ---
-    /// Inserts a pending task and returns its id. Use inside the caller's transaction when
-    /// creating several (fan-out), so they commit together.
-    fn insert_task(&mut self, t: &tasks::NewTask<'_>) -> Result<i64, StoreError>;
-    /// A task of an app.
-    fn get_task(&mut self, app_id: &str, id: i64) -> Result<Option<tasks::Task>, StoreError>;
-    /// One page, newest first, and the total count of matches.
-    fn list_tasks(
-        &mut self,
-        app_id: &str,
-        f: &tasks::TaskFilter,
-        page: Page,
-    ) -> Result<(i64, Vec<tasks::Task>), StoreError>;
-    /// The first endpoint after `after` (by id) that has pending tasks, and when its earliest one
-    /// is due: one seek in `tasks_endpoint_due`, so walking every endpoint with pending work costs
-    /// one seek per endpoint, however many tasks each holds.
-    fn next_endpoint_with_pending(&mut self, after: i64) -> Result<Option<(i64, i64)>, StoreError>;
-    /// The head of an in-order endpoint: its pending task that became due first (ties by id), and
-    /// when it is due now (later than the others when it waits to retry).
-    fn in_order_head(&mut self, endpoint_id: i64) -> Result<Option<(i64, i64)>, StoreError>;
-    /// Marks up to `limit` due tasks of one endpoint `running` and returns them, earliest due first
-    /// (ties by id). `attempts` is only counted when the attempt's result is recorded, so a claim
-    /// lost to a crash costs no attempt. The caller has checked the endpoint is enabled.
-    ///
-    /// `LIMIT ?3 + 0`, not `LIMIT ?3`: SQLite plans with the value bound to a bare `LIMIT`
-    /// parameter, so rebinding it re-prepares the statement on every run.
-    fn claim_endpoint_tasks(
-        &mut self,
-        endpoint_id: i64,
-        now_ms: i64,
-        limit: usize,
-    ) -> Result<Vec<tasks::Claimed>, StoreError>;
-    /// Claims one task by id if it is still pending and due (an in-order endpoint's head).
-    fn claim_task(&mut self, id: i64, now_ms: i64) -> Result<Option<tasks::Claimed>, StoreError>;
-    /// Records the result of attempt `attempt` on a `running` task. A task whose endpoint was
-    /// deleted while it was in flight is `canceled` instead of going back to `pending`. Returns
-    /// false (and changes nothing) when the task is no longer `running` — e.g. it was handed back
-    /// at shutdown — so the caller leaves the attempt unrecorded, and it will be made again.
-    fn finish_attempt(
-        &mut self,
-        task_id: i64,
-        attempt: i64,
-        after: tasks::AfterAttempt,
-        last_status_code: Option<i64>,
-        last_error: Option<&str>,
-        now_ms: i64,
-    ) -> Result<bool, StoreError>;
-    /// Marks a task just inserted in the caller's transaction as `running`, so the delivery pool
-    /// never claims it (`POST /endpoints/{id}/test` sends it itself).
-    fn start_task_now(&mut self, id: i64, now_ms: i64) -> Result<(), StoreError>;
-    /// The app a task belongs to (the delivery pool knows tasks by id only).
-    fn task_app(&mut self, id: i64) -> Result<Option<String>, StoreError>;
-    /// Hands every `running` task back to `pending` (start-up after a crash, or shutdown after the
-    /// grace): the attempt it was in is made again. Returns how many.
-    fn requeue_running_tasks(&mut self, now_ms: i64) -> Result<usize, StoreError>;
-    /// Extends this node's leases on claimed tasks that waited in memory for a worker, just
-    /// before they are sent; returns the ids still held. A task missing from the answer was
-    /// taken back after its lease ran out and must not be sent (PostgreSQL). SQLite: every id
-    /// (one process owns the file; there are no leases to lose).
-    fn renew_leases(&mut self, ids: &[i64], now_ms: i64) -> Result<Vec<i64>, StoreError>;
-    /// Cancels pending tasks whose endpoint no longer exists (they could never be delivered).
-    fn cancel_orphan_tasks(&mut self, now_ms: i64) -> Result<usize, StoreError>;
-    /// `POST /tasks/{id}/cancel`: a pending task becomes `canceled`. Returns false when the task
-    /// is not pending (or not there).
-    fn cancel_task(&mut self, app_id: &str, id: i64, now_ms: i64) -> Result<bool, StoreError>;
-    /// `POST /tasks/{id}/retry` and `POST /tasks/retry`: the tasks among `ids` (of `app_id`) that
-    /// are `failed` or `canceled` and whose endpoint still exists go back to `pending`, due now,
-    /// with their attempt count reset and `max_attempts` taken from their endpoint's current
-    /// retry policy (the default policy's when it has none). Returns the ids it changed; a task in
-    /// another state, of another app, or of a deleted endpoint is left alone.
-    ///
-    /// The ids travel as one JSON array (`json_each`), so one cached statement serves a batch of
-    /// any size.
-    fn retry_tasks(
-        &mut self,
-        app_id: &str,
-        ids: &[i64],
-        now_ms: i64,
-    ) -> Result<Vec<i64>, StoreError>;
-    /// The ids of the tasks `f` matches whose endpoint still exists, lowest first, at most
-    /// `limit`. A read: it takes no write lock, so the bulk retry selects before it writes.
-    fn retryable_task_ids(
-        &mut self,
-        app_id: &str,
-        f: &tasks::RetryFilter,
-        limit: usize,
-    ) -> Result<Vec<i64>, StoreError>;
-    /// Whether a task of `schedule_id` for `endpoint_id` is still `pending` or `running`: the
-    /// overlap check of a schedule with `overlap: skip` (index `tasks_schedule_open`).
-    fn schedule_task_open(
-        &mut self,
-        schedule_id: i64,
-        endpoint_id: i64,
-    ) -> Result<bool, StoreError>;
-    /// How many tasks are in each status, over every app (for `/metrics`).
-    fn count_tasks_by_status(&mut self) -> Result<Vec<(String, i64)>, StoreError>;
-
-    // --- provided: combinations of the primitives above ---
-
+/// The record operations of webhookd, run inside [`Store::read`] (no transaction) or
+/// [`Store::write`] (one transaction): every query trait of a table, declared beside its record
+/// types (`endpoints::EndpointQueries`, …) and implemented once per backend in that backend's
+/// file of the table (`sqlite/endpoints.rs`, `postgres/endpoints.rs`). Any type implementing
+/// them all is a `Tx`; the methods here only combine the queries, so no backend writes them.
+pub trait Tx:
+    KeyQueries
+    + ReplayQueries
+    + PolicyQueries
+    + EndpointQueries
+    + EventQueries
+    + AttemptQueries
+    + RetentionQueries
+    + ScheduleQueries
+    + TaskQueries
+{
     /// Publishes an event in the caller's transaction: the event row and one `event` task per
     /// target, so they commit together. Returns the event's id.
     fn insert_event_with_tasks(
@@ -656,21 +337,6 @@ pub trait Tx {
         }
         Ok(id)
     }
-
-    /// The retry policy an endpoint's deliveries follow: its own, or the default.
-    fn effective_policy(
-        &mut self,
-        retry_policy_id: Option<i64>,
-    ) -> Result<crate::retry::RetryPolicy, StoreError> {
-        Ok(match retry_policy_id {
-            Some(id) => self
-                .get_policy_any(id)?
-                .map(|p| p.to_retry())
-                .unwrap_or(crate::retry::RetryPolicy::DEFAULT),
-            None => crate::retry::RetryPolicy::DEFAULT,
-        })
-    }
-
     /// Fills the fields a reply adds to the stored ones: `endpoint_names` from the endpoints
     /// table (ids no longer found are left out) and `next_run_at_local`.
     fn fill_schedule_names(&mut self, s: &mut schedules::Schedule) -> Result<(), StoreError> {
@@ -684,4 +350,18 @@ pub trait Tx {
             .collect();
         Ok(())
     }
+}
+
+impl<T> Tx for T where
+    T: KeyQueries
+        + ReplayQueries
+        + PolicyQueries
+        + EndpointQueries
+        + EventQueries
+        + AttemptQueries
+        + RetentionQueries
+        + ScheduleQueries
+        + TaskQueries
+        + ?Sized
+{
 }

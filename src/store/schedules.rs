@@ -1,6 +1,7 @@
 //! The `schedules` table (cron-driven triggers) and `schedule_firings`, the record of every
 //! (schedule, scheduled instant) that has fired, which makes firing idempotent.
-//! The record types live here; the SQLite SQL is in `store::sqlite::schedules`.
+//! The record types and [`ScheduleQueries`] live here; each backend implements the queries in its own
+//! `schedules.rs` (`store::sqlite::schedules`, `store::postgres::schedules`).
 
 use crate::clock::{ser_ms, ser_opt_ms};
 use serde::Serialize;
@@ -88,3 +89,57 @@ pub const CATCHUP: [&str; 3] = ["latest", "none", "all"];
 
 /// Every `overlap` value; the first is the default.
 pub const OVERLAP: [&str; 2] = ["allow", "skip"];
+
+/// The queries on schedules and their firings, one body per backend (`store::sqlite::schedules`,
+/// `store::postgres::schedules`); part of [`crate::store::Tx`].
+pub trait ScheduleQueries {
+    /// Inserts `s` (its `id` is ignored) and returns the stored record.
+    fn insert_schedule(&mut self, s: &Schedule) -> Result<Schedule, crate::store::StoreError>;
+    /// Writes every field an API call may change back (`last_run_at` belongs to the scheduler).
+    fn update_schedule(&mut self, s: &Schedule) -> Result<(), crate::store::StoreError>;
+    /// A schedule of an app, deleted ones included.
+    fn get_schedule(
+        &mut self,
+        app_id: &str,
+        id: i64,
+    ) -> Result<Option<Schedule>, crate::store::StoreError>;
+    /// One page of an app's schedules that are not deleted, newest first, and the total count.
+    fn list_schedules(
+        &mut self,
+        app_id: &str,
+        status: Option<&str>,
+        page: crate::store::Page,
+    ) -> Result<(i64, Vec<Schedule>), crate::store::StoreError>;
+    /// Active schedules due at `now_ms`, earliest first, at most `limit`.
+    fn due_schedules(
+        &mut self,
+        now_ms: i64,
+        limit: usize,
+    ) -> Result<Vec<Firing>, crate::store::StoreError>;
+    /// An active schedule by id, whatever its app.
+    fn get_active_schedule(&mut self, id: i64) -> Result<Option<Firing>, crate::store::StoreError>;
+    /// The earliest `next_run_at` of all active schedules: when the scheduler has work next.
+    fn earliest_next_run(&mut self) -> Result<Option<i64>, crate::store::StoreError>;
+    /// Records that `schedule_id` fired for `scheduled_at`; false when it already had.
+    fn record_firing(
+        &mut self,
+        schedule_id: i64,
+        scheduled_at: i64,
+    ) -> Result<bool, crate::store::StoreError>;
+    /// Moves an active schedule on after the scheduler looked at it: `next_run_at` always,
+    /// `last_run_at` when it fired, `skipped_runs` up by `skipped`. `updated_at` is left alone
+    /// (it tracks changes by the API).
+    fn advance_schedule(
+        &mut self,
+        id: i64,
+        fired_at: Option<i64>,
+        next_run_at: Option<i64>,
+        skipped: i64,
+    ) -> Result<(), crate::store::StoreError>;
+    /// Forgets a schedule's firings scheduled before `cutoff_ms` (they can no longer recur).
+    fn forget_firings(
+        &mut self,
+        schedule_id: i64,
+        cutoff_ms: i64,
+    ) -> Result<(), crate::store::StoreError>;
+}

@@ -1,8 +1,8 @@
 //! PostgreSQL storage, the groundwork of contract §16: a pool of blocking connections
 //! (`postgres` + `r2d2_postgres`, so the blocking delivery model stays) and the versioned
-//! schema, and the record operations as free functions over any `postgres::GenericClient`, one
-//! file per table, twins of the SQLite ones (same names and parameters, `$n` placeholders,
-//! `RETURNING id`). `docs/dev/storage.md` describes the `Store` interface both will implement.
+//! schema, and one file per table implementing that table's query trait
+//! (`store::endpoints::EndpointQueries`, …) on [`PgTx`], laid out like the SQLite store's.
+//! `docs/dev/storage.md` describes the interface both implement.
 //!
 //! The `postgres` client runs its own small runtime and blocks: call it from plain threads or
 //! `spawn_blocking`, never directly inside an async task.

@@ -1,6 +1,7 @@
 //! The SQLite store: one file in WAL mode behind an r2d2 pool. Every SQLite statement of
-//! webhookd lives under this module, one file per table, as plain functions over a
-//! `&Connection`; [`SqliteStore`] and [`SqliteTx`] put them behind `store::Store` / `store::Tx`.
+//! webhookd lives under this module, one file per table, each implementing that table's query
+//! trait (`store::endpoints::EndpointQueries`, …) on [`SqliteTx`]; [`SqliteStore`] is the
+//! `store::Store`.
 
 pub mod attempts;
 pub mod endpoints;
@@ -13,13 +14,16 @@ pub mod replay;
 pub mod retention;
 pub mod schedules;
 pub mod tasks;
-mod tx;
 
 pub use health::DbHealth;
 pub use migrate::{SCHEMA_VERSION, check_is_ours};
-pub use tx::SqliteTx;
 
 use crate::store::{Page, StoreError};
+
+/// `store::Tx` over one SQLite connection: a pooled one for reads, the open transaction for
+/// writes (a `rusqlite::Transaction` derefs to its connection). Each query trait is
+/// implemented on it in the table's file (`endpoints.rs`, …).
+pub struct SqliteTx<'c>(pub &'c Connection);
 
 use anyhow::{Context, bail};
 use r2d2_sqlite::SqliteConnectionManager;
