@@ -206,20 +206,23 @@ export function percentile(values, q) {
 }
 
 const BUCKET_SIZES = [60e3, 300e3, 900e3, 3600e3, 6 * 3600e3, 86400e3, 7 * 86400e3];
+/** Buckets of a chart: a fixed number, so that every chart reads the same way. */
+const BUCKETS = 24;
 
 /**
- * Attempts (`started_at`, `duration_ms`, `status_code`) in time buckets up to `nowMs`: the
- * smallest bucket of 1 min, 5 min, 15 min, 1 h, 6 h, 1 d or 1 week that puts the span from the
- * oldest attempt in at most 24 buckets, aligned to multiples of the size (UTC). Each bucket and
- * the total count `ok` (a 2xx reply) and `failed` attempts and the median and 95th percentile
- * of their durations (ms).
+ * Attempts (`started_at`, `duration_ms`, `status_code`) in 24 time buckets ending with the one
+ * that holds `nowMs`: buckets of the smallest size among 1 min, 5 min, 15 min, 1 h, 6 h, 1 d
+ * and 1 week whose 24 hold the oldest attempt, aligned to multiples of the size (UTC); older
+ * attempts go in the first bucket. Each bucket and the total count `ok` (a 2xx reply) and
+ * `failed` attempts and the median and 95th percentile of their durations (ms).
  */
 export function attemptBuckets(attempts, nowMs) {
   const times = attempts.map((a) => Date.parse(a.started_at));
   const oldest = Math.min(nowMs, ...times);
-  const size = BUCKET_SIZES.find((s) => (nowMs - Math.floor(oldest / s) * s) / s <= 24) || BUCKET_SIZES[BUCKET_SIZES.length - 1];
-  const start = Math.floor(oldest / size) * size;
-  const count = Math.max(1, Math.ceil((nowMs - start + 1) / size));
+  const first = (size) => (Math.floor(nowMs / size) - BUCKETS + 1) * size;
+  const size = BUCKET_SIZES.find((s) => first(s) <= oldest) || BUCKET_SIZES[BUCKET_SIZES.length - 1];
+  const start = first(size);
+  const count = BUCKETS;
   const groups = Array.from({ length: count }, () => []);
   attempts.forEach((a, i) => groups[Math.min(count - 1, Math.max(0, Math.floor((times[i] - start) / size)))].push(a));
   const summary = (list) => {

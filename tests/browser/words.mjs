@@ -25,6 +25,13 @@ export function checkWords(m, v) {
     nonEmpty: b.buckets.filter((x) => x.ok + x.failed).map((x) => ({ at: new Date(x.at).toISOString(), ok: x.ok, failed: x.failed, p50: x.p50, p95: x.p95 })),
   };
   if (!same(got, v.buckets.want)) out.push(`attemptBuckets = ${JSON.stringify(got)}, want ${JSON.stringify(v.buckets.want)}`);
+  for (const c of v.bucket_sizes) {
+    const one = [{ started_at: c.oldest, duration_ms: 1, status_code: 200 }];
+    const got = m.attemptBuckets(one, Date.parse(c.now));
+    if (got.size !== c.want_ms || got.buckets.reduce((n, x) => n + x.ok, 0) !== 1) {
+      out.push(`attemptBuckets from ${c.oldest} to ${c.now}: size ${got.size}, want ${c.want_ms}`);
+    }
+  }
   return out;
 }
 
@@ -33,7 +40,7 @@ if (import.meta.url === `file://${process.argv[1]}`) {
   const v = JSON.parse(readFileSync(new URL("./words.json", import.meta.url), "utf8"));
   const failures = checkWords(m, v);
   for (const f of failures) console.error(f);
-  const total = v.cron.length + v.plural.length + v.health.length + 1;
+  const total = v.cron.length + v.plural.length + v.health.length + 1 + v.bucket_sizes.length;
   console.log(`${total - failures.length} passed, ${failures.length} failed`);
   process.exit(failures.length ? 1 : 0);
 }
