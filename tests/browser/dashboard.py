@@ -473,6 +473,7 @@ def run(page, result):
         colour = enabled.evaluate("e => getComputedStyle(e).color + ' ' + getComputedStyle(e).backgroundColor")
         check("27, 127, 59" not in colour and "220, 243, 227" not in colour, f"a failing endpoint's enabled badge is green: {colour}")
         result["health_badge"] = "failing beside enabled"
+        shot(page, "2-endpoints-health")
 
         # The endpoint page: figures over time, recent attempts, actions.
         page.click(f"main a[href='#/endpoints/{receiver_id}']")
