@@ -326,7 +326,9 @@ async function endpointPage(main, id, ctx) {
   if (ctx.stale()) return;
   const policy = e.retry_policy_id
     ? await api("GET", `/v1/retries/policies/${e.retry_policy_id}`).catch(() => null) : null;
-  const tried = recent.items.filter((t) => t.attempts > 0 || t.finished_at).slice(0, ENDPOINT_PAGE_TASKS);
+  // Attempted at least once (a retry sets `attempts` back to 0 but keeps the last result).
+  const tried = recent.items.filter((t) => t.attempts > 0 || t.last_status_code !== null || t.last_error !== null)
+    .slice(0, ENDPOINT_PAGE_TASKS);
   const pages = await Promise.all(tried.map((t) =>
     api("GET", `/v1/tasks/${t.id}/attempts`, { page_size: 100 }).then((d) => d.items.map((a) => ({ ...a, task: t })))));
   if (ctx.stale()) return;
@@ -774,10 +776,11 @@ async function tasks(main, r, ctx) {
   const p = Object.fromEntries(r.params);
   const query = pageQuery(r.params, {});
   for (const k of ["status", "task_type", "endpoint_id", "schedule_id", "event_id"]) if (p[k]) query[k] = p[k];
-  const [data, eps, scheds, current] = await Promise.all([
+  const [data, eps, scheds, evs, current] = await Promise.all([
     api("GET", "/v1/tasks", query),
     api("GET", "/v1/endpoints", { page_size: 100 }),
     api("GET", "/v1/schedules", { page_size: 100 }),
+    api("GET", "/v1/events", { page_size: 100 }),
     // The filtered endpoint or schedule, when it is not among the newest 100.
     byId("/v1/endpoints", [p.endpoint_id ? Number(p.endpoint_id) : null]),
   ]);
@@ -791,7 +794,9 @@ async function tasks(main, r, ctx) {
     schedule_id: select("filter-schedule_id", [["", "any schedule"],
       ...scheds.items.map((s) => [s.id, s.name + (s.status === "deleted" ? " (deleted)" : "")]),
       ...(p.schedule_id && !scheds.items.some((s) => String(s.id) === p.schedule_id) ? [[p.schedule_id, `schedule ${p.schedule_id}`]] : [])], p.schedule_id),
-    event_id: input("filter-event_id", p.event_id, { type: "number", min: 1, placeholder: "event id" }),
+    event_id: select("filter-event_id", [["", "any event"],
+      ...evs.items.map((e) => [e.id, `${e.event_name}, ${when(e.created_at)}`]),
+      ...(p.event_id && !evs.items.some((e) => String(e.id) === p.event_id) ? [[p.event_id, `event ${p.event_id}`]] : [])], p.event_id),
   };
   const apply = () => ctx.go("tasks", Object.fromEntries(Object.entries(filters).map(([k, el]) => [k, el.value])));
   for (const el of Object.values(filters)) el.addEventListener("change", apply);

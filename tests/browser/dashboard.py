@@ -421,6 +421,8 @@ def run(page, result):
         page.click("main a:has-text('2 tasks')")
         page.wait_for_selector("body[data-ready=tasks]")
         expect(page.locator("main tbody tr")).to_have_count(2)
+        # The event filter is a picker that names the event.
+        expect(page.locator("select[name=filter-event_id] option:checked")).to_contain_text("order.created")
         # Bulk retry of the event's failed tasks (none failed): a count of 0.
         page.click("button:has-text('Retry all failed')")
         result["bulk_retry_route"] = route_result(
