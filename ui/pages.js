@@ -557,8 +557,8 @@ async function schedules(main, r, ctx) {
       const runs = h("div", { class: "runs-box" });
       return h("div", { class: "row-actions" },
         s.status === "deleted" ? null : button("Edit", () => scheduleForm(forms, s, ctx)),
-        s.status === "active" ? button("Pause", () => act(ctx, () => api("POST", `/v1/schedules/${s.id}/pause`), `Schedule ${s.id} paused.`)) : null,
-        s.status === "paused" ? button("Resume", () => act(ctx, () => api("POST", `/v1/schedules/${s.id}/resume`), `Schedule ${s.id} resumed.`)) : null,
+        s.status === "active" ? button("Pause", () => act(ctx, () => api("POST", `/v1/schedules/${s.id}/pause`), `Schedule ${s.name} paused.`)) : null,
+        s.status === "paused" ? button("Resume", () => act(ctx, () => api("POST", `/v1/schedules/${s.id}/resume`), `Schedule ${s.name} resumed.`)) : null,
         s.status === "deleted" ? null : button("Trigger now", () => act(ctx, () => api("POST", `/v1/schedules/${s.id}/trigger`),
           (d) => `Schedule ${s.name} fired: ${plural(d.task_ids.length, "task")}.`)),
         button("Next runs", async () => {
@@ -578,8 +578,8 @@ async function schedules(main, r, ctx) {
 }
 
 /**
- * A schedule's latest run: when (`last_run_at`, or the newest task's planned time for a run
- * triggered by hand), how its tasks ended (the tasks of that run: the newest ones sharing its
+ * A schedule's latest run: when (its newest task's `run_at`: the scheduled instant, or the
+ * moment of a trigger or a resend), how its tasks ended (the tasks of that run: the newest ones sharing its
  * `run_at`), and how many runs were skipped (`skipped_runs`).
  */
 function lastRun(s, tasks) {
@@ -589,7 +589,8 @@ function lastRun(s, tasks) {
   const count = {};
   for (const t of run) count[t.status] = (count[t.status] || 0) + 1;
   return [
-    h("div", null, timeCell(tasks[0].run_at), tasks[0].task_type === "manual" ? h("small", null, " (triggered by hand)") : null),
+    h("div", null, timeCell(tasks[0].run_at), tasks[0].task_type === "manual"
+      ? h("small", { title: "a trigger or a resend, not a scheduled firing" }, " (by hand)") : null),
     h("div", { class: "outcome" }, Object.entries(count).map(([status, n]) =>
       link(badge(`${n} ${status}`, status), "tasks", { schedule_id: s.id, status }))),
     skipped,

@@ -415,7 +415,7 @@ def run(page, result):
         wait_task(triggered["id"], "success")
         page.reload()
         row = page.locator("main tbody tr", has_text="nightly report v2")
-        expect(row).to_contain_text("triggered by hand")
+        expect(row).to_contain_text("(by hand)")
         expect(row.locator(".outcome .badge.success")).to_have_text("1 success")
         shot(page, "5-schedules")
 
