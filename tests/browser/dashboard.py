@@ -484,6 +484,14 @@ def run(page, result):
         check("27, 127, 59" not in colour and "220, 243, 227" not in colour, f"a failing endpoint's enabled badge is green: {colour}")
         result["health_badge"] = "failing beside enabled"
         shot(page, "2-endpoints-health")
+        page.goto(ORIGIN + f"/ui/#/endpoints/{dead['id']}")
+        page.wait_for_selector("body[data-ready=endpoints]")
+        expect(page.locator("main .health-line .badge.failing")).to_have_text("failing")
+        expect(page.locator("section.figures .card", has_text="success rate")).to_contain_text("0%")
+        expect(page.locator("main table").first).to_contain_text("no reply")
+        shot(page, "9-endpoint-page-failing")
+        page.click("main a:has-text('Endpoints')")
+        page.wait_for_selector("main tbody tr")
 
         # The endpoint page: figures over time, recent attempts, actions.
         page.click(f"main a[href='#/endpoints/{receiver_id}']")
