@@ -148,6 +148,7 @@ static ROUTES: &[Route] = &[
     route("GET", "tasks/{id}/attempts", tasks::attempts),
     route("POST", "tasks/{id}/cancel", tasks::cancel),
     route("POST", "tasks/{id}/retry", tasks::retry),
+    route("POST", "tasks/{id}/resend", tasks::resend),
 ];
 
 /// The routes of the table as (method, path) pairs, paths with the `/v1/` prefix

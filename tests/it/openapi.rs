@@ -433,6 +433,12 @@ fn real_replies_match_the_document() {
         &format!("/tasks/{tid}/retry"),
         None,
     );
+    c(
+        "POST",
+        "/v1/tasks/{id}/resend",
+        &format!("/tasks/{tid}/resend"),
+        None,
+    );
     // A delivered task has attempts to list: the event's task, to the receiver.
     receiver.wait_for(1, Duration::from_secs(10));
     let delivered = crate::support::wait_for(Duration::from_secs(10), || {
