@@ -28,6 +28,7 @@ mod pg_delivery;
 mod pg_listen;
 mod pg_store;
 mod pg_tables;
+mod pg_tls;
 mod reliability;
 mod schedules;
 mod support;

@@ -93,21 +93,28 @@ pub fn connect_with(url: &PgUrl, config: postgres::Config) -> anyhow::Result<pos
     let tls = url.tls().connector()?;
     tuned_config
         .connect(tls)
-        .map_err(|e| anyhow::anyhow!("{}", explain(&e)))
+        .map_err(explain)
         .with_context(|| format!("cannot connect to PostgreSQL at {url}"))
 }
 
-/// The driver's error, with a hint where the server's answer names a TLS requirement.
-fn explain(err: &postgres::Error) -> String {
-    let text = err.to_string();
-    if err.code() == Some(&SqlState::INVALID_AUTHORIZATION_SPECIFICATION)
-        && text.contains("no encryption")
-    {
-        return format!(
-            "{text} (the server accepts this user only over TLS: use sslmode=require, or verify-full with sslrootcert=PATH)"
-        );
+/// The driver's error with its causes (the driver's own text stops at "db error"), and a hint
+/// where the server's answer names a TLS requirement. Never holds the password.
+fn explain(err: postgres::Error) -> anyhow::Error {
+    if let Some(refused) = super::tls::refusal_in(&err) {
+        return anyhow::anyhow!(refused);
     }
-    text
+    let needs_tls = err.code() == Some(&SqlState::INVALID_AUTHORIZATION_SPECIFICATION)
+        && err
+            .as_db_error()
+            .is_some_and(|db| db.message().contains("no encryption"));
+    let err = anyhow::Error::new(err);
+    if needs_tls {
+        err.context(
+            "the server accepts this user only over TLS: use sslmode=require, or verify-full with sslrootcert=PATH",
+        )
+    } else {
+        err
+    }
 }
 
 /// The last failed connection attempt of a pool, cleared by the next one that succeeds.
@@ -145,7 +152,7 @@ struct Watch(Arc<Link>);
 
 impl r2d2::HandleError<postgres::Error> for Watch {
     fn handle_error(&self, error: postgres::Error) {
-        self.0.failed(explain(&error));
+        self.0.failed(format!("{:#}", explain(error)));
     }
 }
 
@@ -234,13 +241,23 @@ pub fn checkout(
         limit = limit.min(wait);
     }
     let client = pool.get_timeout(limit).map_err(|e| {
-        link.failure().unwrap_or_else(|| {
-            format!(
-                "all {} connections stayed busy for {} ms ({e})",
+        if let Some(why) = link.failure() {
+            return why;
+        }
+        // r2d2 says "timed out waiting for connection", followed by the last error if any.
+        let text = e.to_string();
+        match text.split_once(": ") {
+            Some((_, why)) => {
+                let why = format!("PostgreSQL did not answer: {why}");
+                link.failed(why.clone());
+                why
+            }
+            None => format!(
+                "all {} connections stayed busy for {} ms",
                 pool.max_size(),
                 limit.as_millis()
-            )
-        })
+            ),
+        }
     })?;
     link.connected();
     Ok(client)

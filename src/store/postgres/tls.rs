@@ -262,9 +262,9 @@ struct Verifier {
     roots: String,
 }
 
-/// A refusal message carried through rustls (`CertificateError::Other`).
+/// A refusal message carried through rustls and the driver; [`refusal_in`] finds it again.
 #[derive(Debug)]
-struct Refused(String);
+pub struct Refused(String);
 
 impl std::fmt::Display for Refused {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -275,9 +275,27 @@ impl std::fmt::Display for Refused {
 impl std::error::Error for Refused {}
 
 fn refuse(message: String) -> rustls::Error {
-    rustls::Error::InvalidCertificate(CertificateError::Other(OtherError(Arc::new(Refused(
-        message,
-    )))))
+    rustls::Error::Other(OtherError(Arc::new(Refused(message))))
+}
+
+/// The certificate refusal inside a driver error, if that is what it is: the message alone
+/// reads better than the layers around it ("error performing TLS handshake: other error: …").
+pub fn refusal_in(err: &postgres::Error) -> Option<String> {
+    let io = std::error::Error::source(err)?.downcast_ref::<std::io::Error>()?;
+    match io.get_ref()?.downcast_ref::<rustls::Error>()? {
+        rustls::Error::Other(OtherError(inner)) => inner
+            .downcast_ref::<Refused>()
+            .map(|refused| format!("TLS: {}", refused.0)),
+        _ => None,
+    }
+}
+
+/// A name from rustls' list of the certificate's names (`DnsName("db.example")`), bare.
+fn bare_name(presented: &str) -> &str {
+    presented
+        .strip_prefix("DnsName(\"")
+        .and_then(|rest| rest.strip_suffix("\")"))
+        .unwrap_or(presented)
 }
 
 fn host_of(name: &ServerName<'_>) -> String {
@@ -317,7 +335,11 @@ impl ServerCertVerifier for Verifier {
                 if presented.is_empty() {
                     "no host name".to_string()
                 } else {
-                    presented.join(", ")
+                    presented
+                        .iter()
+                        .map(|name| bare_name(name))
+                        .collect::<Vec<_>>()
+                        .join(", ")
                 },
                 host_of(server_name)
             ))),
