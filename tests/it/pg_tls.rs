@@ -363,3 +363,66 @@ fn healthz_and_the_api_answer_503_with_the_reason_when_postgres_goes_away() {
     assert!(!log.contains(server.password()), "{log}");
     eprintln!("503 {noticed:?} after PostgreSQL stopped");
 }
+
+/// The pool's connections carry `--pg-statement-timeout-ms` (the URL's own `options` win);
+/// behind PgBouncer (`--pg-poll-only`) none is sent, the role's applies.
+#[test]
+fn pooled_connections_carry_the_statement_timeout_unless_behind_pgbouncer() {
+    let Some(server) = PgServer::start() else {
+        return;
+    };
+    let url = server.create_database("settings");
+    let open = |url: &str, settings: pgstore::PgSettings| {
+        let (pool, _) = pgstore::open_with(url, 2, &settings).expect("opens");
+        pool
+    };
+    let shown = |url: &str, settings: pgstore::PgSettings| -> String {
+        let pool = open(url, settings);
+        let mut client = pool.get().expect("a connection");
+        client
+            .query_one("SHOW statement_timeout", &[])
+            .unwrap()
+            .get(0)
+    };
+    let defaults = pgstore::PgSettings::default();
+    assert_eq!(shown(&url, defaults), "30s");
+    let short = pgstore::PgSettings {
+        statement_timeout: Some(Duration::from_millis(300)),
+        ..defaults
+    };
+    assert_eq!(shown(&url, short), "300ms");
+    let own = format!("{url}?options=-c%20statement_timeout%3D5s");
+    assert_eq!(shown(&own, short), "5s", "the URL's options win");
+    let pgbouncer = pgstore::PgSettings {
+        pgbouncer: true,
+        ..short
+    };
+    assert_eq!(shown(&url, pgbouncer), "0", "the server's (role's) setting");
+
+    // A statement over the limit is cancelled by the server.
+    let pool = open(&url, short);
+    let err = pool
+        .get()
+        .unwrap()
+        .batch_execute("SELECT pg_sleep(5)")
+        .expect_err("cancelled");
+    assert_eq!(
+        err.code(),
+        Some(&postgres::error::SqlState::QUERY_CANCELED),
+        "{err}"
+    );
+}
+
+#[test]
+fn the_pool_size_flag_is_validated() {
+    for bad in ["0", "1001", "many"] {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_webhookd"))
+            .args(["serve", "--db", "postgres://h/db", "--pg-pool-size", bad])
+            .env_remove("WEBHOOKD_DB")
+            .output()
+            .expect("webhookd runs");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{bad}: {stderr}");
+        assert!(stderr.contains("--pg-pool-size"), "{bad}: {stderr}");
+    }
+}
