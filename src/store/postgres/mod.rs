@@ -37,9 +37,14 @@ use std::sync::Arc;
 
 /// Connects once to `url` (a `postgres://` / `postgresql://` URL), refuses a database of another
 /// program or of a newer webhookd untouched, applies pending schema upgrades, and returns a pool
-/// of up to `size` connections. Error messages show the URL with its password hidden.
+/// of up to `size` connections with no statement time-out (`webhookd migrate`'s long copy).
+/// Error messages show the URL with its password hidden.
 pub fn open(url: &str, size: u32) -> anyhow::Result<PgPool> {
-    Ok(open_with(url, size, &PgSettings::default())?.0)
+    let settings = PgSettings {
+        statement_timeout: None,
+        ..PgSettings::default()
+    };
+    Ok(open_with(url, size, &settings)?.0)
 }
 
 /// [`open`] with the connection settings of the command line; also returns the pool's record
