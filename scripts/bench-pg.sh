@@ -275,7 +275,8 @@ for config in configs:
             r = [json.loads(l) for l in open(os.path.join(out, name + ".json")) if l.strip()][-1]
         except (FileNotFoundError, IndexError, ValueError):
             continue
-        n = r.get("deliveries_received")
+        # Both phases: full rate, then half rate, paced.
+        n = (r.get("deliveries_received") or 0) + (r.get("half_deliveries_received") or 0)
         if not n:
             continue
         per = lambda v: "—" if v is None else f"{v / n:.2f}"
