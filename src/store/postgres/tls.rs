@@ -431,6 +431,12 @@ mod tests {
     }
 
     #[test]
+    fn names_from_rustls_are_shown_bare() {
+        assert_eq!(bare_name("DnsName(\"db.internal\")"), "db.internal");
+        assert_eq!(bare_name("IpAddress(10.0.0.5)"), "IpAddress(10.0.0.5)");
+    }
+
+    #[test]
     fn system_roots_want_verify_full() {
         let settings = TlsSettings {
             mode: SslMode::Require,
