@@ -161,6 +161,19 @@ pub struct ServeArgs {
     /// transaction mode); poll every --pg-poll-ms instead.
     #[arg(long, env = "WEBHOOKD_PG_POLL_ONLY", action = ArgAction::SetTrue, value_parser = BoolishValueParser::new())]
     pub pg_poll_only: bool,
+    /// PostgreSQL only: most connections this node keeps in its pool (1-1000; one more listens
+    /// for other nodes' changes unless --pg-poll-only). Default: --workers + 8.
+    #[arg(long, env = "WEBHOOKD_PG_POOL_SIZE", value_parser = clap::value_parser!(u32).range(1..=1000))]
+    pub pg_pool_size: Option<u32>,
+    /// PostgreSQL only: longest one SQL statement may run, in milliseconds (0 = no limit). Sent
+    /// when each connection starts; with --pg-poll-only (PgBouncer refuses start-up options)
+    /// set it on the role instead: ALTER ROLE <role> SET statement_timeout = '30s'.
+    #[arg(
+        long,
+        env = "WEBHOOKD_PG_STATEMENT_TIMEOUT_MS",
+        default_value_t = 30_000
+    )]
+    pub pg_statement_timeout_ms: u64,
     /// Do not serve GET /metrics.
     #[arg(long, env = "WEBHOOKD_NO_METRICS", action = ArgAction::SetTrue, value_parser = BoolishValueParser::new())]
     pub no_metrics: bool,

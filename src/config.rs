@@ -50,6 +50,8 @@ pub struct Config {
     pub pg_poll: Duration,
     /// PostgreSQL: never LISTEN; always poll every `pg_poll`.
     pub pg_poll_only: bool,
+    /// PostgreSQL: pool size, statement time-out (`--pg-pool-size`, `--pg-statement-timeout-ms`).
+    pub pg: crate::store::postgres::PgSettings,
 }
 
 /// `--wal-limit-mb`'s default, 64 MiB.
@@ -78,6 +80,7 @@ impl Config {
             bulk_retry_max: 100_000,
             pg_poll: Duration::from_millis(1000),
             pg_poll_only: false,
+            pg: crate::store::postgres::PgSettings::default(),
         }
     }
 

@@ -136,6 +136,12 @@ fn config_from(args: ServeArgs) -> anyhow::Result<Config> {
     config.wal_limit_bytes = args.wal_limit_mb.saturating_mul(1024 * 1024);
     config.pg_poll = std::time::Duration::from_millis(args.pg_poll_ms);
     config.pg_poll_only = args.pg_poll_only;
+    config.pg = webhookd::store::postgres::PgSettings {
+        pool_size: args.pg_pool_size,
+        statement_timeout: (args.pg_statement_timeout_ms > 0)
+            .then(|| std::time::Duration::from_millis(args.pg_statement_timeout_ms)),
+        pgbouncer: args.pg_poll_only,
+    };
     config.allow_targets = args
         .allow_targets
         .iter()

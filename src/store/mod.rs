@@ -234,6 +234,8 @@ pub struct OpenOptions {
     pub checkpoint_wait: Duration,
     /// `--wal-limit-mb` in bytes (SQLite: the `-wal` file is kept under it).
     pub wal_limit_bytes: u64,
+    /// PostgreSQL's connection settings (`--pg-pool-size`, `--pg-statement-timeout-ms`).
+    pub pg: postgres::PgSettings,
 }
 
 impl Default for OpenOptions {
@@ -242,6 +244,7 @@ impl Default for OpenOptions {
             pool_size: 1,
             checkpoint_wait: Duration::from_secs(1),
             wal_limit_bytes: crate::config::DEFAULT_WAL_LIMIT_BYTES,
+            pg: postgres::PgSettings::default(),
         }
     }
 }
@@ -262,7 +265,11 @@ pub fn open(db: &str, pool_size: u32) -> anyhow::Result<Arc<dyn Store>> {
 /// [`open`] with every option.
 pub fn open_with(db: &str, options: OpenOptions) -> anyhow::Result<Arc<dyn Store>> {
     if postgres::is_url(db) {
-        return Ok(Arc::new(postgres::PgStore::open(db, options.pool_size)?));
+        return Ok(Arc::new(postgres::PgStore::open_with(
+            db,
+            options.pool_size,
+            &options.pg,
+        )?));
     }
     Ok(Arc::new(sqlite::SqliteStore::open(Path::new(db), options)?))
 }

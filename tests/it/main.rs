@@ -29,6 +29,7 @@ mod pg_delivery;
 mod pg_listen;
 mod pg_store;
 mod pg_tables;
+mod pg_tls;
 mod receivers;
 mod reliability;
 mod schedules;
