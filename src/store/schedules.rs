@@ -1,9 +1,10 @@
 //! The `schedules` table (cron-driven triggers) and `schedule_firings`, the record of every
 //! (schedule, scheduled instant) that has fired, which makes firing idempotent.
-//! The record types and [`ScheduleQueries`] live here; each backend implements the queries in its own
-//! `schedules.rs` (`store::sqlite::schedules`, `store::postgres::schedules`).
+//! The record types and [`ScheduleQueries`] live here; each backend implements the queries
+//! in its own `schedules.rs` (`store::sqlite::schedules`, `store::postgres::schedules`).
 
 use crate::clock::{ser_ms, ser_opt_ms};
+use crate::store::{Page, StoreError};
 use serde::Serialize;
 use serde_json::{Map, Value};
 use std::collections::BTreeMap;
@@ -94,38 +95,26 @@ pub const OVERLAP: [&str; 2] = ["allow", "skip"];
 /// `store::postgres::schedules`); part of [`crate::store::Tx`].
 pub trait ScheduleQueries {
     /// Inserts `s` (its `id` is ignored) and returns the stored record.
-    fn insert_schedule(&mut self, s: &Schedule) -> Result<Schedule, crate::store::StoreError>;
+    fn insert_schedule(&mut self, s: &Schedule) -> Result<Schedule, StoreError>;
     /// Writes every field an API call may change back (`last_run_at` belongs to the scheduler).
-    fn update_schedule(&mut self, s: &Schedule) -> Result<(), crate::store::StoreError>;
+    fn update_schedule(&mut self, s: &Schedule) -> Result<(), StoreError>;
     /// A schedule of an app, deleted ones included.
-    fn get_schedule(
-        &mut self,
-        app_id: &str,
-        id: i64,
-    ) -> Result<Option<Schedule>, crate::store::StoreError>;
+    fn get_schedule(&mut self, app_id: &str, id: i64) -> Result<Option<Schedule>, StoreError>;
     /// One page of an app's schedules that are not deleted, newest first, and the total count.
     fn list_schedules(
         &mut self,
         app_id: &str,
         status: Option<&str>,
-        page: crate::store::Page,
-    ) -> Result<(i64, Vec<Schedule>), crate::store::StoreError>;
+        page: Page,
+    ) -> Result<(i64, Vec<Schedule>), StoreError>;
     /// Active schedules due at `now_ms`, earliest first, at most `limit`.
-    fn due_schedules(
-        &mut self,
-        now_ms: i64,
-        limit: usize,
-    ) -> Result<Vec<Firing>, crate::store::StoreError>;
+    fn due_schedules(&mut self, now_ms: i64, limit: usize) -> Result<Vec<Firing>, StoreError>;
     /// An active schedule by id, whatever its app.
-    fn get_active_schedule(&mut self, id: i64) -> Result<Option<Firing>, crate::store::StoreError>;
+    fn get_active_schedule(&mut self, id: i64) -> Result<Option<Firing>, StoreError>;
     /// The earliest `next_run_at` of all active schedules: when the scheduler has work next.
-    fn earliest_next_run(&mut self) -> Result<Option<i64>, crate::store::StoreError>;
+    fn earliest_next_run(&mut self) -> Result<Option<i64>, StoreError>;
     /// Records that `schedule_id` fired for `scheduled_at`; false when it already had.
-    fn record_firing(
-        &mut self,
-        schedule_id: i64,
-        scheduled_at: i64,
-    ) -> Result<bool, crate::store::StoreError>;
+    fn record_firing(&mut self, schedule_id: i64, scheduled_at: i64) -> Result<bool, StoreError>;
     /// Moves an active schedule on after the scheduler looked at it: `next_run_at` always,
     /// `last_run_at` when it fired, `skipped_runs` up by `skipped`. `updated_at` is left alone
     /// (it tracks changes by the API).
@@ -135,11 +124,7 @@ pub trait ScheduleQueries {
         fired_at: Option<i64>,
         next_run_at: Option<i64>,
         skipped: i64,
-    ) -> Result<(), crate::store::StoreError>;
+    ) -> Result<(), StoreError>;
     /// Forgets a schedule's firings scheduled before `cutoff_ms` (they can no longer recur).
-    fn forget_firings(
-        &mut self,
-        schedule_id: i64,
-        cutoff_ms: i64,
-    ) -> Result<(), crate::store::StoreError>;
+    fn forget_firings(&mut self, schedule_id: i64, cutoff_ms: i64) -> Result<(), StoreError>;
 }
