@@ -4,8 +4,8 @@
 //! together. Called by `POST /events` (`api::events`), `operator::publish` and the scheduler.
 
 use crate::store::endpoints::Target;
-use crate::store::schedules::Firing;
-use crate::store::tasks::NewTask;
+use crate::store::schedules::{Firing, Overlap};
+use crate::store::tasks::{NewTask, TaskKind};
 use crate::store::{StoreError, Tx};
 use std::collections::HashMap;
 
@@ -68,7 +68,7 @@ fn publish(
             schedule_id: None,
             event_id: Some(id),
             endpoint_id: target.id,
-            task_type: "event",
+            task_type: TaskKind::Event,
             payload,
             run_at: now_ms,
             max_attempts: target.max_attempts,
@@ -93,11 +93,11 @@ pub fn firing(
     tx: &mut dyn Tx,
     targets: &mut Targets,
     firing: &Firing,
-    task_type: &str,
+    task_type: TaskKind,
     run_at: i64,
     now_ms: i64,
 ) -> Result<Fired, StoreError> {
-    let skip_open = task_type == "schedule" && firing.overlap == "skip";
+    let skip_open = task_type == TaskKind::Schedule && firing.overlap == Overlap::Skip;
     let mut out = Fired {
         ids: Vec::new(),
         overlapped: 0,

@@ -19,7 +19,9 @@ use crate::app::App;
 use crate::clock::{from_ms, rfc3339};
 use crate::cron::CronSchedule;
 use crate::fanout;
-use crate::store::{IdleCap, StoreError, Tx, schedules::Firing};
+use crate::store::schedules::{Catchup, Firing};
+use crate::store::tasks::TaskKind;
+use crate::store::{IdleCap, StoreError, Tx};
 use chrono::{DateTime, TimeDelta, Utc};
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -179,34 +181,11 @@ pub fn trigger(tx: &mut dyn Tx, firing: &Firing, now_ms: i64) -> Result<Vec<i64>
         tx,
         &mut fanout::Targets::default(),
         firing,
-        "manual",
+        TaskKind::Manual,
         now_ms,
         now_ms,
     )?
     .ids)
-}
-
-/// What a schedule does with runs missed while the server was down (its `catchup` field).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Catchup {
-    /// Fire once, for the latest missed instant within the grace.
-    Latest,
-    /// Fire none of them; only a run found on time fires.
-    None,
-    /// Fire each missed instant within the grace, oldest first, the latest
-    /// [`MAX_CATCHUP_RUNS`] at most.
-    All,
-}
-
-impl Catchup {
-    /// The stored value; anything unknown reads as the default, `latest`.
-    pub fn parse(value: &str) -> Catchup {
-        match value {
-            "none" => Catchup::None,
-            "all" => Catchup::All,
-            _ => Catchup::Latest,
-        }
-    }
 }
 
 /// What the scheduler does with a schedule whose `next_run_at` (`due`) has come.
@@ -313,8 +292,9 @@ impl<'a> Batch<'a> {
             return self.tx.advance_schedule(firing.id, None, None, 0);
         };
         let due = firing.next_run_at.map_or(self.now, from_ms);
-        let catchup = Catchup::parse(&firing.catchup);
-        let plan = plan(due, self.now, self.grace, catchup, |t| cron.next_after(t));
+        let plan = plan(due, self.now, self.grace, firing.catchup, |t| {
+            cron.next_after(t)
+        });
         let skipped = i64::try_from(plan.skipped).unwrap_or(i64::MAX);
         let Some(latest) = plan.fire.last() else {
             tracing::warn!(
@@ -365,7 +345,7 @@ impl<'a> Batch<'a> {
                 self.tx,
                 &mut self.targets,
                 firing,
-                "schedule",
+                TaskKind::Schedule,
                 at_ms,
                 self.now.timestamp_millis(),
             )?;

@@ -17,6 +17,7 @@ pub mod schedules;
 pub mod sqlite;
 pub mod tasks;
 pub mod watch;
+pub mod word;
 
 pub use attempts::AttemptQueries;
 pub use endpoints::EndpointQueries;
@@ -28,6 +29,7 @@ pub use retention::RetentionQueries;
 pub use schedules::ScheduleQueries;
 pub use tasks::TaskQueries;
 pub use watch::{IdleCap, Wakers, Watcher};
+pub use word::Word;
 
 use std::path::Path;
 use std::sync::Arc;

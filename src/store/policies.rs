@@ -13,7 +13,7 @@ pub struct Policy {
     pub app_id: String,
     pub name: String,
     pub max_attempts: i64,
-    pub backoff_type: String,
+    pub backoff_type: crate::retry::Backoff,
     pub initial_delay_sec: i64,
     pub max_delay_sec: i64,
     pub status: String,
@@ -28,8 +28,7 @@ impl Policy {
     pub fn to_retry(&self) -> crate::retry::RetryPolicy {
         crate::retry::RetryPolicy {
             max_attempts: u32::try_from(self.max_attempts).unwrap_or(1),
-            backoff: crate::retry::Backoff::parse(&self.backoff_type)
-                .unwrap_or(crate::retry::Backoff::Exponential),
+            backoff: self.backoff_type,
             initial_delay_sec: u64::try_from(self.initial_delay_sec).unwrap_or(0),
             max_delay_sec: u64::try_from(self.max_delay_sec).unwrap_or(0),
         }

@@ -37,10 +37,10 @@ pub struct Schedule {
     /// refused, because an empty list would mean "every endpoint".
     pub paused_reason: Option<String>,
     /// Runs missed while the server was down: `latest`, `none` or `all` (CONTRACT §13).
-    pub catchup: String,
+    pub catchup: Catchup,
     /// `allow`, or `skip`: no new task for an endpoint while this schedule's earlier task for
     /// it is still `pending` or `running`.
-    pub overlap: String,
+    pub overlap: Overlap,
     /// Runs not fired: missed instants that `catchup` did not fire, and instants at which
     /// `overlap: skip` held back the task of at least one endpoint.
     pub skipped_runs: i64,
@@ -62,8 +62,8 @@ impl Schedule {
             payload: Value::Object(self.payload.clone()).to_string(),
             endpoint_ids: self.endpoint_ids.clone(),
             next_run_at: self.next_run_at,
-            catchup: self.catchup.clone(),
-            overlap: self.overlap.clone(),
+            catchup: self.catchup,
+            overlap: self.overlap,
         }
     }
 }
@@ -80,16 +80,34 @@ pub struct Firing {
     pub endpoint_ids: Vec<i64>,
     pub next_run_at: Option<i64>,
     /// See [`Schedule::catchup`].
-    pub catchup: String,
+    pub catchup: Catchup,
     /// See [`Schedule::overlap`].
-    pub overlap: String,
+    pub overlap: Overlap,
 }
 
-/// Every `catchup` value; the first is the default.
-pub const CATCHUP: [&str; 3] = ["latest", "none", "all"];
+crate::store::word::words! {
+    /// What a schedule does with runs missed while the server was down (its `catchup` field).
+    Catchup, "catchup mode" {
+        /// Fire once, for the latest missed instant within the grace.
+        Latest = "latest",
+        /// Fire none of them; only a run found on time fires.
+        None = "none",
+        /// Fire each missed instant within the grace, oldest first, the latest
+        /// `scheduler::MAX_CATCHUP_RUNS` at most.
+        All = "all",
+    }
+}
 
-/// Every `overlap` value; the first is the default.
-pub const OVERLAP: [&str; 2] = ["allow", "skip"];
+crate::store::word::words! {
+    /// Whether a firing makes a task for an endpoint that still has an open task of the
+    /// schedule (its `overlap` field).
+    Overlap, "overlap mode" {
+        /// Always.
+        Allow = "allow",
+        /// Not while an earlier task of the schedule for that endpoint is pending or running.
+        Skip = "skip",
+    }
+}
 
 /// The queries on schedules and their firings, one body per backend (`store::sqlite::schedules`,
 /// `store::postgres::schedules`); part of [`crate::store::Tx`].

@@ -14,9 +14,9 @@ pub struct Task {
     pub schedule_id: Option<i64>,
     pub event_id: Option<i64>,
     pub endpoint_id: i64,
-    pub task_type: String,
+    pub task_type: TaskKind,
     pub payload: serde_json::Value,
-    pub status: String,
+    pub status: TaskStatus,
     /// When the task was planned to run (the scheduled instant for schedule tasks).
     #[serde(serialize_with = "ser_ms")]
     pub run_at: i64,
@@ -41,13 +41,33 @@ pub struct NewTask<'a> {
     pub schedule_id: Option<i64>,
     pub event_id: Option<i64>,
     pub endpoint_id: i64,
-    /// `schedule`, `event` or `manual`.
-    pub task_type: &'a str,
+    pub task_type: TaskKind,
     /// Compact JSON text of an object, stored and sent as is.
     pub payload: &'a str,
     pub run_at: i64,
     pub max_attempts: i64,
     pub now_ms: i64,
+}
+
+crate::store::word::words! {
+    /// The state of a task.
+    TaskStatus, "task status" {
+        Pending = "pending",
+        Running = "running",
+        Success = "success",
+        Failed = "failed",
+        Canceled = "canceled",
+    }
+}
+
+crate::store::word::words! {
+    /// How a task came about: a schedule's firing, a published event, or by hand (`POST /tasks`,
+    /// a schedule's trigger, an endpoint test).
+    TaskKind, "task type" {
+        Schedule = "schedule",
+        Event = "event",
+        Manual = "manual",
+    }
 }
 
 /// Every state a task can be in.

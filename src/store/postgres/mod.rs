@@ -28,9 +28,15 @@ pub use migrate::{SCHEMA_VERSION, upgrade_with_extra};
 pub use store::{PgStore, PgTx};
 pub use url::{PgUrl, is_url, redact};
 
+use crate::retry::Backoff;
+use crate::store::Word;
+use crate::store::schedules::{Catchup, Overlap};
+use crate::store::tasks::{TaskKind, TaskStatus};
 use anyhow::Context;
 use postgres::NoTls;
+use postgres::types::{FromSql, IsNull, ToSql, Type};
 use r2d2_postgres::PostgresConnectionManager;
+use std::error::Error;
 use std::time::Duration;
 
 /// The shared PostgreSQL connection pool.
@@ -70,3 +76,39 @@ fn connect_with(url: &PgUrl, mut config: postgres::Config) -> anyhow::Result<pos
         .connect(NoTls)
         .with_context(|| format!("cannot connect to PostgreSQL at {url}"))
 }
+
+/// Stored words (`store::word`) as PostgreSQL text: a word outside the set is a conversion
+/// error of the row (a `StoreError`), never a default.
+macro_rules! stored_words {
+    ($($word:ty),+) => {$(
+        impl<'a> FromSql<'a> for $word {
+            fn from_sql(ty: &Type, raw: &'a [u8]) -> Result<Self, Box<dyn Error + Sync + Send>> {
+                let text = <&str as FromSql>::from_sql(ty, raw)?;
+                <$word as Word>::from_word(text)
+                    .ok_or_else(|| format!("not a {}: {text:?}", <$word as Word>::WHAT).into())
+            }
+
+            fn accepts(ty: &Type) -> bool {
+                <&str as FromSql>::accepts(ty)
+            }
+        }
+
+        impl ToSql for $word {
+            fn to_sql(
+                &self,
+                ty: &Type,
+                out: &mut bytes::BytesMut,
+            ) -> Result<IsNull, Box<dyn Error + Sync + Send>> {
+                Word::word(self).to_sql(ty, out)
+            }
+
+            fn accepts(ty: &Type) -> bool {
+                <&str as ToSql>::accepts(ty)
+            }
+
+            postgres::types::to_sql_checked!();
+        }
+    )+};
+}
+
+stored_words!(Backoff, Catchup, Overlap, TaskKind, TaskStatus);

@@ -24,6 +24,10 @@ pub use migrate::{SCHEMA_VERSION, check_is_ours};
 pub use store::{SqliteStore, SqliteTx, write_tx};
 pub use wal::wal_path;
 
+use crate::retry::Backoff;
+use crate::store::Word;
+use crate::store::schedules::{Catchup, Overlap};
+use crate::store::tasks::{TaskKind, TaskStatus};
 use anyhow::{Context, bail};
 use r2d2_sqlite::SqliteConnectionManager;
 use rusqlite::{Connection, OpenFlags};
@@ -127,3 +131,30 @@ fn create_private_file(path: &Path) -> anyhow::Result<()> {
         }),
     }
 }
+
+/// Stored words (`store::word`) as SQLite text: a word outside the set is a conversion error
+/// of the row (a `StoreError`), never a default.
+macro_rules! stored_words {
+    ($($word:ty),+) => {$(
+        impl rusqlite::types::FromSql for $word {
+            fn column_result(
+                value: rusqlite::types::ValueRef<'_>,
+            ) -> rusqlite::types::FromSqlResult<Self> {
+                let text = value.as_str()?;
+                <$word as Word>::from_word(text).ok_or_else(|| {
+                    rusqlite::types::FromSqlError::Other(
+                        format!("not a {}: {text:?}", <$word as Word>::WHAT).into(),
+                    )
+                })
+            }
+        }
+
+        impl rusqlite::ToSql for $word {
+            fn to_sql(&self) -> rusqlite::Result<rusqlite::types::ToSqlOutput<'_>> {
+                Ok(Word::word(self).into())
+            }
+        }
+    )+};
+}
+
+stored_words!(Backoff, Catchup, Overlap, TaskKind, TaskStatus);

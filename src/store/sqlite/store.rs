@@ -266,6 +266,44 @@ mod tests {
         assert_eq!(store.backend(), "sqlite");
     }
 
+    /// A stored word outside its set (a task status here) is an error of the read, never a
+    /// default; the words of a sound row read back as their enums.
+    #[test]
+    fn a_corrupt_stored_word_is_an_error() {
+        use crate::store::tasks::{NewTask, TaskKind, TaskStatus};
+        let dir = tempfile::tempdir().unwrap();
+        let db = dir.path().join("t.sqlite");
+        let store = crate::store::open(db.to_str().unwrap(), 1).unwrap();
+        let id = store
+            .write(|tx| {
+                tx.insert_task(&NewTask {
+                    app_id: "app1",
+                    schedule_id: None,
+                    event_id: None,
+                    endpoint_id: 1,
+                    task_type: TaskKind::Manual,
+                    payload: "{}",
+                    run_at: 1,
+                    max_attempts: 1,
+                    now_ms: 1,
+                })
+            })
+            .unwrap();
+        let task = store.read(|tx| tx.get_task("app1", id)).unwrap().unwrap();
+        assert_eq!(
+            (task.status, task.task_type),
+            (TaskStatus::Pending, TaskKind::Manual)
+        );
+        let conn = Connection::open(&db).unwrap();
+        conn.execute("UPDATE tasks SET status = 'bogus' WHERE id = ?1", [id])
+            .unwrap();
+        let err = store.read(|tx| tx.get_task("app1", id)).unwrap_err();
+        assert!(
+            matches!(&err, StoreError::Other(e) if format!("{e:#}").contains("not a task status: \"bogus\"")),
+            "{err}"
+        );
+    }
+
     #[test]
     fn unwritable_database_errors_map_to_their_causes() {
         let full = StoreError::from(sqlite(rusqlite::ffi::SQLITE_FULL));
