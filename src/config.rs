@@ -46,7 +46,7 @@ pub struct Config {
     /// WAL is rewound (PASSIVE checkpoints alone cannot bound it under steady load).
     pub wal_limit_bytes: u64,
     /// PostgreSQL: the cap on the scheduler's and delivery pool's idle sleep while no LISTEN
-    /// connection brings other nodes' changes (`store::postgres::listen::IdleCap`).
+    /// connection brings other nodes' changes (`store::IdleCap`).
     pub pg_poll: Duration,
     /// PostgreSQL: never LISTEN; always poll every `pg_poll`.
     pub pg_poll_only: bool,

@@ -37,6 +37,7 @@ pub mod config;
 pub mod cron;
 pub mod delivery;
 pub mod error;
+pub mod fanout;
 pub mod filter;
 pub mod health;
 pub mod metrics;

@@ -6,7 +6,8 @@ use super::{Ctx, Request, missing, to_data};
 use crate::clock::parse_instant;
 use crate::error::{ApiError, ApiResult};
 use crate::store::endpoints::Endpoint;
-use crate::store::{self, tasks::NewTask, tasks::RetryFilter, tasks::Task, tasks::TaskFilter};
+use crate::store::tasks::{NewTask, RetryFilter, Task, TaskFilter, TaskKind, TaskStatus};
+use crate::store::{self};
 use serde_json::{Value, json};
 
 fn load(ctx: &Ctx<'_>, id: i64) -> ApiResult<Task> {
@@ -100,7 +101,7 @@ fn insert_manual(
             schedule_id,
             event_id,
             endpoint_id: endpoint.id,
-            task_type: "manual",
+            task_type: TaskKind::Manual,
             payload,
             run_at,
             max_attempts: i64::from(policy.max_attempts),
@@ -168,7 +169,7 @@ pub fn retry(ctx: &mut Ctx<'_>, req: &Request) -> ApiResult<Value> {
         .is_empty()
     {
         return Err(ApiError::conflict(
-            if task.status != "failed" && task.status != "canceled" {
+            if !matches!(task.status, TaskStatus::Failed | TaskStatus::Canceled) {
                 format!(
                     "task {id} is {}; only a failed or canceled task can be retried",
                     task.status

@@ -1,7 +1,8 @@
 //! The `api_keys` table: one key per client, bound to one app; secrets never leave `create`.
-//! The record types and [`KeyQueries`] live here; each backend implements the queries in its own
-//! `keys.rs` (`store::sqlite::keys`, `store::postgres::keys`).
+//! The record types and [`KeyQueries`] live here; each backend implements the queries
+//! in its own `keys.rs` (`store::sqlite::keys`, `store::postgres::keys`).
 
+use crate::store::StoreError;
 use serde::Serialize;
 
 /// A key as `keys list` shows it (no secret).
@@ -43,21 +44,13 @@ fn random_hex(bytes: usize) -> String {
 /// `store::postgres::keys`); part of [`crate::store::Tx`].
 pub trait KeyQueries {
     /// Creates a key for `app_id` (a fresh id and secret, `NewKey::generate`).
-    fn create_key(
-        &mut self,
-        app_id: &str,
-        name: &str,
-        now_ms: i64,
-    ) -> Result<NewKey, crate::store::StoreError>;
+    fn create_key(&mut self, app_id: &str, name: &str, now_ms: i64) -> Result<NewKey, StoreError>;
     /// How many keys exist, revoked ones included (first start makes one when none).
-    fn count_keys(&mut self) -> Result<i64, crate::store::StoreError>;
+    fn count_keys(&mut self) -> Result<i64, StoreError>;
     /// Every key, oldest first, without secrets.
-    fn list_keys(&mut self) -> Result<Vec<KeyInfo>, crate::store::StoreError>;
+    fn list_keys(&mut self) -> Result<Vec<KeyInfo>, StoreError>;
     /// Marks a key revoked; false when no live key has that id.
-    fn revoke_key(&mut self, key_id: &str, now_ms: i64) -> Result<bool, crate::store::StoreError>;
+    fn revoke_key(&mut self, key_id: &str, now_ms: i64) -> Result<bool, StoreError>;
     /// The secret and app of a live (not revoked) key.
-    fn lookup_key(
-        &mut self,
-        key_id: &str,
-    ) -> Result<Option<(String, String)>, crate::store::StoreError>;
+    fn lookup_key(&mut self, key_id: &str) -> Result<Option<(String, String)>, StoreError>;
 }

@@ -315,7 +315,7 @@ fn a_version_1_database_upgrades_with_the_default_modes() {
     let (version, expected) = match crate::support::backend() {
         crate::support::Backend::Sqlite => (
             conn.int("PRAGMA user_version", &[]),
-            webhookd::store::SCHEMA_VERSION,
+            webhookd::store::sqlite::SCHEMA_VERSION,
         ),
         crate::support::Backend::Postgres => (
             conn.int("SELECT version FROM webhookd_schema", &[]),

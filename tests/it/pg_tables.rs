@@ -6,6 +6,7 @@
 use crate::pg::PgServer;
 use std::sync::{Arc, Barrier};
 use std::time::Duration;
+use webhookd::retry::Backoff;
 use webhookd::store::Page;
 use webhookd::store::attempts::Attempt;
 use webhookd::store::endpoints::{DisabledReason, Endpoint, HealthDelta};
@@ -36,7 +37,7 @@ fn policy(app: &str, name: &str) -> Policy {
         app_id: app.into(),
         name: name.into(),
         max_attempts: 7,
-        backoff_type: "linear".into(),
+        backoff_type: Backoff::Linear,
         initial_delay_sec: 2,
         max_delay_sec: 60,
         status: "active".into(),
@@ -192,7 +193,7 @@ fn keys_policies_events_attempts_and_the_probe_round_trip() {
     let changed = Policy {
         name: "renamed".into(),
         max_attempts: 9,
-        backoff_type: "exponential".into(),
+        backoff_type: Backoff::Exponential,
         updated_at: 2_000,
         ..p1.clone()
     };

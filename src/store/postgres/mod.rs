@@ -31,8 +31,14 @@ pub use store::{PgStore, PgTx};
 pub use tls::{RootCert, SslMode, TlsSettings};
 pub use url::{PgUrl, is_url, redact};
 
+use crate::retry::Backoff;
+use crate::store::Word;
+use crate::store::schedules::{Catchup, Overlap};
+use crate::store::tasks::{TaskKind, TaskStatus};
 use connect::connect_with;
 pub use connect::{HEALTH_WAIT, Link, Manager, PgPool, PgSettings, checkout};
+use postgres::types::{FromSql, IsNull, ToSql, Type};
+use std::error::Error;
 use std::sync::Arc;
 
 /// Connects once to `url` (a `postgres://` / `postgresql://` URL), refuses a database of another
@@ -66,3 +72,39 @@ pub fn open_with(
 pub fn connect(url: &PgUrl) -> anyhow::Result<postgres::Client> {
     connect_with(url, url.config().clone())
 }
+
+/// Stored words (`store::word`) as PostgreSQL text: a word outside the set is a conversion
+/// error of the row (a `StoreError`), never a default.
+macro_rules! stored_words {
+    ($($word:ty),+) => {$(
+        impl<'a> FromSql<'a> for $word {
+            fn from_sql(ty: &Type, raw: &'a [u8]) -> Result<Self, Box<dyn Error + Sync + Send>> {
+                let text = <&str as FromSql>::from_sql(ty, raw)?;
+                <$word as Word>::from_word(text)
+                    .ok_or_else(|| format!("not a {}: {text:?}", <$word as Word>::WHAT).into())
+            }
+
+            fn accepts(ty: &Type) -> bool {
+                <&str as FromSql>::accepts(ty)
+            }
+        }
+
+        impl ToSql for $word {
+            fn to_sql(
+                &self,
+                ty: &Type,
+                out: &mut bytes::BytesMut,
+            ) -> Result<IsNull, Box<dyn Error + Sync + Send>> {
+                Word::word(self).to_sql(ty, out)
+            }
+
+            fn accepts(ty: &Type) -> bool {
+                <&str as ToSql>::accepts(ty)
+            }
+
+            postgres::types::to_sql_checked!();
+        }
+    )+};
+}
+
+stored_words!(Backoff, Catchup, Overlap, TaskKind, TaskStatus);

@@ -203,11 +203,6 @@ impl Store for PgStore {
         })
     }
 
-    /// Nothing to do: PostgreSQL's own autovacuum and checkpoints keep its files in bounds.
-    fn maintain(&self, _passive: bool, _wal_limit_bytes: u64) -> anyhow::Result<()> {
-        Ok(())
-    }
-
     /// Refused (contract §16): a consistent copy of a PostgreSQL database is `pg_dump`'s job.
     fn backup(&self, _out: &Path) -> anyhow::Result<()> {
         anyhow::bail!(
