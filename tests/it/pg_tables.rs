@@ -124,6 +124,12 @@ fn keys_policies_events_attempts_and_the_probe_round_trip() {
     assert!(k1.key_id.starts_with("whk_") && k1.secret.starts_with("whs_"));
     assert_eq!(PgTx::new(&mut c, "test").count_keys().unwrap(), 2);
     let lookup = PgTx::new(&mut c, "test").lookup_key(&k1.key_id).unwrap();
+    // last_used_at: written, then not again within a minute, then again.
+    for (at, expected) in [(5_000, 5_000), (64_999, 5_000), (65_000, 65_000)] {
+        PgTx::new(&mut c, "test").touch_key(&k1.key_id, at).unwrap();
+        let seen = PgTx::new(&mut c, "test").lookup_key(&k1.key_id).unwrap();
+        assert_eq!(seen.unwrap().last_used_at, Some(expected), "at {at}");
+    }
     let lookup = lookup.map(|k| (k.secret, k.app_id));
     assert_eq!(lookup, Some((k1.secret.clone(), "a".to_string())));
     assert!(

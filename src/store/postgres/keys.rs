@@ -135,8 +135,8 @@ impl<C: GenericClient> KeyQueries for PgTx<'_, C> {
         let c = &mut *self.c;
         c.execute(
             "UPDATE api_keys SET last_used_at = $2
-             WHERE key_id = $1 AND (last_used_at IS NULL OR last_used_at <= $2 - $3)",
-            &[&key_id, &now_ms, &LAST_USED_EVERY_MS],
+             WHERE key_id = $1 AND (last_used_at IS NULL OR last_used_at <= $3)",
+            &[&key_id, &now_ms, &(now_ms - LAST_USED_EVERY_MS)],
         )?;
         Ok(())
     }

@@ -115,9 +115,9 @@ impl KeyQueries for SqliteTx<'_> {
         let conn = self.0;
         conn.prepare_cached(
             "UPDATE api_keys SET last_used_at = ?2
-             WHERE key_id = ?1 AND (last_used_at IS NULL OR last_used_at <= ?2 - ?3)",
+             WHERE key_id = ?1 AND (last_used_at IS NULL OR last_used_at <= ?3)",
         )?
-        .execute(params![key_id, now_ms, LAST_USED_EVERY_MS])?;
+        .execute(params![key_id, now_ms, now_ms - LAST_USED_EVERY_MS])?;
         Ok(())
     }
 }
