@@ -104,10 +104,10 @@ pub fn authenticate(
     }
     // `last_used_at` is informational: written at most once a minute per key, and a failure to
     // write it does not fail the request.
-    if key.last_used_due(now_ms) {
-        if let Err(e) = store.write(|tx| tx.touch_key(key_id, now_ms)) {
-            tracing::warn!(key_id, error = %e, "could not record the key's last use");
-        }
+    if key.last_used_due(now_ms)
+        && let Err(e) = store.write(|tx| tx.touch_key(key_id, now_ms))
+    {
+        tracing::warn!(key_id, error = %e, "could not record the key's last use");
     }
     Ok(Caller {
         key_id: key_id.to_string(),
