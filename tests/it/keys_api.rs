@@ -482,3 +482,22 @@ fn cli_creates_scoped_and_expiring_keys() {
     });
     assert_eq!(refused, Some(40102));
 }
+
+/// Keys made before scopes existed are `admin` and never expire: a version-1 database with a
+/// key, upgraded by opening it.
+#[test]
+fn keys_made_before_scopes_are_admin() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = crate::catchup::version_1_database(dir.path(), "v1_keys");
+    Db::open(&db).execute(
+        "INSERT INTO api_keys (key_id, secret, app_id, name, created_at) VALUES (?1, ?2, ?3, ?4, ?5)",
+        &[&"whk_old", &"whs_old", &"app1", &"before scopes", &1_000i64],
+    );
+    let store = webhookd::store::open(&db, 1).unwrap();
+    let key = store
+        .read::<_, webhookd::store::StoreError>(|tx| tx.lookup_key("whk_old"))
+        .unwrap()
+        .expect("the old key is live");
+    assert_eq!(key.scope, webhookd::store::keys::Scope::Admin);
+    assert_eq!((key.expires_at, key.last_used_at), (None, None));
+}
