@@ -78,7 +78,9 @@ function signInView(message) {
       await signIn(keyId.value.trim(), secret.value);
       render();
     } catch (err) {
-      error.textContent = err.code === 40102 || err.code === 40103
+      // An expired key is told so (the server tells only the secret's holder); an unknown key or a
+      // wrong secret gets one message, so that the form does not tell which was wrong.
+      error.textContent = (err.code === 40102 && !/expired/.test(err.message)) || err.code === 40103
         ? "Unknown key id or wrong secret."
         : err.message;
     }

@@ -267,7 +267,28 @@ def keys_page(page, result):
     expect(page.locator(".notice.ok")).to_contain_text("revoked")
     check(refused_code("GET", "/v1/endpoints", read_key) == 40102, "the revoked key still works")
     shot(page, "10-keys")
-    result["keys_page"] = "create, secret once, revoke; read key greyed out"
+
+    # An expired key signing in is told that it expired (not "wrong secret").
+    brief = signed("POST", "/v1/keys", {"name": "brief", "scope": "read",
+                                        "expires_at": int(time.time()) + 2})
+    deadline = time.monotonic() + WAIT_MS / 1000
+    while True:  # until the server's clock has passed expires_at
+        try:
+            signed("GET", "/v1/endpoints", key=(brief["id"], brief["secret"]))
+        except urllib.error.HTTPError as e:
+            code = json.load(e)["code"]
+            check(code == 40102, f"an expiring key got {code}")
+            break
+        check(time.monotonic() < deadline, "the key never expired")
+        time.sleep(0.2)
+    late = page.context.new_page()
+    late.goto(ORIGIN + "/ui/")
+    late.fill("input[name=key_id]", brief["id"])
+    late.fill("input[name=secret]", brief["secret"])
+    late.click("form.signin button[type=submit]")
+    expect(late.locator("form.signin .error")).to_contain_text("expired")
+    late.close()
+    result["keys_page"] = "create, secret once, revoke; read key greyed out; expired key told"
 
 
 def main():
