@@ -1,10 +1,12 @@
 //! The command line (contract §1, §10): `serve`, `keys create|list|revoke`, `api`,
 //! `healthcheck`, `backup`, `migrate`. Every flag also reads an environment variable `WEBHOOKD_<FLAG>`.
 
+use crate::store::keys::Scope;
 use clap::builder::BoolishValueParser;
 use clap::{ArgAction, Args, Parser, Subcommand};
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::path::PathBuf;
+use std::time::Duration;
 
 #[derive(Debug, Parser)]
 #[command(
@@ -192,6 +194,14 @@ pub enum KeysCommand {
         /// A label for the key.
         #[arg(long, env = "WEBHOOKD_NAME")]
         name: String,
+        /// What the key may do in its app: admin (everything, keys included), write (every
+        /// route but the keys routes) or read (GET routes and POST /cron/preview).
+        #[arg(long, env = "WEBHOOKD_SCOPE", default_value = "admin", value_parser = parse_scope)]
+        scope: Scope,
+        /// The key stops working after this long: a number and a unit, s, m, h, d or w
+        /// (90d, 12h). Default: never.
+        #[arg(long, env = "WEBHOOKD_EXPIRES_IN", value_parser = parse_expires_in)]
+        expires_in: Option<Duration>,
         /// Print exactly one JSON object: {"key_id","secret","app_id"}.
         #[arg(long)]
         json: bool,
@@ -230,6 +240,35 @@ pub struct ApiArgs {
 
 /// `--disable-failing-after-hours`: a number of hours; the message names the flag's env var too
 /// (the range is checked by `Config::validate`).
+fn parse_scope(value: &str) -> Result<Scope, String> {
+    Scope::parse(value).ok_or_else(|| format!("'{value}' is not one of admin, write, read"))
+}
+
+/// `--expires-in`: a positive whole number and a unit, `s`, `m`, `h`, `d` or `w` (`90d`, `12h`).
+pub fn parse_expires_in(value: &str) -> Result<Duration, String> {
+    let value = value.trim();
+    let bad = || format!("'{value}' is not a duration such as 90d, 12h, 30m (units s, m, h, d, w)");
+    let split = value.find(|c: char| !c.is_ascii_digit()).ok_or_else(bad)?;
+    let (number, unit) = value.split_at(split);
+    let n: u64 = number.parse().map_err(|_| bad())?;
+    let unit_secs = match unit {
+        "s" => 1,
+        "m" => 60,
+        "h" => 3600,
+        "d" => 86_400,
+        "w" => 604_800,
+        _ => return Err(bad()),
+    };
+    match n.checked_mul(unit_secs) {
+        Some(0) => Err(format!(
+            "'{value}' is no time at all; give a positive duration"
+        )),
+        // At most about 100 years, so that every expiry shows as an RFC 3339 time.
+        Some(secs) if secs <= 100 * 366 * 86_400 => Ok(Duration::from_secs(secs)),
+        _ => Err(format!("'{value}' is longer than 100 years")),
+    }
+}
+
 fn parse_hours(value: &str) -> Result<f64, String> {
     value.trim().parse::<f64>().map_err(|_| {
         format!(
@@ -268,6 +307,31 @@ pub fn parse_listen(text: &str) -> Result<SocketAddr, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn expires_in_forms() {
+        assert_eq!(
+            parse_expires_in("90d"),
+            Ok(Duration::from_secs(90 * 86_400))
+        );
+        assert_eq!(parse_expires_in("12h"), Ok(Duration::from_secs(12 * 3600)));
+        assert_eq!(parse_expires_in("30m"), Ok(Duration::from_secs(1800)));
+        assert_eq!(parse_expires_in("45s"), Ok(Duration::from_secs(45)));
+        assert_eq!(parse_expires_in("2w"), Ok(Duration::from_secs(14 * 86_400)));
+        for bad in [
+            "",
+            "d",
+            "90",
+            "-1d",
+            "1.5h",
+            "1y",
+            "0d",
+            "99999999999999w",
+            "1 d",
+        ] {
+            assert!(parse_expires_in(bad).is_err(), "{bad}");
+        }
+    }
 
     #[test]
     fn listen_forms() {

@@ -366,7 +366,7 @@ fn handle_blocking(
         .path_and_query()
         .map(|pq| pq.as_str())
         .unwrap_or("/");
-    let app_id = auth::authenticate(
+    let caller = auth::authenticate(
         &*app.store,
         now_ms,
         app.config.max_skew_secs,
@@ -386,6 +386,7 @@ fn handle_blocking(
         .check(key_id)
         .map_err(ApiError::rate_limited)?;
     let (handler, ids) = api::resolve(parts.method.as_str(), parts.uri.path())?;
+    auth::check_scope(&caller, parts.method.as_str(), parts.uri.path())?;
     let request = Request {
         method: parts.method.to_string(),
         path: parts.uri.path().to_string(),
@@ -396,7 +397,8 @@ fn handle_blocking(
     };
     let mut ctx = Ctx {
         app,
-        app_id: &app_id,
+        app_id: &caller.app_id,
+        key_id: &caller.key_id,
         store: &*app.store,
         now_ms,
     };

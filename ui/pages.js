@@ -1,6 +1,6 @@
 // The dashboard's pages. Each is `async (main, route, ctx)` and fills `main`. Lists page
 // through the API (page_size 20 here); nothing loads a whole table.
-import { api, metrics } from "./api.js";
+import { api, metrics, denied, loadCredentials } from "./api.js";
 import {
   h, fill, when, relative, table, badge, button, field, parseJson, utcOffset, browserZone,
 } from "./dom.js";
@@ -61,6 +61,25 @@ function link(text, name, params) {
 function timeCell(iso) {
   if (!iso) return "—";
   return h("time", { datetime: iso, title: iso }, when(iso), h("small", null, " " + relative(iso)));
+}
+
+/**
+ * A button for an action that sends `method path`: when the signed-in key's scope does not
+ * allow it, greyed out (disabled) with the reason as its tooltip and `data-denied`.
+ */
+function allowed(method, path, label, action, cls) {
+  const b = button(label, action, cls);
+  const reason = denied(method, path);
+  return reason ? greyOut(b, reason) : b;
+}
+
+/** Disables a control and says why (tooltip and `data-denied`, which the browser test reads). */
+function greyOut(b, reason) {
+  b.disabled = true;
+  b.classList.add("denied");
+  b.title = reason;
+  b.setAttribute("data-denied", reason);
+  return b;
 }
 
 /** A section with a heading and a toolbar. */
@@ -269,14 +288,14 @@ function health(e, detailed) {
 /** The actions on one endpoint, in its list row and on its page. */
 function endpointActions(e, forms, result, ctx, onPage) {
   return h("div", { class: "row-actions" },
-    button("Edit", () => endpointForm(forms, e, ctx)),
+    allowed("PATCH", `/v1/endpoints/${e.id}`, "Edit", () => endpointForm(forms, e, ctx)),
     e.status === "enabled"
-      ? button("Disable", () => act(ctx, () => api("POST", `/v1/endpoints/${e.id}/disable`), `Endpoint ${e.name} disabled.`))
-      : button("Enable", () => act(ctx, () => api("POST", `/v1/endpoints/${e.id}/enable`), `Endpoint ${e.name} enabled.`)),
-    button("Send test", () => testDelivery(result, e, ctx)),
-    button("Rotate secret", () => rotateForm(forms, e, ctx)),
+      ? allowed("POST", `/v1/endpoints/${e.id}/disable`, "Disable", () => act(ctx, () => api("POST", `/v1/endpoints/${e.id}/disable`), `Endpoint ${e.name} disabled.`))
+      : allowed("POST", `/v1/endpoints/${e.id}/enable`, "Enable", () => act(ctx, () => api("POST", `/v1/endpoints/${e.id}/enable`), `Endpoint ${e.name} enabled.`)),
+    allowed("POST", `/v1/endpoints/${e.id}/test`, "Send test", () => testDelivery(result, e, ctx)),
+    allowed("POST", `/v1/endpoints/${e.id}/rotate-secret`, "Rotate secret", () => rotateForm(forms, e, ctx)),
     link("Tasks", "tasks", { endpoint_id: e.id }),
-    button("Delete", async () => {
+    allowed("DELETE", `/v1/endpoints/${e.id}`, "Delete", async () => {
       if (!confirm(`Delete endpoint ${e.name}? Its pending tasks are canceled.`)) return;
       try {
         await api("DELETE", `/v1/endpoints/${e.id}`);
@@ -296,7 +315,7 @@ async function endpoints(main, r, ctx) {
   const result = h("div");
   main.prepend(section("Endpoints",
     select("filter-status", [["", "all"], ["enabled", "enabled"], ["disabled", "disabled"]], status),
-    button("New endpoint", () => endpointForm(forms, null, ctx), "primary")));
+    allowed("POST", "/v1/endpoints", "New endpoint", () => endpointForm(forms, null, ctx), "primary")));
   main.querySelector("select[name=filter-status]").addEventListener("change", (e) => ctx.go("endpoints", { status: e.target.value }));
   main.append(result, list);
   const data = await api("GET", "/v1/endpoints", pageQuery(r.params, { status }));
@@ -337,7 +356,7 @@ async function endpointPage(main, id, ctx) {
     h("div", { class: "titlebar" },
       h("div", null, h("small", null, link("Endpoints", "endpoints"), " ›"), h("h2", { class: "name" }, e.name),
         h("div", { class: "health-line" }, health(e, false))),
-      h("div", { class: "tools" }, button("New task to it", () => taskForm(forms, ctx, e.id)))));
+      h("div", { class: "tools" }, allowed("POST", "/v1/tasks", "New task to it", () => taskForm(forms, ctx, e.id)))));
   const forms = panel(main);
   const result = h("div");
   // (h() skips a null child; the DOM's own append would print "null".)
@@ -528,7 +547,7 @@ async function schedules(main, r, ctx) {
   const list = h("div", null, h("p", { class: "empty" }, "Loading…"));
   main.prepend(section("Schedules",
     select("filter-status", [["", "all"], ["active", "active"], ["paused", "paused"]], status),
-    button("New schedule", () => scheduleForm(forms, null, ctx), "primary")));
+    allowed("POST", "/v1/schedules", "New schedule", () => scheduleForm(forms, null, ctx), "primary")));
   main.querySelector("select[name=filter-status]").addEventListener("change", (e) => ctx.go("schedules", { status: e.target.value }));
   main.append(list);
   const data = await api("GET", "/v1/schedules", pageQuery(r.params, { status }));
@@ -556,10 +575,10 @@ async function schedules(main, r, ctx) {
     ["Actions", (s) => {
       const runs = h("div", { class: "runs-box" });
       return h("div", { class: "row-actions" },
-        s.status === "deleted" ? null : button("Edit", () => scheduleForm(forms, s, ctx)),
-        s.status === "active" ? button("Pause", () => act(ctx, () => api("POST", `/v1/schedules/${s.id}/pause`), `Schedule ${s.name} paused.`)) : null,
-        s.status === "paused" ? button("Resume", () => act(ctx, () => api("POST", `/v1/schedules/${s.id}/resume`), `Schedule ${s.name} resumed.`)) : null,
-        s.status === "deleted" ? null : button("Trigger now", () => act(ctx, () => api("POST", `/v1/schedules/${s.id}/trigger`),
+        s.status === "deleted" ? null : allowed("PATCH", `/v1/schedules/${s.id}`, "Edit", () => scheduleForm(forms, s, ctx)),
+        s.status === "active" ? allowed("POST", `/v1/schedules/${s.id}/pause`, "Pause", () => act(ctx, () => api("POST", `/v1/schedules/${s.id}/pause`), `Schedule ${s.name} paused.`)) : null,
+        s.status === "paused" ? allowed("POST", `/v1/schedules/${s.id}/resume`, "Resume", () => act(ctx, () => api("POST", `/v1/schedules/${s.id}/resume`), `Schedule ${s.name} resumed.`)) : null,
+        s.status === "deleted" ? null : allowed("POST", `/v1/schedules/${s.id}/trigger`, "Trigger now", () => act(ctx, () => api("POST", `/v1/schedules/${s.id}/trigger`),
           (d) => `Schedule ${s.name} fired: ${plural(d.task_ids.length, "task")}.`)),
         button("Next runs", async () => {
           try {
@@ -570,7 +589,7 @@ async function schedules(main, r, ctx) {
           }
         }),
         link("Tasks", "tasks", { schedule_id: s.id }),
-        s.status === "deleted" ? null : button("Delete", () => confirm(`Delete schedule ${s.id}?`) &&
+        s.status === "deleted" ? null : allowed("DELETE", `/v1/schedules/${s.id}`, "Delete", () => confirm(`Delete schedule ${s.id}?`) &&
           act(ctx, () => api("DELETE", `/v1/schedules/${s.id}`), `Schedule ${s.id} deleted.`), "danger"),
         runs);
     }],
@@ -808,12 +827,12 @@ async function tasks(main, r, ctx) {
   const scoped = ["endpoint_id", "schedule_id", "event_id"].filter((k) => p[k]);
   const bulkStatus = p.status === "canceled" ? "canceled" : "failed";
   const bulk = scoped.length && (!p.status || p.status === bulkStatus)
-    ? button(`Retry all ${bulkStatus}`, () => confirm(`Retry every ${bulkStatus} task that matches this filter?`) &&
+    ? allowed("POST", "/v1/tasks/retry", `Retry all ${bulkStatus}`, () => confirm(`Retry every ${bulkStatus} task that matches this filter?`) &&
       act(ctx, () => api("POST", "/v1/tasks/retry", null,
         { status: bulkStatus, ...Object.fromEntries(scoped.map((k) => [k, Number(p[k])])) }),
       (d) => `${plural(d.count, "task")} ${d.count === 1 ? "is" : "are"} pending again${d.more ? " (more remain: retry again)" : ""}.`))
     : null;
-  main.prepend(section("Tasks", bulk, button("New manual task", () => taskForm(forms, ctx, p.endpoint_id), "primary")),
+  main.prepend(section("Tasks", bulk, allowed("POST", "/v1/tasks", "New manual task", () => taskForm(forms, ctx, p.endpoint_id), "primary")),
     h("div", { class: "filters" }, Object.values(filters)));
   main.append(list);
   fill(list, await taskTable(data.items, ctx), pager(data, p, ctx, "tasks"));
@@ -823,10 +842,10 @@ function taskActions(t, ctx, inDetail) {
   return h("div", { class: "row-actions" },
     inDetail ? null : link("Attempts", "tasks/" + t.id),
     t.status === "failed" || t.status === "canceled"
-      ? button("Retry", () => act(ctx, () => api("POST", `/v1/tasks/${t.id}/retry`), `Task ${t.id} is pending again.`), "primary") : null,
+      ? allowed("POST", `/v1/tasks/${t.id}/retry`, "Retry", () => act(ctx, () => api("POST", `/v1/tasks/${t.id}/retry`), `Task ${t.id} is pending again.`), "primary") : null,
     t.status === "pending"
-      ? button("Cancel", () => act(ctx, () => api("POST", `/v1/tasks/${t.id}/cancel`), `Task ${t.id} canceled.`), "danger") : null,
-    button("Resend", async () => {
+      ? allowed("POST", `/v1/tasks/${t.id}/cancel`, "Cancel", () => act(ctx, () => api("POST", `/v1/tasks/${t.id}/cancel`), `Task ${t.id} canceled.`), "danger") : null,
+    allowed("POST", `/v1/tasks/${t.id}/resend`, "Resend", async () => {
       try {
         const copy = await api("POST", `/v1/tasks/${t.id}/resend`);
         ctx.notify(`Task ${t.id} resent as task ${copy.id} (the same payload, a new delivery).`, "ok");
@@ -897,7 +916,7 @@ async function events(main, r, ctx) {
   const filter = input("filter-event_name", name, { placeholder: "event name" });
   filter.addEventListener("change", () => ctx.go("events", { event_name: filter.value.trim() }));
   const list = h("div", null, h("p", { class: "empty" }, "Loading…"));
-  main.prepend(section("Events", filter, button("Publish event", () => eventForm(forms, ctx), "primary")));
+  main.prepend(section("Events", filter, allowed("POST", "/v1/events", "Publish event", () => eventForm(forms, ctx), "primary")));
   main.append(list);
   const data = await api("GET", "/v1/events", pageQuery(r.params, { event_name: name }));
   if (ctx.stale()) return;
@@ -931,7 +950,7 @@ function eventForm(forms, ctx) {
 async function policies(main, r, ctx) {
   const forms = panel(main);
   const list = h("div", null, h("p", { class: "empty" }, "Loading…"));
-  main.prepend(section("Retry policies", button("New policy", () => policyForm(forms, null, ctx), "primary")));
+  main.prepend(section("Retry policies", allowed("POST", "/v1/retries/policies", "New policy", () => policyForm(forms, null, ctx), "primary")));
   main.append(list);
   const data = await api("GET", "/v1/retries/policies", pageQuery(r.params, {}));
   if (ctx.stale()) return;
@@ -942,8 +961,8 @@ async function policies(main, r, ctx) {
       ["Attempts", (p) => String(p.max_attempts)],
       ["Backoff", (p) => `${p.backoff_type}, ${p.initial_delay_sec} s … ${p.max_delay_sec} s`],
       ["Actions", (p) => h("div", { class: "row-actions" },
-        button("Edit", () => policyForm(forms, p, ctx)),
-        button("Delete", () => confirm(`Delete retry policy ${p.id}?`) &&
+        allowed("PATCH", `/v1/retries/policies/${p.id}`, "Edit", () => policyForm(forms, p, ctx)),
+        allowed("DELETE", `/v1/retries/policies/${p.id}`, "Delete", () => confirm(`Delete retry policy ${p.id}?`) &&
           act(ctx, () => api("DELETE", `/v1/retries/policies/${p.id}`), `Policy ${p.id} deleted.`), "danger"))],
     ], data.items, "No retry policies yet."), pager(data, Object.fromEntries(r.params), ctx, "policies"));
 }
@@ -976,4 +995,98 @@ function policyForm(forms, p, ctx) {
     }, () => forms.close()));
 }
 
-export const PAGES = { overview, endpoints, schedules, tasks, events, policies };
+// ---------------------------------------------------------------- API keys
+
+const SCOPES = [
+  ["admin", "admin: everything, API keys included"],
+  ["write", "write: everything but API keys"],
+  ["read", "read: look (GET) and preview cron only"],
+];
+
+/**
+ * The app's API keys (admin keys only; docs/API.md, "Keys"): list, create (the secret shown
+ * once), revoke. Another scope sees why it cannot, and its own key's record.
+ */
+async function keys(main, r, ctx) {
+  const creds = loadCredentials();
+  const forms = panel(main);
+  const list = h("div", null, h("p", { class: "empty" }, "Loading…"));
+  main.prepend(section("API keys", allowed("POST", "/v1/keys", "New key", () => keyForm(forms, ctx), "primary")));
+  main.append(list);
+  const reason = denied("GET", "/v1/keys");
+  if (reason) {
+    const own = await api("GET", "/v1/keys/" + encodeURIComponent(creds.keyId));
+    if (ctx.stale()) return;
+    fill(list,
+      h("p", { class: "denied-note", "data-denied": reason }, `Only admin keys manage API keys (${reason}). The key you are signed in with:`),
+      keyTable([own], ctx, creds));
+    return;
+  }
+  const data = await api("GET", "/v1/keys", pageQuery(r.params, {}));
+  if (ctx.stale()) return;
+  fill(list,
+    h("p", null, h("small", null, "Every request signed with a key is checked against its scope. Revoking a key refuses it at once, on every node.")),
+    keyTable(data.items, ctx, creds),
+    pager(data, Object.fromEntries(r.params), ctx, "keys"));
+}
+
+function keyState(k) {
+  if (k.revoked_at) return badge("revoked", "canceled");
+  if (k.expires_at && new Date(k.expires_at).getTime() <= Date.now()) return badge("expired", "failed");
+  return badge("active", "active");
+}
+
+function keyTable(items, ctx, creds) {
+  return table([
+    ["Key id", (k) => h("code", null, k.id)],
+    ["Name", (k) => h("strong", { class: "name" }, k.name)],
+    ["Scope", (k) => badge(k.scope, "scope")],
+    ["State", keyState],
+    ["Created", (k) => timeCell(k.created_at)],
+    ["Expires", (k) => (k.expires_at ? timeCell(k.expires_at) : "never")],
+    ["Last used", (k) => (k.last_used_at ? timeCell(k.last_used_at) : "never")],
+    ["Actions", (k) => (k.revoked_at ? h("small", null, "revoked ", timeCell(k.revoked_at)) : revokeButton(k, ctx, creds))],
+  ], items, "No keys.");
+}
+
+function revokeButton(k, ctx, creds) {
+  const b = allowed("DELETE", `/v1/keys/${k.id}`, "Revoke", () =>
+    confirm(`Revoke key ${k.name} (${k.id})? Requests signed with it are refused from now on.`) &&
+    act(ctx, () => api("DELETE", `/v1/keys/${encodeURIComponent(k.id)}`), `Key ${k.name} revoked.`), "danger");
+  if (k.id === creds.keyId && !b.disabled) {
+    greyOut(b, "this is the key you are signed in with; a key cannot revoke itself");
+  }
+  return b;
+}
+
+function keyForm(forms, ctx) {
+  const inputs = {
+    name: input("name", "", { required: true, maxlength: 200, placeholder: "status page" }),
+    scope: select("scope", SCOPES, "read"),
+    expires_in_days: input("expires_in_days", "", { type: "number", min: 1, max: 36500, placeholder: "never" }),
+  };
+  forms.open("New API key", form([
+    field("name", inputs.name),
+    field("scope", inputs.scope),
+    field("expires in (days)", inputs.expires_in_days, "Empty: the key never expires."),
+  ], "Create", async () => {
+    const body = { name: inputs.name.value, scope: inputs.scope.value };
+    const days = numberOrNull(inputs.expires_in_days.value, "expires in (days)");
+    if (days !== null) body.expires_at = Math.floor(Date.now() / 1000) + Math.round(days * 86400);
+    const key = await api("POST", "/v1/keys", null, body);
+    // The secret is in this reply only: show it until the user closes the panel.
+    forms.open(`Key ${key.name} created`,
+      h("p", { class: "secret-once", role: "alert" }, "Copy the secret now: it is shown this once and never again."),
+      h("dl", { class: "facts" },
+        h("dt", null, "Key id"), h("dd", null, h("code", { class: "key-id" }, key.id)),
+        h("dt", null, "Secret"), h("dd", null, h("code", { class: "key-secret" }, key.secret)),
+        h("dt", null, "Scope"), h("dd", null, key.scope),
+        h("dt", null, "Expires"), h("dd", null, key.expires_at ? when(key.expires_at) : "never")),
+      h("div", { class: "actions" }, button("Done", () => {
+        forms.close();
+        ctx.go(...currentPage());
+      }, "primary")));
+  }, () => forms.close()));
+}
+
+export const PAGES = { overview, endpoints, schedules, tasks, events, policies, keys };

@@ -272,7 +272,7 @@ pub fn retry_bulk(ctx: &mut Ctx<'_>, req: &Request) -> ApiResult<Value> {
 }
 
 /// An optional instant field: an RFC 3339 string or epoch seconds, in store milliseconds.
-fn body_instant(body: &Body, field: &str) -> ApiResult<Option<i64>> {
+pub(super) fn body_instant(body: &Body, field: &str) -> ApiResult<Option<i64>> {
     match body.get(field) {
         None | Some(Value::Null) => Ok(None),
         Some(value) => parse_instant(value)

@@ -21,6 +21,7 @@ import re
 import sys
 import tempfile
 import time
+import urllib.error
 import urllib.parse
 import urllib.request
 from datetime import datetime, timezone
@@ -59,15 +60,16 @@ def check(cond, what):
 LAST_TS = [0]
 
 
-def signed(method, path, body=None):
+def signed(method, path, body=None, key=None):
     """A signed API call from Python (the same scheme as the page), to set up data and read
-    expected values."""
+    expected values; `key` is (key id, secret), the test's admin key by default."""
+    key_id, secret = key or (KEY_ID, SECRET)
     LAST_TS[0] = max(int(time.time() * 1000), LAST_TS[0] + 1)
     ts = str(LAST_TS[0])
     text = "" if body is None else json.dumps(body)
     payload = text if text else f"{method} {path}"
-    sig = hmac.new(SECRET.encode(), f"{ts}\n{payload}".encode(), hashlib.sha256).hexdigest()
-    headers = {"X-Key-ID": KEY_ID, "X-Timestamp": ts, "X-Signature": sig}
+    sig = hmac.new(secret.encode(), f"{ts}\n{payload}".encode(), hashlib.sha256).hexdigest()
+    headers = {"X-Key-ID": key_id, "X-Timestamp": ts, "X-Signature": sig}
     if text:
         headers["Content-Type"] = "application/json"
     req = urllib.request.Request(SERVER + path, method=method, headers=headers,
@@ -189,6 +191,106 @@ def sign_in_with_a_wrong_device_clock(p):
     ctx.close()
 
 
+def refused_code(method, path, key):
+    """The envelope code of a call that must fail (urllib raises on a 4xx)."""
+    try:
+        signed(method, path, key=key)
+    except urllib.error.HTTPError as e:
+        return json.load(e)["code"]
+    raise AssertionError(f"{method} {path} succeeded with key {key[0]}")
+
+
+def keys_page(page, result):
+    """docs/API.md "Keys": the admin's Keys page (its own key cannot be revoked; a new read key's
+    secret is shown once), then the dashboard signed in with that read key, where what the scope
+    does not allow is greyed out with the reason, and the revocation of the read key."""
+    page.click("nav >> text=Keys")
+    page.wait_for_selector("body[data-ready=keys]")
+    own = page.locator("main tr", has_text=KEY_ID).locator("button:has-text('Revoke')")
+    expect(own).to_be_disabled()
+    expect(own).to_have_attribute("data-denied", re.compile("cannot revoke itself"))
+    page.click("main button:has-text('New key')")
+    page.fill("input[name=name]", "status page")
+    page.select_option("select[name=scope]", "read")
+    page.fill("input[name=expires_in_days]", "30")
+    page.click("form.grid button[type=submit]")
+    expect(page.locator("code.key-secret")).to_be_visible()
+    read_key = (page.locator("code.key-id").inner_text(), page.locator("code.key-secret").inner_text())
+    check(read_key[1].startswith("whs_"), f"secret shown: {read_key[1]}")
+    made = signed_get(f"/v1/keys/{read_key[0]}")
+    check(made["scope"] == "read" and made["expires_at"] and made["name"] == "status page", f"{made}")
+    shot(page, "10-key-created")
+    page.click("main button:has-text('Done')")
+    page.wait_for_selector("body[data-ready=keys]")
+    expect(page.locator("main table")).to_contain_text(read_key[0])
+    check(read_key[1] not in page.content(), "the secret was shown again")
+
+    # A read key in another tab (its own session storage).
+    reader = page.context.new_page()
+    reader.on("console", lambda m: m.type == "error" and "Failed to load resource" not in m.text
+              and CONSOLE_ERRORS.append(m.text))
+    reader.on("pageerror", lambda e: CONSOLE_ERRORS.append(str(e)))
+    reader.goto(ORIGIN + "/ui/")
+    reader.fill("input[name=key_id]", read_key[0])
+    reader.fill("input[name=secret]", read_key[1])
+    reader.click("form.signin button[type=submit]")
+    reader.wait_for_selector("body[data-ready=overview]")
+    expect(reader.locator("header .badge.scope")).to_have_text("read")
+    expect(reader.locator(".scope-note")).to_contain_text("scope is read")
+    expect(reader.locator("header nav span.denied", has_text="Keys")).to_have_attribute(
+        "data-denied", 'key scope "read" does not allow GET /v1/keys')
+    reader.click("nav >> text=Endpoints")
+    reader.wait_for_selector("body[data-ready=endpoints]")
+    expect(reader.locator("main table")).to_contain_text("receiver")
+    new = reader.locator("main button:has-text('New endpoint')")
+    expect(new).to_be_disabled()
+    expect(new).to_have_attribute("title", 'key scope "read" does not allow POST /v1/endpoints')
+    edit = reader.locator("main .row-actions button:has-text('Edit')").first
+    expect(edit).to_be_disabled()
+    expect(edit).to_have_attribute("data-denied", re.compile(r'^key scope "read" does not allow PATCH /v1/endpoints/\d+$'))
+    shot(reader, "11-read-key-endpoints")
+    reader.click("nav >> text=Schedules")
+    reader.wait_for_selector("body[data-ready=schedules]")
+    # The cron preview is a read: allowed. Firing is not.
+    expect(reader.locator("main button:has-text('Next runs')").first).to_be_enabled()
+    expect(reader.locator("main button:has-text('Trigger now')").first).to_be_disabled()
+    reader.goto(ORIGIN + "/ui/#/keys")
+    reader.wait_for_selector("body[data-ready=keys]")
+    expect(reader.locator(".denied-note")).to_contain_text("Only admin keys")
+    expect(reader.locator("main table")).to_contain_text(read_key[0])
+    expect(reader.locator("main button:has-text('New key')")).to_be_disabled()
+    shot(reader, "11-read-key-keys")
+    reader.close()
+
+    # Revoked from the admin's page: refused at once.
+    page.locator("main tr", has_text=read_key[0]).locator("button:has-text('Revoke')").click()
+    expect(page.locator(".notice.ok")).to_contain_text("revoked")
+    check(refused_code("GET", "/v1/endpoints", read_key) == 40102, "the revoked key still works")
+    shot(page, "10-keys")
+
+    # An expired key signing in is told that it expired (not "wrong secret").
+    brief = signed("POST", "/v1/keys", {"name": "brief", "scope": "read",
+                                        "expires_at": int(time.time()) + 2})
+    deadline = time.monotonic() + WAIT_MS / 1000
+    while True:  # until the server's clock has passed expires_at
+        try:
+            signed("GET", "/v1/endpoints", key=(brief["id"], brief["secret"]))
+        except urllib.error.HTTPError as e:
+            code = json.load(e)["code"]
+            check(code == 40102, f"an expiring key got {code}")
+            break
+        check(time.monotonic() < deadline, "the key never expired")
+        time.sleep(0.2)
+    late = page.context.new_page()
+    late.goto(ORIGIN + "/ui/")
+    late.fill("input[name=key_id]", brief["id"])
+    late.fill("input[name=secret]", brief["secret"])
+    late.click("form.signin button[type=submit]")
+    expect(late.locator("form.signin .error")).to_contain_text("expired")
+    late.close()
+    result["keys_page"] = "create, secret once, revoke; read key greyed out; expired key told"
+
+
 def main():
     os.makedirs(SHOTS, exist_ok=True)
     result = {}
@@ -218,7 +320,7 @@ def run(page, result):
         def on_dialog(dialog):
             # The page's own confirm() before a bulk retry is expected; any other dialog (an
             # alert from an injected handler) is recorded and fails the test.
-            if dialog.type == "confirm" and dialog.message.startswith("Retry every"):
+            if dialog.type == "confirm" and dialog.message.startswith(("Retry every", "Revoke key")):
                 dialog.accept()
             else:
                 dialogs.append(dialog.message)
@@ -513,6 +615,8 @@ def run(page, result):
         page.click("main .row-actions button:has-text('Enable')")
         expect(page.locator(".notice.ok")).to_contain_text("enabled")
         result["endpoint_page"] = "ok"
+
+        keys_page(page, result)
 
         # A phone-sized view of the tasks.
         page.set_viewport_size({"width": 390, "height": 800})

@@ -261,7 +261,15 @@ mod tests {
         let key = store.write(|tx| tx.create_key("app1", "k", 1)).unwrap();
         assert_eq!(store.read(|tx| tx.count_keys()).unwrap(), 1);
         let found = store.read(|tx| tx.lookup_key(&key.key_id)).unwrap();
-        assert_eq!(found, Some((key.secret, "app1".to_string())));
+        let found = found.map(|k| (k.secret, k.app_id, k.scope));
+        assert_eq!(
+            found,
+            Some((
+                key.secret,
+                "app1".to_string(),
+                crate::store::keys::Scope::Admin
+            ))
+        );
         assert_eq!(store.read(|tx| tx.rescue_expired_leases(0)).unwrap(), 0);
         assert_eq!(store.backend(), "sqlite");
     }
