@@ -3,7 +3,7 @@
 //! # Layout
 //! - `cli`, `config`: the command line and the validated server configuration.
 //! - `server`: the hyper 1 accept loop (`wire`: hyper's protocol-error replies in the
-//!   envelope); `api`: the router and one file per resource;
+//!   envelope; `request_id`: the id of every reply); `api`: the router and one file per resource;
 //!   `auth`: inbound request signatures; `error`: the one API error type and the envelope.
 //! - `store`: the `Store` / `Tx` traits every caller uses (`Arc<dyn Store>`), `StoreError`, and
 //!   the record types, one file per table. `store::sqlite`: every SQLite statement, one file
@@ -38,6 +38,7 @@ pub mod health;
 pub mod metrics;
 pub mod operator;
 pub mod ratelimit;
+pub mod request_id;
 pub mod retry;
 pub mod scheduler;
 pub mod server;

@@ -16,7 +16,7 @@ use serde::Serialize;
 use serde_json::Value;
 use std::future::Future;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 use tokio::net::TcpListener;
 
@@ -80,15 +80,6 @@ pub async fn serve_http(
     Ok(())
 }
 
-static REQUEST_COUNTER: AtomicU64 = AtomicU64::new(0);
-static REQUEST_PREFIX: std::sync::OnceLock<String> = std::sync::OnceLock::new();
-
-pub(crate) fn next_request_id() -> String {
-    let prefix = REQUEST_PREFIX.get_or_init(|| format!("{:08x}", rand::random::<u32>()));
-    let n = REQUEST_COUNTER.fetch_add(1, Ordering::Relaxed);
-    format!("req_{prefix}{n:010x}")
-}
-
 #[derive(Serialize)]
 struct Envelope<'a> {
     code: u32,
@@ -142,7 +133,7 @@ fn envelope(request_id: &str, result: ApiResult<Value>) -> Reply {
 }
 
 async fn handle(app: Arc<App>, req: hyper::Request<Incoming>) -> Reply {
-    let request_id = next_request_id();
+    let request_id = crate::request_id::next();
     let path = req.uri().path().to_string();
     let early = match (req.method(), path.as_str()) {
         (&Method::GET | &Method::HEAD, "/healthz") => {
