@@ -1,11 +1,14 @@
 //! Inbound request authentication (contract §2): key lookup, the ±skew window, the HMAC
 //! signature over `X-Timestamp + "\n" + payload`, and the replay check (in the database, so
-//! that it survives restarts: `Tx::first_use_of_signature`).
+//! that it survives restarts: `Tx::first_use_of_signature`; in memory for reads while the
+//! database refuses writes). The header checks run before the body is read.
 
 use crate::error::ApiError;
 use crate::signing;
-use crate::store::Store;
+use crate::store::{Store, StoreError};
 use hyper::HeaderMap;
+use std::collections::HashMap;
+use std::sync::Mutex;
 
 /// The parts of a request its signature covers.
 pub struct SignedParts<'a> {
@@ -47,16 +50,33 @@ fn parse_timestamp_ms(text: &str) -> Option<i64> {
     Some(if text.len() >= 13 { n } else { n * 1000 })
 }
 
-/// Checks a request's three headers and returns the app id of its key.
-pub fn authenticate(
+/// A request's key and auth headers, checked from the headers alone ([`check_headers`]), so
+/// that a stranger is refused before the server reads a body; the signature over the body is
+/// checked afterwards ([`Caller::verify`]).
+#[derive(Debug)]
+pub struct Caller {
+    pub key_id: String,
+    /// The app the key belongs to.
+    pub app_id: String,
+    secret: String,
+    timestamp: String,
+    /// Lower case: signatures are compared without regard to hex case.
+    signature: String,
+    /// When the signature leaves the skew window: its replay record is needed until then.
+    expires_ms: i64,
+}
+
+/// Checks what the headers alone can tell: all three present, the key known and not revoked,
+/// the timestamp within the skew window, the signature 64 hex digits (HMAC-SHA256).
+pub fn check_headers(
     store: &dyn Store,
     now_ms: i64,
     max_skew_secs: u64,
-    req: &SignedParts<'_>,
-) -> Result<String, ApiError> {
-    let key_id = header(req.headers, "X-Key-ID")?;
-    let timestamp = header(req.headers, "X-Timestamp")?;
-    let signature = header(req.headers, "X-Signature")?;
+    headers: &HeaderMap,
+) -> Result<Caller, ApiError> {
+    let key_id = header(headers, "X-Key-ID")?;
+    let timestamp = header(headers, "X-Timestamp")?;
+    let signature = header(headers, "X-Signature")?;
 
     let (secret, app_id) = store
         .read(|tx| tx.lookup_key(key_id))?
@@ -74,21 +94,135 @@ pub fn authenticate(
             now_ms / 1000
         )));
     }
-
-    let payload = signed_payload(req.method, req.path_and_query, req.body);
-    if !signing::verify_hex(secret.as_bytes(), timestamp, &payload, signature) {
+    if signature.len() != 64 || !signature.bytes().all(|b| b.is_ascii_hexdigit()) {
         return Err(ApiError::auth_bad_signature());
     }
-    // The pair is committed before the request is acted on: a crash right after cannot let it
-    // be used again. Signatures are compared without regard to hex case.
-    let signature = signature.to_ascii_lowercase();
-    let expires_ms = sent_ms.saturating_add(skew_ms);
-    let first =
-        store.write(|tx| tx.first_use_of_signature(key_id, &signature, expires_ms, now_ms))?;
-    if !first {
+    Ok(Caller {
+        key_id: key_id.to_string(),
+        app_id,
+        secret,
+        timestamp: timestamp.to_string(),
+        signature: signature.to_ascii_lowercase(),
+        expires_ms: sent_ms.saturating_add(skew_ms),
+    })
+}
+
+impl Caller {
+    /// Checks the signature over the request (its body, or `METHOD path?query`).
+    pub fn verify(&self, method: &str, path_and_query: &str, body: &[u8]) -> Result<(), ApiError> {
+        let payload = signed_payload(method, path_and_query, body);
+        if !signing::verify_hex(
+            self.secret.as_bytes(),
+            &self.timestamp,
+            &payload,
+            &self.signature,
+        ) {
+            return Err(ApiError::auth_bad_signature());
+        }
+        Ok(())
+    }
+}
+
+/// Refuses a signature used before. The (key, signature) pair is committed before the request
+/// is acted on: a crash right after cannot let it be used again. While the store refuses
+/// writes (disk full, read-only), a read (`read_only`) is still served: its pair is kept in
+/// `memory` instead until it expires, and `memory` is consulted first, so a signature accepted
+/// during the fault is refused again during and after it (docs/API.md, "Limits").
+pub fn guard_replay(
+    store: &dyn Store,
+    memory: Option<&ReplayMemory>,
+    caller: &Caller,
+    now_ms: i64,
+    read_only: bool,
+) -> Result<(), ApiError> {
+    if memory.is_some_and(|m| m.seen(&caller.key_id, &caller.signature, now_ms)) {
         return Err(ApiError::auth_replay());
     }
-    Ok(app_id)
+    let first = store.write(|tx| {
+        tx.first_use_of_signature(&caller.key_id, &caller.signature, caller.expires_ms, now_ms)
+    });
+    match (first, memory) {
+        (Ok(true), _) => Ok(()),
+        (Ok(false), _) => Err(ApiError::auth_replay()),
+        (Err(e @ (StoreError::DiskFull(_) | StoreError::Unwritable(_))), Some(memory))
+            if read_only =>
+        {
+            match memory.remember(&caller.key_id, &caller.signature, caller.expires_ms, now_ms) {
+                Remembered::First => Ok(()),
+                Remembered::Again => Err(ApiError::auth_replay()),
+                Remembered::Full => Err(e.into()),
+            }
+        }
+        (Err(e), _) => Err(e.into()),
+    }
+}
+
+/// Checks a request's three headers, its signature and that it is not a replay (durably only);
+/// returns the app id of its key.
+pub fn authenticate(
+    store: &dyn Store,
+    now_ms: i64,
+    max_skew_secs: u64,
+    req: &SignedParts<'_>,
+) -> Result<String, ApiError> {
+    let caller = check_headers(store, now_ms, max_skew_secs, req.headers)?;
+    caller.verify(req.method, req.path_and_query, req.body)?;
+    guard_replay(store, None, &caller, now_ms, false)?;
+    Ok(caller.app_id)
+}
+
+/// The replay records of reads served while the store could not write them: (key id,
+/// signature) until the signature leaves the skew window. Bounded: beyond
+/// [`ReplayMemory::CAPACITY`] live entries, reads get the store's 503 like writes.
+#[derive(Default)]
+pub struct ReplayMemory {
+    seen: Mutex<HashMap<(String, String), i64>>,
+}
+
+/// What [`ReplayMemory::remember`] did.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Remembered {
+    First,
+    Again,
+    Full,
+}
+
+impl ReplayMemory {
+    /// About 20 MB at most; a fault longer than the skew window at more reads a second than
+    /// this allows per window refuses the excess (503) rather than lose replay protection.
+    pub const CAPACITY: usize = 100_000;
+
+    /// Whether the pair was remembered and has not expired.
+    pub fn seen(&self, key_id: &str, signature: &str, now_ms: i64) -> bool {
+        let seen = self.seen.lock().unwrap_or_else(|e| e.into_inner());
+        if seen.is_empty() {
+            return false;
+        }
+        seen.get(&(key_id.to_string(), signature.to_string()))
+            .is_some_and(|expires| *expires >= now_ms)
+    }
+
+    /// Records the pair unless it is there already or the memory is full of live pairs.
+    pub fn remember(
+        &self,
+        key_id: &str,
+        signature: &str,
+        expires_ms: i64,
+        now_ms: i64,
+    ) -> Remembered {
+        let mut seen = self.seen.lock().unwrap_or_else(|e| e.into_inner());
+        if seen.len() >= Self::CAPACITY {
+            seen.retain(|_, expires| *expires >= now_ms);
+        }
+        let pair = (key_id.to_string(), signature.to_string());
+        match seen.get(&pair) {
+            Some(expires) if *expires >= now_ms => return Remembered::Again,
+            _ if seen.len() >= Self::CAPACITY => return Remembered::Full,
+            _ => {}
+        }
+        seen.insert(pair, expires_ms);
+        Remembered::First
+    }
 }
 
 #[cfg(test)]
@@ -102,6 +236,18 @@ mod tests {
         assert_eq!(parse_timestamp_ms("-5"), None);
         assert_eq!(parse_timestamp_ms("12a"), None);
         assert_eq!(parse_timestamp_ms(""), None);
+    }
+
+    #[test]
+    fn replay_memory_refuses_a_pair_until_it_expires() {
+        let memory = ReplayMemory::default();
+        assert!(!memory.seen("k", "s", 1000));
+        assert_eq!(memory.remember("k", "s", 2000, 1000), Remembered::First);
+        assert!(memory.seen("k", "s", 2000));
+        assert_eq!(memory.remember("k", "s", 2000, 1500), Remembered::Again);
+        assert_eq!(memory.remember("k2", "s", 2000, 1500), Remembered::First);
+        assert!(!memory.seen("k", "s", 2001), "expired");
+        assert_eq!(memory.remember("k", "s", 9000, 2001), Remembered::First);
     }
 
     #[test]
