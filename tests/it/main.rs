@@ -30,6 +30,7 @@ mod pg_store;
 mod pg_tables;
 mod reliability;
 mod schedules;
+mod stranger;
 mod support;
 mod tasks;
 mod unknown_fields;
