@@ -57,21 +57,9 @@ const RESERVED_HEADER_TIMEOUT: Duration = Duration::from_secs(2);
 pub async fn serve_http(
     app: Arc<App>,
     listener: TcpListener,
+    caps: Caps,
     shutdown: impl Future<Output = ()>,
 ) -> anyhow::Result<()> {
-    let config = &app.config;
-    let caps = Caps::derive(
-        config.max_connections,
-        config.max_connections_per_peer,
-        crate::connections::raise_fd_limit(),
-        config.workers,
-    );
-    tracing::info!(
-        max_connections = caps.total,
-        max_connections_per_peer = caps.per_peer,
-        reserved_for_health = caps.reserve,
-        "connection caps"
-    );
     let gate = Gate::new(caps);
     let shared = Arc::new(Shared {
         app: app.clone(),
@@ -753,6 +741,12 @@ pub async fn start_on(
     })
     .await??;
     let addr = listener.local_addr()?;
+    let caps = Caps::derive(
+        config.max_connections,
+        config.max_connections_per_peer,
+        crate::connections::raise_fd_limit(),
+        config.workers,
+    );
     let app = Arc::new(App::new(config, store, clock));
     let background = crate::background::Background::start(app.clone())?;
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
@@ -773,11 +767,18 @@ pub async fn start_on(
             tokio::task::spawn_blocking(move || background.stop()).await
         };
         let (result, stopped_background) =
-            tokio::join!(serve_http(served, listener, stopped), background);
+            tokio::join!(serve_http(served, listener, caps, stopped), background);
         stopped_background?;
         result
     });
-    tracing::info!(%addr, store = %app.store.describe(), "webhookd listening");
+    tracing::info!(
+        %addr,
+        store = %app.store.describe(),
+        max_connections = caps.total,
+        max_connections_per_peer = caps.per_peer,
+        reserved_for_health = caps.reserve,
+        "webhookd listening"
+    );
     Ok(Running {
         addr,
         app,
