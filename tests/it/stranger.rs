@@ -269,7 +269,8 @@ fn bad_credentials_are_refused_before_the_body_is_read() {
     let now = chrono::Utc::now().timestamp_millis().to_string();
     let stale = (chrono::Utc::now().timestamp() - 3600).to_string();
     let good_sig = "ab".repeat(32);
-    let cases: [(&str, Vec<(&str, &str)>, i64); 5] = [
+    type Headers<'a> = Vec<(&'a str, &'a str)>;
+    let cases: [(&str, Headers, i64); 5] = [
         ("no headers", vec![], 40101),
         (
             "unknown key",
