@@ -13,8 +13,8 @@ use std::time::Duration;
 
 /// A connection to `server` from the local address `local` (another loopback address is
 /// another peer to the server's per-address cap).
-fn connect_from(local: &str, server: &TestServer) -> std::io::Result<TcpStream> {
-    let addr: SocketAddr = server.url.trim_start_matches("http://").parse().unwrap();
+fn connect_from(local: &str, url: &str) -> std::io::Result<TcpStream> {
+    let addr: SocketAddr = url.trim_start_matches("http://").parse().unwrap();
     let local: SocketAddr = format!("{local}:0").parse().unwrap();
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_io()
@@ -64,8 +64,8 @@ fn read_response(stream: &mut TcpStream) -> Option<(u16, String, Value)> {
 
 /// Sends `request` on a new connection from `local`; the response, `None` when the
 /// connection was refused or closed without one.
-fn ask_from(local: &str, server: &TestServer, request: &[u8]) -> Option<(u16, String, Value)> {
-    let mut stream = connect_from(local, server).ok()?;
+fn ask_from(local: &str, url: &str, request: &[u8]) -> Option<(u16, String, Value)> {
+    let mut stream = connect_from(local, url).ok()?;
     stream.write_all(request).ok()?;
     read_response(&mut stream)
 }
@@ -119,7 +119,7 @@ fn slow_strangers_over_the_per_peer_cap_leave_health_and_other_peers_served() {
     // 127.0.0.1, each declaring a body and sending one byte of it, without a key.
     let mut strangers = Vec::new();
     for _ in 0..3 * PER_PEER {
-        let Ok(mut stream) = connect_from("127.0.0.1", &server) else {
+        let Ok(mut stream) = connect_from("127.0.0.1", &server.url) else {
             continue;
         };
         let _ =
@@ -152,7 +152,7 @@ fn slow_strangers_over_the_per_peer_cap_leave_health_and_other_peers_served() {
     let health = wait_for(Duration::from_secs(60), || {
         ask_from(
             "127.0.0.1",
-            &server,
+            &server.url,
             b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n",
         )
         .filter(|(status, _, _)| *status == 200)
@@ -162,7 +162,7 @@ fn slow_strangers_over_the_per_peer_cap_leave_health_and_other_peers_served() {
     let metrics = wait_for(Duration::from_secs(60), || {
         ask_from(
             "127.0.0.1",
-            &server,
+            &server.url,
             b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n",
         )
         .filter(|(status, _, _)| *status == 200)
@@ -170,12 +170,12 @@ fn slow_strangers_over_the_per_peer_cap_leave_health_and_other_peers_served() {
     assert!(metrics.is_some(), "/metrics answered under the probe");
 
     // A signed request from the same machine, another peer address, is served.
-    let (status, _, body) = ask_from("127.0.0.2", &server, &signed_get(&server, "/v1/tasks"))
+    let (status, _, body) = ask_from("127.0.0.2", &server.url, &signed_get(&server, "/v1/tasks"))
         .expect("an answer to 127.0.0.2");
     assert_eq!((status, body["code"].as_i64()), (200, Some(0)), "{body}");
     // From the capped address, the API answers 503 50303 (never a hang).
     let (status, head, body) = wait_for(Duration::from_secs(60), || {
-        ask_from("127.0.0.1", &server, &signed_get(&server, "/v1/tasks"))
+        ask_from("127.0.0.1", &server.url, &signed_get(&server, "/v1/tasks"))
     })
     .expect("an answer to 127.0.0.1");
     assert_eq!(
@@ -192,7 +192,7 @@ fn slow_strangers_over_the_per_peer_cap_leave_health_and_other_peers_served() {
     // Once the strangers leave, their address is served again.
     drop(strangers);
     let served = wait_for(Duration::from_secs(60), || {
-        ask_from("127.0.0.1", &server, &signed_get(&server, "/v1/tasks"))
+        ask_from("127.0.0.1", &server.url, &signed_get(&server, "/v1/tasks"))
             .filter(|(status, _, _)| *status == 200)
     });
     assert!(served.is_some(), "127.0.0.1 served again after the probe");
@@ -204,7 +204,7 @@ fn a_slow_body_is_cut_with_a_408_and_the_connection_closed() {
     let server = TestServer::start_with(|config| config.body_timeout = Duration::from_secs(1));
     let body = br#"{"event_name":"slow.body","payload":{"pad":"xxxxxxxxxx"}}"#;
     let head = signed_head(&server, "POST", "/v1/events", body.len(), body);
-    let mut stream = connect_from("127.0.0.1", &server).unwrap();
+    let mut stream = connect_from("127.0.0.1", &server.url).unwrap();
     stream.write_all(head.as_bytes()).unwrap();
     stream.write_all(&body[..10]).unwrap();
     let (status, reply_head, reply) = read_response(&mut stream).expect("a 408");
@@ -230,7 +230,7 @@ fn a_slow_body_is_cut_with_a_408_and_the_connection_closed() {
     // The minimum rate (defaults: 1024 bytes a second after 5 s): a byte, then nothing. The
     // stranger is not even asked for a key here: the path is answered without one.
     let server = TestServer::start();
-    let mut stream = connect_from("127.0.0.1", &server).unwrap();
+    let mut stream = connect_from("127.0.0.1", &server.url).unwrap();
     stream
         .write_all(b"POST /upload HTTP/1.1\r\nHost: x\r\nContent-Length: 100000\r\n\r\nx")
         .unwrap();
@@ -240,7 +240,7 @@ fn a_slow_body_is_cut_with_a_408_and_the_connection_closed() {
     assert!(closed_after_reply(&mut stream));
     // The same with a key: 408 naming the rate.
     let head = signed_head(&server, "POST", "/v1/events", 100_000, b"x");
-    let mut stream = connect_from("127.0.0.1", &server).unwrap();
+    let mut stream = connect_from("127.0.0.1", &server.url).unwrap();
     stream.write_all(head.as_bytes()).unwrap();
     stream.write_all(b"x").unwrap();
     let (status, _, reply) = read_response(&mut stream).expect("a 408");
@@ -317,7 +317,7 @@ fn bad_credentials_are_refused_before_the_body_is_read() {
         }
         request.push_str("\r\n");
         // The head only: not one byte of the declared body is sent.
-        let mut stream = connect_from("127.0.0.1", &server).unwrap();
+        let mut stream = connect_from("127.0.0.1", &server.url).unwrap();
         stream.write_all(request.as_bytes()).unwrap();
         let (status, head, body) = read_response(&mut stream).expect(case);
         assert_eq!(
@@ -329,7 +329,7 @@ fn bad_credentials_are_refused_before_the_body_is_read() {
         assert!(closed_after_reply(&mut stream), "{case}");
     }
     // A small refused body is read and dropped: its connection carries the next request.
-    let mut stream = connect_from("127.0.0.1", &server).unwrap();
+    let mut stream = connect_from("127.0.0.1", &server.url).unwrap();
     stream
         .write_all(
             b"POST /v1/events HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\nX-Key-ID: key_nobody\r\nX-Timestamp: 1\r\nX-Signature: 00\r\n\r\n{}GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n",
@@ -494,4 +494,147 @@ fn pg_batch(server: &TestServer, sql: &str) {
         Db::Postgres(mut client) => client.batch_execute(sql).expect(sql),
         Db::Sqlite(_) => unreachable!("PostgreSQL only"),
     }
+}
+
+/// The server run as its own process with a small descriptor limit (soft = hard, so it cannot
+/// raise it), its log read on a thread as it comes.
+struct Limited {
+    child: std::process::Child,
+    url: String,
+    log: std::sync::Arc<std::sync::Mutex<String>>,
+}
+
+impl Limited {
+    fn start(db: &str, nofile: u64, args: &[&str]) -> Limited {
+        use std::io::{BufRead, BufReader};
+        use std::os::unix::process::CommandExt;
+        let listen = crate::support::free_local_addr();
+        let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_webhookd"));
+        command
+            .args(["serve", "--db", db, "--listen", &listen])
+            .args(args)
+            .env_remove("WEBHOOKD_DB")
+            .stderr(std::process::Stdio::piped());
+        // SAFETY: setrlimit is async-signal-safe and touches only the child.
+        unsafe {
+            command.pre_exec(move || {
+                let limit = libc::rlimit {
+                    rlim_cur: nofile as libc::rlim_t,
+                    rlim_max: nofile as libc::rlim_t,
+                };
+                if libc::setrlimit(libc::RLIMIT_NOFILE, &limit) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+        let mut child = command.spawn().expect("spawn webhookd serve");
+        let log = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
+        let (ready_tx, ready_rx) = std::sync::mpsc::channel();
+        let stderr = BufReader::new(child.stderr.take().unwrap());
+        let kept = log.clone();
+        std::thread::spawn(move || {
+            for line in stderr.lines().map_while(Result::ok) {
+                if line.contains("webhookd listening") {
+                    let _ = ready_tx.send(());
+                }
+                let mut log = kept.lock().unwrap();
+                log.push_str(&line);
+                log.push('\n');
+            }
+        });
+        let started = ready_rx.recv_timeout(Duration::from_secs(120));
+        assert!(
+            started.is_ok(),
+            "serve did not start: {}",
+            log.lock().unwrap()
+        );
+        Limited {
+            child,
+            url: format!("http://{listen}"),
+            log,
+        }
+    }
+
+    fn lines_with(&self, needle: &str) -> usize {
+        self.log.lock().unwrap().matches(needle).count()
+    }
+}
+
+impl Drop for Limited {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[test]
+fn out_of_descriptors_the_accept_loop_backs_off_logs_once_and_recovers() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = crate::support::test_db(dir.path());
+    // Caps far above what 128 descriptors allow: accept itself fails (EMFILE).
+    let server = Limited::start(
+        &db,
+        128,
+        &[
+            "--workers",
+            "1",
+            "--max-connections",
+            "10000",
+            "--max-connections-per-peer",
+            "10000",
+        ],
+    );
+    let addr = server.url.trim_start_matches("http://").to_string();
+    // Idle connections until accepts fail, and a few more waiting in the backlog (each
+    // connect is bounded: a full backlog drops SYNs, and a blocked connect would stall).
+    let mut idle = Vec::new();
+    let mut started = None;
+    let mut after_failure = 0;
+    while idle.len() < 400 && after_failure < 10 {
+        let addr: SocketAddr = addr.parse().unwrap();
+        if let Ok(stream) = TcpStream::connect_timeout(&addr, Duration::from_secs(2)) {
+            idle.push(stream);
+        }
+        if started.is_some() {
+            after_failure += 1;
+        } else if server.lines_with("accept failed") > 0 {
+            started = Some(std::time::Instant::now());
+        }
+    }
+    wait_for(Duration::from_secs(60), || {
+        (server.lines_with("accept failed") > 0).then_some(())
+    })
+    .expect("accept failed for want of descriptors");
+    let started = started.unwrap_or_else(std::time::Instant::now);
+    // Let the loop retry for a while: one line per 10 s at most, each with its count.
+    std::thread::sleep(Duration::from_secs(3));
+    let lines = server.lines_with("accept failed");
+    let allowed = 2 + started.elapsed().as_secs() as usize / 10;
+    assert!(
+        lines <= allowed,
+        "{lines} 'accept failed' lines in {:?}: {}",
+        started.elapsed(),
+        server.log.lock().unwrap()
+    );
+    assert!(
+        server.log.lock().unwrap().contains("failed="),
+        "the line counts the failures"
+    );
+
+    // The descriptors come back: the server accepts again and answers.
+    drop(idle);
+    let health = wait_for(Duration::from_secs(120), || {
+        ask_from(
+            "127.0.0.1",
+            &server.url,
+            b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n",
+        )
+        .filter(|(status, _, _)| *status == 200)
+    });
+    assert!(
+        health.is_some(),
+        "/healthz after the descriptors came back: {}",
+        server.log.lock().unwrap()
+    );
 }
