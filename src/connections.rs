@@ -3,9 +3,9 @@
 //! derived from, and log lines that stay one line per interval under a flood
 //! (docs/API.md, "Limits").
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::net::IpAddr;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -87,8 +87,9 @@ impl Caps {
 pub enum Admission {
     /// Within both caps: served like any connection.
     Normal(Slot),
-    /// Beyond a cap but within the reserve: `/healthz` and `/metrics` only, one request.
-    Reserved(Slot),
+    /// Beyond a cap but within the reserve: `/healthz` and `/metrics` only, one request. The
+    /// connection must end when its [`Reserved::evicted`] completes.
+    Reserved(Slot, Arc<Reserved>),
     /// Beyond the reserve too: answered 503 at once and closed. The text says which cap.
     Refused(&'static str),
 }
@@ -102,7 +103,8 @@ pub struct Gate {
 #[derive(Default)]
 struct Counts {
     normal: usize,
-    reserved: usize,
+    /// The reserved connections, oldest first.
+    reserved: VecDeque<Arc<Reserved>>,
     /// Normal connections per peer address; an address leaves the map at zero.
     per_peer: HashMap<IpAddr, usize>,
 }
@@ -137,47 +139,82 @@ impl Gate {
             *counts.per_peer.entry(peer).or_insert(0) += 1;
             return Admission::Normal(Slot {
                 gate: self.clone(),
-                peer: Some(peer),
+                kind: SlotKind::Normal(peer),
             });
         };
-        if counts.reserved >= self.caps.reserve {
-            return Admission::Refused(why);
+        if counts.reserved.len() >= self.caps.reserve {
+            // A full reserve makes room by closing its oldest connection still waiting for
+            // its request head: a stranger holding the reserve with slow heads is pushed out
+            // by each newcomer, while a health check, whose head comes at once, is served.
+            let waiting = counts
+                .reserved
+                .iter()
+                .position(|r| !r.head_received.load(Ordering::SeqCst));
+            let Some(oldest) = waiting.and_then(|at| counts.reserved.remove(at)) else {
+                return Admission::Refused(why);
+            };
+            oldest.evict.notify_one();
         }
-        counts.reserved += 1;
-        Admission::Reserved(Slot {
-            gate: self.clone(),
-            peer: None,
-        })
+        let reserved = Arc::new(Reserved::default());
+        counts.reserved.push_back(reserved.clone());
+        Admission::Reserved(
+            Slot {
+                gate: self.clone(),
+                kind: SlotKind::Reserved(reserved.clone()),
+            },
+            reserved,
+        )
     }
 
     /// Open connections: (normal, reserved).
     pub fn open(&self) -> (usize, usize) {
         let counts = self.state.lock().unwrap_or_else(|e| e.into_inner());
-        (counts.normal, counts.reserved)
+        (counts.normal, counts.reserved.len())
+    }
+}
+
+/// A reserved connection's state, shared between the gate and the connection's task.
+#[derive(Default)]
+pub struct Reserved {
+    /// Set once the request head has been read (the connection can no longer be evicted).
+    pub head_received: AtomicBool,
+    evict: tokio::sync::Notify,
+}
+
+impl Reserved {
+    /// Completes when the gate takes this connection's place for a newer one.
+    pub async fn evicted(&self) {
+        self.evict.notified().await
     }
 }
 
 /// One admitted connection's place; dropping it frees the place.
 pub struct Slot {
     gate: Arc<Gate>,
-    /// The peer of a normal slot; `None` for a reserved one.
-    peer: Option<IpAddr>,
+    kind: SlotKind,
+}
+
+enum SlotKind {
+    /// A normal connection from this peer.
+    Normal(IpAddr),
+    Reserved(Arc<Reserved>),
 }
 
 impl Drop for Slot {
     fn drop(&mut self) {
         let mut counts = self.gate.state.lock().unwrap_or_else(|e| e.into_inner());
-        match self.peer {
-            Some(peer) => {
+        match &self.kind {
+            SlotKind::Normal(peer) => {
                 counts.normal = counts.normal.saturating_sub(1);
-                if let Some(n) = counts.per_peer.get_mut(&peer) {
+                if let Some(n) = counts.per_peer.get_mut(peer) {
                     *n = n.saturating_sub(1);
                     if *n == 0 {
-                        counts.per_peer.remove(&peer);
+                        counts.per_peer.remove(peer);
                     }
                 }
             }
-            None => counts.reserved = counts.reserved.saturating_sub(1),
+            // An evicted connection left the queue when it was evicted.
+            SlotKind::Reserved(reserved) => counts.reserved.retain(|r| !Arc::ptr_eq(r, reserved)),
         }
     }
 }
@@ -256,7 +293,11 @@ mod tests {
             (Admission::Normal(_), Admission::Normal(_))
         ));
         let a3 = gate.admit(ip("127.0.0.1"));
-        assert!(matches!(a3, Admission::Reserved(_)));
+        let Admission::Reserved(_, a3_state) = &a3 else {
+            panic!("reserved")
+        };
+        // Its head came: the full reserve cannot make room by closing it.
+        a3_state.head_received.store(true, Ordering::SeqCst);
         assert!(
             matches!(gate.admit(ip("127.0.0.1")), Admission::Refused(m) if m.contains("per-peer"))
         );
@@ -270,6 +311,37 @@ mod tests {
         assert_eq!(gate.open(), (2, 0));
         assert!(matches!(gate.admit(ip("127.0.0.1")), Admission::Normal(_)));
         assert_eq!(gate.open(), (2, 0), "the slot was dropped at once");
+    }
+
+    #[test]
+    fn a_full_reserve_evicts_its_oldest_connection_still_waiting_for_a_head() {
+        let gate = Gate::new(Caps {
+            total: 1,
+            per_peer: 1,
+            reserve: 1,
+        });
+        let _normal = gate.admit(ip("127.0.0.2"));
+        let waiting = gate.admit(ip("127.0.0.2"));
+        let Admission::Reserved(_, waiting_state) = &waiting else {
+            panic!("reserved")
+        };
+        let newcomer = gate.admit(ip("127.0.0.2"));
+        assert!(matches!(newcomer, Admission::Reserved(..)));
+        assert_eq!(gate.open(), (1, 1), "the waiting one was evicted");
+        let evicted = waiting_state.clone();
+        tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .build()
+            .unwrap()
+            .block_on(async move {
+                tokio::time::timeout(Duration::from_secs(5), evicted.evicted())
+                    .await
+                    .expect("told to go")
+            });
+        drop(waiting);
+        assert_eq!(gate.open(), (1, 1), "its end frees nothing twice");
+        drop(newcomer);
+        assert_eq!(gate.open(), (1, 0));
     }
 
     #[test]

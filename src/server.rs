@@ -4,7 +4,7 @@
 use crate::api::{self, Ctx, Request, input::Query};
 use crate::app::App;
 use crate::auth;
-use crate::connections::{Admission, Caps, Gate, LogEvery, Slot};
+use crate::connections::{Admission, Caps, Gate, LogEvery, Reserved, Slot};
 use crate::error::{ApiError, ApiResult};
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
@@ -109,9 +109,9 @@ pub async fn serve_http(
             Admission::Normal(slot) => {
                 serve_connection(&graceful, &http, &shared, stream, slot, None);
             }
-            Admission::Reserved(slot) => {
-                let why = "the server or your address is at its connection cap";
-                serve_connection(&graceful, &reserved_http, &shared, stream, slot, Some(why));
+            Admission::Reserved(slot, reserved) => {
+                let how = (&reserved_http, reserved);
+                serve_connection(&graceful, &http, &shared, stream, slot, Some(how));
             }
             Admission::Refused(why) => {
                 refusals.hit(|refused| {
@@ -135,32 +135,54 @@ pub async fn serve_http(
 /// How often a flood's log line (failed accepts, refusals, cut bodies) is written at most.
 const LOG_INTERVAL: Duration = Duration::from_secs(10);
 
+/// Why a reserved connection answers only `/healthz` and `/metrics`.
+const RESERVED_WHY: &str = "the server or your address is at its connection cap";
+
 /// Serves one admitted connection on its own task; `slot` is given back when it ends. A
-/// reserved connection (`reserved` says why it is one) answers `/healthz` and `/metrics` only.
+/// reserved connection (`reserved`: its own builder and state) answers `/healthz` and
+/// `/metrics` only, and ends early when the gate evicts it for a newer one.
 fn serve_connection(
     graceful: &hyper_util::server::graceful::GracefulShutdown,
     http: &hyper::server::conn::http1::Builder,
     shared: &Arc<Shared>,
     stream: TcpStream,
     slot: Slot,
-    reserved: Option<&'static str>,
+    reserved: Option<(&hyper::server::conn::http1::Builder, Arc<Reserved>)>,
 ) {
     let (stream, head_request) = crate::wire::Enveloped::new(stream);
     let shared = shared.clone();
+    let state = reserved.as_ref().map(|(_, state)| state.clone());
     let service = service_fn(move |req: hyper::Request<Incoming>| {
         let shared = shared.clone();
         head_request.store(req.method() == Method::HEAD, Ordering::SeqCst);
+        if let Some(state) = &state {
+            state.head_received.store(true, Ordering::SeqCst);
+        }
+        let why = state.is_some().then_some(RESERVED_WHY);
         let path = req.uri().path().to_string();
         async move {
-            let reply = with_allow(handle(shared, req, reserved).await, &path);
+            let reply = with_allow(handle(shared, req, why).await, &path);
             Ok::<_, std::convert::Infallible>(reply)
         }
     });
+    let http = reserved.as_ref().map_or(http, |(builder, _)| *builder);
     let conn = graceful.watch(http.serve_connection(TokioIo::new(stream), service));
+    let evicted = reserved.map(|(_, state)| state);
     tokio::spawn(async move {
         let _slot = slot;
-        if let Err(e) = conn.await {
-            tracing::debug!(error = %e, "connection ended with an error");
+        let evicted = async {
+            match &evicted {
+                Some(state) => state.evicted().await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            ended = conn => {
+                if let Err(e) = ended {
+                    tracing::debug!(error = %e, "connection ended with an error");
+                }
+            }
+            _ = evicted => {}
         }
     });
 }

@@ -148,6 +148,16 @@ fn slow_strangers_over_the_per_peer_cap_leave_health_and_other_peers_served() {
     }
     assert_eq!(refused, 2 * PER_PEER);
 
+    // More strangers take the reserve too, sending their heads slowly (a head must come within
+    // 2 s there); each newcomer pushes the oldest of them out.
+    let mut slow_heads = Vec::new();
+    for _ in 0..2 * PER_PEER {
+        if let Ok(mut stream) = connect_from("127.0.0.1", &server.url) {
+            let _ = stream.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n");
+            slow_heads.push(stream);
+        }
+    }
+
     // /healthz answers, even from the strangers' own address (the reserve).
     let health = wait_for(Duration::from_secs(60), || {
         ask_from(
@@ -190,7 +200,7 @@ fn slow_strangers_over_the_per_peer_cap_leave_health_and_other_peers_served() {
     );
 
     // Once the strangers leave, their address is served again.
-    drop(strangers);
+    drop((strangers, slow_heads));
     let served = wait_for(Duration::from_secs(60), || {
         ask_from("127.0.0.1", &server.url, &signed_get(&server, "/v1/tasks"))
             .filter(|(status, _, _)| *status == 200)
