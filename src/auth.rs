@@ -176,7 +176,15 @@ pub fn authenticate(
 /// [`ReplayMemory::CAPACITY`] live entries, reads get the store's 503 like writes.
 #[derive(Default)]
 pub struct ReplayMemory {
-    seen: Mutex<HashMap<(String, String), i64>>,
+    inner: Mutex<Remembering>,
+}
+
+#[derive(Default)]
+struct Remembering {
+    /// (key id, signature) → when the pair expires.
+    seen: HashMap<(String, String), i64>,
+    /// No pair expires before this: until then a purge would find nothing to remove.
+    earliest_expiry: i64,
 }
 
 /// What [`ReplayMemory::remember`] did.
@@ -194,11 +202,13 @@ impl ReplayMemory {
 
     /// Whether the pair was remembered and has not expired.
     pub fn seen(&self, key_id: &str, signature: &str, now_ms: i64) -> bool {
-        let seen = self.seen.lock().unwrap_or_else(|e| e.into_inner());
-        if seen.is_empty() {
+        let inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        if inner.seen.is_empty() {
             return false;
         }
-        seen.get(&(key_id.to_string(), signature.to_string()))
+        inner
+            .seen
+            .get(&(key_id.to_string(), signature.to_string()))
             .is_some_and(|expires| *expires >= now_ms)
     }
 
@@ -210,17 +220,30 @@ impl ReplayMemory {
         expires_ms: i64,
         now_ms: i64,
     ) -> Remembered {
-        let mut seen = self.seen.lock().unwrap_or_else(|e| e.into_inner());
-        if seen.len() >= Self::CAPACITY {
-            seen.retain(|_, expires| *expires >= now_ms);
+        let mut inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        // Expired pairs go when the memory is full or every 1,024 pairs, if any has expired.
+        let due = inner.seen.len() >= Self::CAPACITY || (inner.seen.len() + 1) % 1024 == 0;
+        if due && now_ms > inner.earliest_expiry {
+            let mut earliest = i64::MAX;
+            inner.seen.retain(|_, expires| {
+                let live = *expires >= now_ms;
+                if live {
+                    earliest = earliest.min(*expires);
+                }
+                live
+            });
+            inner.earliest_expiry = earliest;
         }
         let pair = (key_id.to_string(), signature.to_string());
-        match seen.get(&pair) {
+        match inner.seen.get(&pair) {
             Some(expires) if *expires >= now_ms => return Remembered::Again,
-            _ if seen.len() >= Self::CAPACITY => return Remembered::Full,
+            _ if inner.seen.len() >= Self::CAPACITY => return Remembered::Full,
             _ => {}
         }
-        seen.insert(pair, expires_ms);
+        if inner.seen.is_empty() || expires_ms < inner.earliest_expiry {
+            inner.earliest_expiry = expires_ms;
+        }
+        inner.seen.insert(pair, expires_ms);
         Remembered::First
     }
 }
@@ -248,6 +271,25 @@ mod tests {
         assert_eq!(memory.remember("k2", "s", 2000, 1500), Remembered::First);
         assert!(!memory.seen("k", "s", 2001), "expired");
         assert_eq!(memory.remember("k", "s", 9000, 2001), Remembered::First);
+        // Full of live pairs: refused (the caller answers the store's 503).
+        let mut n = 0;
+        while memory.remember("k", &n.to_string(), 9000, 2001) == Remembered::First {
+            n += 1;
+        }
+        assert_eq!(
+            memory.inner.lock().unwrap().seen.len(),
+            ReplayMemory::CAPACITY
+        );
+        assert_eq!(
+            memory.remember("k", "one more", 9000, 2001),
+            Remembered::Full
+        );
+        // Once they expire, room again.
+        assert_eq!(
+            memory.remember("k", "one more", 20_000, 9001),
+            Remembered::First
+        );
+        assert_eq!(memory.inner.lock().unwrap().seen.len(), 1);
     }
 
     #[test]
