@@ -222,7 +222,7 @@ impl ReplayMemory {
     ) -> Remembered {
         let mut inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
         // Expired pairs go when the memory is full or every 1,024 pairs, if any has expired.
-        let due = inner.seen.len() >= Self::CAPACITY || (inner.seen.len() + 1) % 1024 == 0;
+        let due = inner.seen.len() >= Self::CAPACITY || (inner.seen.len() + 1).is_multiple_of(1024);
         if due && now_ms > inner.earliest_expiry {
             let mut earliest = i64::MAX;
             inner.seen.retain(|_, expires| {
