@@ -34,6 +34,7 @@ mod pg_tls;
 mod receivers;
 mod reliability;
 mod schedules;
+mod stranger;
 mod support;
 mod tasks;
 mod unknown_fields;
