@@ -9,6 +9,7 @@ use crate::support::{
 };
 use chrono::Utc;
 use serde_json::{Value, json};
+use std::io::Write as _;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 use webhookd::client::Client;
@@ -74,12 +75,20 @@ fn a_rate_limited_endpoint_does_not_slow_another() {
     let started = Instant::now();
     tasks(&c, free, 40);
     assert_eq!(fast.wait_for(40, WAIT).len(), 40);
+    // Not a timing: the unlimited endpoint's 40 are all delivered while the limited one is
+    // still far from its 20 (which take 38 s at 0.5/s), so they never queued behind it; and the
+    // limited one had no more starts than its rate allows in the time that took.
+    let slow_starts = slow.received().len();
+    let allowed = 2 + (started.elapsed().as_secs_f64() * 0.5) as usize;
     assert!(
-        started.elapsed() < Duration::from_secs(5),
-        "the unlimited endpoint took {:?}",
+        slow_starts < 20,
+        "the unlimited endpoint waited for the limited one"
+    );
+    assert!(
+        slow_starts <= allowed,
+        "0.5/s allows {allowed} starts in {:?}, {slow_starts} made",
         started.elapsed()
     );
-    assert!(slow.received().len() <= 4, "0.5/s allows few starts");
 }
 
 #[test]
@@ -161,10 +170,12 @@ fn a_hanging_endpoint_holds_only_its_share_of_the_workers() {
             latencies.push(started.elapsed());
         }
     }
+    // The hanging tasks give up only after their 30 s timeout: a healthy delivery that waited
+    // for one of their workers would take that long. Any shorter wait is the machine's load.
     let worst = latencies.iter().max().unwrap();
     assert!(
-        *worst < Duration::from_secs(1),
-        "a healthy delivery took {worst:?}"
+        *worst < Duration::from_secs(25),
+        "a healthy delivery took {worst:?}: it waited for a hanging one"
     );
     assert_eq!(
         hanging.received().len(),
@@ -282,6 +293,14 @@ fn standardwebhooks_python() -> Option<PathBuf> {
         return Some(python);
     }
     let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(".ci/standardwebhooks.sh");
+    // Past the harness's capture: a test that downloads and installs says so.
+    let _ = writeln!(
+        std::io::stderr(),
+        "\n*** {}: installing the standardwebhooks Python library from PyPI into {} \
+         (pip, and apt-get install python3-venv if venv is missing: .ci/standardwebhooks.sh) ***",
+        std::thread::current().name().unwrap_or("a test"),
+        venv.display()
+    );
     let made = std::process::Command::new("bash")
         .arg(script)
         .stdout(std::process::Stdio::null())
