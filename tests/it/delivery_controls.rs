@@ -246,7 +246,8 @@ fn limits_are_validated_stored_and_cleared() {
 fn rotate_secret_validates_its_body() {
     let server = TestServer::start();
     let c = server.client();
-    let id = endpoint(&c, "http://127.0.0.1:9/", json!({}));
+    // Unsigned (an explicit null), so the rotation below has no secret before it.
+    let id = endpoint(&c, "http://127.0.0.1:9/", json!({ "secret": null }));
     let path = format!("/endpoints/{id}/rotate-secret");
     expect_field_errors(
         &c,
