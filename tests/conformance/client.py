@@ -730,7 +730,16 @@ def phase_endpoints(api, ctx):
     d = ok("POST /v1/endpoints (defaults)", api.call("POST", "/v1/endpoints", {"name": "conf-basic", "url": rx.url + "/ok/basic"})) or {}
     has_fields("endpoint record has every SPEC field (secret included)", d, fields)
     R.check("endpoint defaults: method POST, timeout_ms 30000, status enabled", (d.get("method"), d.get("timeout_ms"), d.get("status")) == ("POST", 30000, "enabled"), short(d))
-    R.check("endpoint without secret/policy/filter has them null or empty", not d.get("secret") and d.get("retry_policy_id") is None and not d.get("filter_events"), short(d))
+    R.check("endpoint without policy/filter has them null or empty", d.get("retry_policy_id") is None and not d.get("filter_events"), short(d))
+    # §22: signed by default: no secret given → a whsec_ secret of 32 random bytes, returned.
+    secret = d.get("secret") or ""
+    try:
+        key = base64.b64decode(secret[len("whsec_"):], validate=True) if secret.startswith("whsec_") else b""
+    except ValueError:
+        key = b""
+    R.check("endpoint without secret gets a whsec_ secret of 32 bytes (§22)", len(key) == 32, short(d))
+    du = ok("POST /v1/endpoints with secret null (unsigned)", api.call("POST", "/v1/endpoints", {"name": "conf-unsigned", "url": rx.url + "/ok/unsigned", "filter_events": "zz.never", "secret": None})) or {}
+    R.check("endpoint with secret null is unsigned (§22)", du.get("secret") is None, short(du))
     R.check("endpoint app_id is the key's app", d.get("app_id") == ctx.app1_id, short(d))
     e_basic = d.get("id")
     ctx.e_basic = d
