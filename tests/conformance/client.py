@@ -46,7 +46,12 @@ TS_FIELDS = {
     "started_at",
     "run_at",
 }
-WAIT = 8.0  # seconds a delivery may take to show up
+# Seconds a delivery may take to show up. Waits end as soon as what they wait for is there, so a
+# long limit costs nothing; it keeps a busy machine (two cores shared with builds) from failing.
+WAIT = 60.0
+# What a busy machine may add to a delay between attempts (claiming and sending take time);
+# checks of a delay are exact below, tolerant by this much above.
+LATE = 4.5
 
 # --------------------------------------------------------------------------------------------
 # results
@@ -1339,7 +1344,7 @@ def phase_tasks(api, ctx):
     R.check("once enabled, the waiting task is delivered", good and len(rx.for_task(t_dis["id"])) == 1, short(t))
     # run_at in the future: not delivered before it
     recs = rx.wait_task(t_soon["id"], timeout=WAIT + 2)
-    R.check("task with run_at 2 s ahead is delivered at run_at, not before", len(recs) == 1 and soon - 0.05 <= recs[0]["at"] <= soon + 3, f"run_at {soon}, received at {recs[0]['at'] if recs else None}")
+    R.check("task with run_at 2 s ahead is delivered at run_at, not before", len(recs) == 1 and soon - 0.05 <= recs[0]["at"] <= soon + LATE, f"run_at {soon}, received at {recs[0]['at'] if recs else None}")
     # the schedule-triggered task
     tid = getattr(ctx, "trigger_task", None)
     if tid:
@@ -1372,11 +1377,12 @@ def start_backoff(api, ctx):
     """Back-off shapes (CONTRACT §5 retry policies): tasks against a receiver that always
     answers 500, started early so that their waits overlap the other checks."""
     ctx.backoff = []
+    # Delays several times LATE apart, so that the shapes stay told apart on a busy machine.
     shapes = (
-        ("fixed", 1, 10, [1, 1, 1]),
-        ("linear", 1, 10, [1, 2, 3]),
-        ("exponential", 1, 10, [1, 2, 4]),
-        ("exponential", 1, 2, [1, 2, 2]),
+        ("fixed", 5, 50, [5, 5, 5]),
+        ("linear", 5, 50, [5, 10, 15]),
+        ("exponential", 5, 50, [5, 10, 20]),
+        ("exponential", 5, 10, [5, 10, 10]),
     )
     for backoff, initial, maxd, gaps in shapes:
         label = f"{backoff} initial {initial} max {maxd}"
@@ -1402,18 +1408,18 @@ def check_backoff(api, ctx):
     recs = rx.wait_task(tid)
     t, good = wait_task(api, tid, lambda t: (t.get("attempts") or 0) >= 1 and t.get("status") == "pending")
     delay = parse_ts(t["next_attempt_at"]) - recs[0]["at"] if good and recs and t.get("next_attempt_at") else None
-    R.check("default policy: max_attempts 5, next attempt 60 s after the first failure", good and t.get("max_attempts") == 5 and delay is not None and 58.5 <= delay <= 61.5, f"delay {delay}, {short(t)}")
+    R.check("default policy: max_attempts 5, next attempt 60 s after the first failure", good and t.get("max_attempts") == 5 and delay is not None and 58.5 <= delay <= 60 + LATE, f"delay {delay}, {short(t)}")
     ok("cancel the default-policy task (pending)", api.call("POST", f"/v1/tasks/{tid}/cancel"))
     for label, tid, want in ctx.retry_after:
         recs = rx.wait_task(tid, 2)
         gap = recs[1]["at"] - recs[0]["at"] if len(recs) >= 2 else None
-        R.check(f"{label}: second attempt ≈ {want} s after the 503", gap is not None and want - 0.25 <= gap <= want + 1.0, f"gap {gap}")
+        R.check(f"{label}: second attempt ≈ {want} s after the 503", gap is not None and want - 0.25 <= gap <= want + LATE, f"gap {gap}")
     for label, tid, gaps in ctx.backoff:
-        recs = rx.wait_task(tid, 4, timeout=sum(gaps) + 4)
+        recs = rx.wait_task(tid, 4, timeout=sum(gaps) + WAIT)
         got = [round(b["at"] - a["at"], 2) for a, b in zip(recs, recs[1:])]
-        good = len(got) == 3 and all(w - 0.25 <= g <= w + 1.0 for g, w in zip(got, gaps))
+        good = len(got) == 3 and all(w - 0.25 <= g <= w + LATE for g, w in zip(got, gaps))
         R.check(f"back-off {label}: gaps between attempts ≈ {gaps} s", good, f"got {got}")
-        t, done = wait_task(api, tid, lambda t: t.get("status") == "failed", timeout=3)
+        t, done = wait_task(api, tid, lambda t: t.get("status") == "failed")
         R.check(f"back-off {label}: failed after 4 attempts", done and t.get("attempts") == 4, short(t))
 
 
