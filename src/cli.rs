@@ -27,6 +27,40 @@ pub struct Cli {
         default_value = "text"
     )]
     pub log_format: LogFormat,
+    /// Least severe log lines shown: error, warn, info, debug or trace. For finer control,
+    /// WEBHOOKD_LOG takes a filter in RUST_LOG's syntax (e.g.
+    /// `info,webhookd::delivery=debug`); it wins over this flag when set.
+    #[arg(
+        long,
+        global = true,
+        env = "WEBHOOKD_LOG_LEVEL",
+        value_enum,
+        default_value = "info"
+    )]
+    pub log_level: LogLevel,
+}
+
+/// `--log-level`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum LogLevel {
+    Error,
+    Warn,
+    Info,
+    Debug,
+    Trace,
+}
+
+impl LogLevel {
+    /// The level as a log filter directive.
+    pub fn directive(self) -> &'static str {
+        match self {
+            LogLevel::Error => "error",
+            LogLevel::Warn => "warn",
+            LogLevel::Info => "info",
+            LogLevel::Debug => "debug",
+            LogLevel::Trace => "trace",
+        }
+    }
 }
 
 /// `--log-format`.
@@ -101,7 +135,8 @@ pub struct MigrateArgs {
 
 #[derive(Debug, Args)]
 pub struct ServeArgs {
-    /// SQLite database file (created if absent).
+    /// The database: a SQLite file (created if absent) or a postgres:// URL (several nodes may
+    /// share one PostgreSQL database).
     #[arg(long, env = "WEBHOOKD_DB")]
     pub db: String,
     /// Address to listen on: IP:PORT, [IPv6]:PORT, HOST:PORT (resolved once, at start) or
@@ -221,10 +256,11 @@ pub enum KeysCommand {
         #[arg(long)]
         json: bool,
     },
-    /// List keys (never their secrets).
+    /// List keys (never their secrets): one line each under a header row.
     List {
         #[arg(long, env = "WEBHOOKD_DB")]
         db: String,
+        /// Print one JSON array of {"key_id","app_id","name","created_at","revoked"} instead.
         #[arg(long)]
         json: bool,
     },
@@ -232,6 +268,7 @@ pub enum KeysCommand {
     Revoke {
         #[arg(long, env = "WEBHOOKD_DB")]
         db: String,
+        /// The key's id (whk_…), as `webhookd keys list` shows it.
         key_id: String,
     },
 }

@@ -10,7 +10,8 @@
 //!   the record types, one file per table. `store::sqlite`: every SQLite statement, one file
 //!   per table, over an r2d2 pool (`SqliteStore`). `store::postgres`: the PostgreSQL pool and
 //!   versioned schema (contract §16). Nothing outside `store` names a database driver.
-//! - `cron`: cron parsing and next-fire computation in a time zone (pure).
+//! - `cron`: cron parsing and next-fire computation in a time zone (pure); `suggest`: the
+//!   did-you-mean of mistyped fields, query parameters and time zones.
 //! - `scheduler`: fires due schedules into tasks; `delivery`: the blocking worker pool that
 //!   sends tasks; `retry`, `signing`, `filter`: pure helpers of the delivery path;
 //!   `payload_filter`: endpoint conditions on an event's payload (pure).
@@ -54,6 +55,7 @@ pub mod scheduler;
 pub mod server;
 pub mod signing;
 pub mod store;
+pub mod suggest;
 pub mod trace;
 pub mod ui;
 pub mod wire;

@@ -24,7 +24,7 @@ impl std::error::Error for UsageError {}
 
 fn main() -> ExitCode {
     let cli = parse_cli();
-    init_logs(cli.log_format);
+    init_logs(cli.log_format, cli.log_level);
     let json_logs = cli.log_format == webhookd::cli::LogFormat::Json;
     match try_main(cli) {
         Ok(code) => code,
@@ -77,13 +77,14 @@ fn env_of(command: &clap::Command, flag: &str) -> Option<String> {
         .or_else(|| command.get_subcommands().find_map(|sub| env_of(sub, flag)))
 }
 
-/// Log lines go to stderr, filtered by `WEBHOOKD_LOG` (default `info`). Text lines carry colour
-/// codes only when stderr is a terminal (and `NO_COLOR` is unset); JSON lines are one object
-/// each, with the event's fields flattened next to `timestamp`, `level` and `message`.
-fn init_logs(format: webhookd::cli::LogFormat) {
+/// Log lines go to stderr, filtered by `WEBHOOKD_LOG` (a filter in `RUST_LOG`'s syntax) when it
+/// is set, else by `--log-level`. Text lines carry colour codes only when stderr is a terminal
+/// (and `NO_COLOR` is unset); JSON lines are one object each, with the event's fields
+/// flattened next to `timestamp`, `level` and `message`.
+fn init_logs(format: webhookd::cli::LogFormat, level: webhookd::cli::LogLevel) {
     use std::io::IsTerminal;
     let filter = tracing_subscriber::EnvFilter::try_from_env("WEBHOOKD_LOG")
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(level.directive()));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr);
@@ -100,8 +101,9 @@ fn init_logs(format: webhookd::cli::LogFormat) {
 }
 
 fn try_main(cli: Cli) -> anyhow::Result<ExitCode> {
+    let json_logs = cli.log_format == webhookd::cli::LogFormat::Json;
     match cli.command {
-        Command::Serve(args) => serve(args).map(|()| ExitCode::SUCCESS),
+        Command::Serve(args) => serve(args, json_logs).map(|()| ExitCode::SUCCESS),
         Command::Keys(command) => keys(command).map(|()| ExitCode::SUCCESS),
         Command::Api(args) => api(args),
         Command::Healthcheck { url } => healthcheck(&url).map(|()| ExitCode::SUCCESS),
@@ -159,7 +161,7 @@ fn config_from(args: ServeArgs) -> anyhow::Result<Config> {
 
 /// Starts the server. The listener is bound before the database is opened and the first-start
 /// key made: a start that fails (port taken, bad file) creates and prints no key.
-fn serve(args: ServeArgs) -> anyhow::Result<()> {
+fn serve(args: ServeArgs, json_logs: bool) -> anyhow::Result<()> {
     let config = config_from(args)?;
     let clock = Arc::new(SystemClock);
     let listener = std::net::TcpListener::bind(config.listen).map_err(|e| {
@@ -180,10 +182,26 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
             } else {
                 config.db.clone()
             };
-            eprintln!(
-                "webhookd: first start — created API key for app 'default':\n  key id: {}\n  secret: {}\nIt is shown only this once. Make more with: webhookd keys create --db {db} --app APP --name NAME",
-                key.key_id, key.secret
-            );
+            let more = format!("webhookd keys create --db {db} --app APP --name NAME");
+            if json_logs {
+                // One line of the JSON log stream, written whatever the log level: the secret
+                // is shown only this once.
+                let line = serde_json::json!({
+                    "timestamp": chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Micros, true),
+                    "level": "WARN",
+                    "message": "first start: created an API key for app 'default'; its secret is shown only this once",
+                    "key_id": key.key_id,
+                    "secret": key.secret,
+                    "app_id": key.app_id,
+                    "more_keys": more,
+                });
+                eprintln!("{line}");
+            } else {
+                eprintln!(
+                    "webhookd: first start — created API key for app 'default':\n  key id: {}\n  secret: {}\nIt is shown only this once. Make more with: {more}",
+                    key.key_id, key.secret
+                );
+            }
         }
     }
     let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -299,9 +317,11 @@ fn keys(command: KeysCommand) -> anyhow::Result<()> {
                     })
                     .collect::<serde_json::Result<Vec<_>>>()?;
                 serde_json::to_string(&shown)?
+            } else if keys.is_empty() {
+                String::new()
             } else {
-                keys.iter()
-                    .map(|k| {
+                std::iter::once("KEY ID\tAPP\tNAME\tSCOPE\tCREATED\tEXPIRES\tSTATE".to_string())
+                    .chain(keys.iter().map(|k| {
                         let state = match (k.revoked_at, k.expires_at) {
                             (Some(_), _) => "revoked",
                             (None, Some(t)) if t <= SystemClock.now_ms() => "expired",
@@ -309,7 +329,7 @@ fn keys(command: KeysCommand) -> anyhow::Result<()> {
                         };
                         let expires = k.expires_at.map_or("never".into(), rfc3339);
                         format!(
-                            "{}\t{}\t{}\t{}\t{}\texpires {}\t{}",
+                            "{}\t{}\t{}\t{}\t{}\t{}\t{}",
                             k.id,
                             k.app_id,
                             k.name,
@@ -318,12 +338,14 @@ fn keys(command: KeysCommand) -> anyhow::Result<()> {
                             expires,
                             state
                         )
-                    })
+                    }))
                     .collect::<Vec<_>>()
                     .join("\n")
             };
             if !text.is_empty() {
                 print_out(&text)?;
+            } else if !json {
+                eprintln!("no keys yet (create one with `webhookd keys create`)");
             }
         }
         KeysCommand::Revoke { db, key_id } => {

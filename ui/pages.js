@@ -461,7 +461,7 @@ async function endpointForm(forms, e, ctx) {
     retry_policy_id: select("retry_policy_id", await policyOptions(), v.retry_policy_id),
     filter_events: input("filter_events", v.filter_events, { placeholder: "order.*, invoice.paid" }),
     headers: textarea("headers", JSON.stringify(v.headers || {}, null, 1)),
-    secret: input("secret", "", { type: "password", autocomplete: "new-password", placeholder: e ? "unchanged" : "none" }),
+    secret: input("secret", "", { type: "password", autocomplete: "new-password", placeholder: e ? "unchanged" : "generated" }),
     rate_limit_per_sec: input("rate_limit_per_sec", v.rate_limit_per_sec, { type: "number", step: "any", min: 0.01 }),
     max_in_flight: input("max_in_flight", v.max_in_flight, { type: "number", min: 1, max: 1000 }),
   };
@@ -471,8 +471,8 @@ async function endpointForm(forms, e, ctx) {
     field("Timeout (ms)", inputs.timeout_ms), field("Retry policy", inputs.retry_policy_id),
     field("Events it receives", inputs.filter_events, "comma-separated patterns; empty = every event"),
     field("Headers (JSON object)", inputs.headers),
-    field("Signing secret", inputs.secret, e ? (e.secret ? "has a secret" : "no secret") : "optional; whsec_… for Standard Webhooks"),
-    e ? h("label", { class: "check" }, clear, " remove the secret") : null,
+    field("Signing secret", inputs.secret, e ? (e.secret ? "has a secret" : "no secret") : "empty = a new whsec_… secret is made (signed by default)"),
+    h("label", { class: "check" }, clear, e ? " remove the secret" : " unsigned (no secret)"),
     field("Rate limit (per second)", inputs.rate_limit_per_sec, "empty = no limit"),
     field("Max in flight", inputs.max_in_flight, "empty = no limit; 1 = in order"),
   ], e ? "Save" : "Create", async () => {
@@ -495,7 +495,8 @@ async function endpointForm(forms, e, ctx) {
       body = Object.fromEntries(Object.entries(values).filter(([, x]) => x !== null));
     }
     if (inputs.secret.value) body.secret = inputs.secret.value;
-    if (clear.checked) body.clear_secret = true;
+    if (clear.checked && e) body.clear_secret = true;
+    if (clear.checked && !e) body.secret = null;
     const saved = e
       ? await api("PATCH", `/v1/endpoints/${e.id}`, null, body)
       : await api("POST", "/v1/endpoints", null, body);

@@ -528,10 +528,12 @@ fn log_outcome(d: &Done) {
     if d.verdict.after == AfterAttempt::Success {
         return;
     }
-    let next = match d.verdict.after {
-        AfterAttempt::RetryAt(at) => crate::clock::rfc3339(at),
-        _ => "failed for good".to_string(),
+    // A time field holds a time or is left out; what happens next is said in `outcome`.
+    let (next, outcome) = match d.verdict.after {
+        AfterAttempt::RetryAt(at) => (Some(crate::clock::rfc3339(at)), "will retry"),
+        _ => (None, "failed for good"),
     };
+    let next = next.as_deref();
     let error = d.verdict.error.as_deref().unwrap_or("");
     match d.sent.status {
         Some(status_code) => tracing::warn!(
@@ -540,7 +542,8 @@ fn log_outcome(d: &Done) {
             attempt = d.task.attempt,
             status_code,
             error,
-            next_attempt_at = %next,
+            next_attempt_at = next,
+            outcome,
             "delivery attempt failed"
         ),
         None => tracing::warn!(
@@ -548,7 +551,8 @@ fn log_outcome(d: &Done) {
             endpoint_id = d.endpoint_id,
             attempt = d.task.attempt,
             error,
-            next_attempt_at = %next,
+            next_attempt_at = next,
+            outcome,
             "delivery attempt failed"
         ),
     }

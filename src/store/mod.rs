@@ -307,3 +307,18 @@ impl<T> Tx for T where
         + ?Sized
 {
 }
+
+/// The one log line of a schema change at start-up: `created schema vN` for a new database,
+/// `upgraded schema from vA to vB` for an older one, nothing when it was current (`from` is
+/// the version before the first step applied, `None` when none was).
+pub fn log_schema_upgrade(backend: &str, from: Option<i64>, to: i64) {
+    match from {
+        None => {}
+        Some(0) => tracing::info!(version = to, "{backend}: created schema v{to}"),
+        Some(from) => tracing::info!(
+            from,
+            version = to,
+            "{backend}: upgraded schema from v{from} to v{to}"
+        ),
+    }
+}

@@ -68,14 +68,11 @@ fn health(url: &str) -> (u16, Value) {
 /// Polls `/healthz` until it answers `status` (the probe runs at most once a second).
 pub(crate) fn wait_health(url: &str, status: u16) -> Value {
     let mut last = (0, Value::Null);
-    for _ in 0..50 {
+    crate::support::wait_for(Duration::from_secs(5), || {
         last = health(url);
-        if last.0 == status {
-            return last.1;
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    panic!("/healthz never answered {status}; last {last:?}");
+        (last.0 == status).then(|| last.1.clone())
+    })
+    .unwrap_or_else(|| panic!("/healthz never answered {status}; last {last:?}"))
 }
 
 fn integrity_ok(db: &Path) {

@@ -439,10 +439,7 @@ fn cli_creates_scoped_and_expiring_keys() {
     assert_eq!(first.unwrap()["expires_at"], Value::Null);
     let plain = text(&webhookd(&["keys", "list", "--db", db]).stdout);
     let line = plain.lines().find(|l| l.starts_with(id)).expect("listed");
-    assert!(
-        line.contains("\tread\t") && line.contains("expires 20"),
-        "{line}"
-    );
+    assert!(line.contains("\tread\t") && line.contains("\t20"), "{line}");
 
     for (flag, value) in [
         ("--scope", "reed"),

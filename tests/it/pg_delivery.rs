@@ -412,7 +412,8 @@ fn an_in_order_endpoint_never_runs_two_tasks_across_nodes() {
             std::thread::spawn(move || {
                 start.wait();
                 let at = NOW + 1_000;
-                let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+                let deadline = std::time::Instant::now()
+                    + crate::support::patient(std::time::Duration::from_secs(120));
                 loop {
                     assert!(
                         std::time::Instant::now() < deadline,

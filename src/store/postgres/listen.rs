@@ -105,6 +105,8 @@ fn run(url: &PgUrl, wakers: &Wakers, stop: &AtomicBool, listening: &AtomicBool) 
             Ok(mut client) => {
                 if failures > 0 {
                     tracing::info!(url = %url, "PostgreSQL listener connected again");
+                } else {
+                    tracing::debug!(url = %url, "PostgreSQL listener connected");
                 }
                 listening.store(true, Ordering::Release);
                 wake(wakers, Channel::Tasks);
@@ -168,6 +170,8 @@ fn listen(client: &mut postgres::Client, wakers: &Wakers, stop: &AtomicBool) -> 
             while let Some(notice) = iter.next()? {
                 heard = true;
                 if let Some(channel) = Channel::from_name(notice.channel()) {
+                    // At debug: what woke a loop is visible (tests count these lines).
+                    tracing::debug!(channel = channel.name(), "woken by a notice");
                     wake(wakers, channel);
                 }
                 if stop.load(Ordering::Acquire) {
