@@ -45,11 +45,38 @@ pub struct Config {
     /// checkpoint): once half of it is written, a checkpoint briefly holds the writers and the
     /// WAL is rewound (PASSIVE checkpoints alone cannot bound it under steady load).
     pub wal_limit_bytes: u64,
+    /// SQLite `synchronous`: `Full` (the default) fsyncs the WAL at every commit, so a 200 means
+    /// the write is on disk; `Normal` (`--sqlite-sync normal`) may lose the last commits on a
+    /// power loss or a file system error, for cheaper commits (README, "Durability").
+    pub sqlite_sync: SqliteSync,
     /// PostgreSQL: the cap on the scheduler's and delivery pool's idle sleep while no LISTEN
     /// connection brings other nodes' changes (`store::postgres::listen::IdleCap`).
     pub pg_poll: Duration,
     /// PostgreSQL: never LISTEN; always poll every `pg_poll`.
     pub pg_poll_only: bool,
+}
+
+/// `--sqlite-sync`: when a SQLite commit is made durable.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+pub enum SqliteSync {
+    /// Every commit fsyncs the WAL before it returns: an acknowledged write survives a power
+    /// loss or a file system error. Each commit is one fsync of the `-wal` file (BENCHMARKS.md
+    /// has the cost).
+    #[default]
+    Full,
+    /// The WAL is fsynced only at checkpoints: a crash of the process loses nothing, a power
+    /// loss or a file system error may lose the last commits (never corrupts the file).
+    Normal,
+}
+
+impl SqliteSync {
+    /// The value of `PRAGMA synchronous`.
+    pub fn pragma(self) -> &'static str {
+        match self {
+            SqliteSync::Full => "FULL",
+            SqliteSync::Normal => "NORMAL",
+        }
+    }
 }
 
 /// `--wal-limit-mb`'s default, 64 MiB.
@@ -75,6 +102,7 @@ impl Config {
             disable_failing_after_hours: 120.0,
             max_idle: Duration::from_secs(60),
             wal_limit_bytes: DEFAULT_WAL_LIMIT_BYTES,
+            sqlite_sync: SqliteSync::Full,
             bulk_retry_max: 100_000,
             pg_poll: Duration::from_millis(1000),
             pg_poll_only: false,

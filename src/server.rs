@@ -454,6 +454,7 @@ pub async fn start_on(
     let options = crate::store::OpenOptions {
         pool_size,
         wal_limit_bytes: config.wal_limit_bytes,
+        sqlite_sync: config.sqlite_sync,
         ..Default::default()
     };
     let store = tokio::task::spawn_blocking(move || {

@@ -222,6 +222,8 @@ pub struct OpenOptions {
     pub checkpoint_wait: Duration,
     /// `--wal-limit-mb` in bytes (SQLite: the `-wal` file is kept under it).
     pub wal_limit_bytes: u64,
+    /// `--sqlite-sync` (SQLite: `PRAGMA synchronous` of every connection).
+    pub sqlite_sync: crate::config::SqliteSync,
 }
 
 impl Default for OpenOptions {
@@ -230,6 +232,7 @@ impl Default for OpenOptions {
             pool_size: 1,
             checkpoint_wait: Duration::from_secs(1),
             wal_limit_bytes: crate::config::DEFAULT_WAL_LIMIT_BYTES,
+            sqlite_sync: crate::config::SqliteSync::Full,
         }
     }
 }

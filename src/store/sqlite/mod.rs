@@ -19,6 +19,7 @@ pub use health::DbHealth;
 pub use migrate::{SCHEMA_VERSION, check_is_ours};
 pub use tx::SqliteTx;
 
+use crate::config::SqliteSync;
 use crate::store::{Page, StoreError};
 
 use anyhow::{Context, bail};
@@ -38,11 +39,22 @@ pub type Conn = r2d2::PooledConnection<SqliteConnectionManager>;
 /// Opens (creating with mode 0600 if absent) a webhookd database, refuses foreign or newer
 /// files untouched, applies pending schema upgrades, and returns a pool of `size` connections.
 pub fn open(path: &Path, size: u32) -> anyhow::Result<Pool> {
-    open_limited(path, size, crate::config::DEFAULT_WAL_LIMIT_BYTES)
+    open_limited(
+        path,
+        size,
+        crate::config::DEFAULT_WAL_LIMIT_BYTES,
+        SqliteSync::default(),
+    )
 }
 
-/// [`open`] with `--wal-limit-mb` in bytes: what a rewound `-wal` file is cut back to.
-pub fn open_limited(path: &Path, size: u32, wal_limit_bytes: u64) -> anyhow::Result<Pool> {
+/// [`open`] with `--wal-limit-mb` in bytes (what a rewound `-wal` file is cut back to) and
+/// `--sqlite-sync`.
+pub fn open_limited(
+    path: &Path,
+    size: u32,
+    wal_limit_bytes: u64,
+    sync: SqliteSync,
+) -> anyhow::Result<Pool> {
     create_private_file(path)?;
     {
         let mut conn = Connection::open_with_flags(path, OpenFlags::SQLITE_OPEN_READ_WRITE)
@@ -55,7 +67,7 @@ pub fn open_limited(path: &Path, size: u32, wal_limit_bytes: u64) -> anyhow::Res
     }
     let manager = SqliteConnectionManager::file(path)
         .with_flags(OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX)
-        .with_init(move |conn| configure_connection(conn, wal_limit_bytes));
+        .with_init(move |conn| configure_connection(conn, wal_limit_bytes, sync));
     r2d2::Pool::builder()
         .max_size(size)
         .min_idle(Some(1))
@@ -74,11 +86,17 @@ pub fn open_limited(path: &Path, size: u32, wal_limit_bytes: u64) -> anyhow::Res
 /// How long a statement waits for another process's lock before failing with "busy".
 const BUSY_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// Per-connection settings. `synchronous=NORMAL` in WAL mode survives a crash of the process;
-/// after a power loss the last few commits may be lost, never corrupted (see README).
-fn configure_connection(conn: &mut Connection, wal_limit_bytes: u64) -> rusqlite::Result<()> {
+/// Per-connection settings. `synchronous=FULL` (the default) fsyncs the WAL at each commit, so
+/// an acknowledged write survives a power loss or a file system error; `NORMAL` in WAL mode
+/// survives a crash of the process, but a power loss may lose the last commits (README,
+/// "Durability").
+fn configure_connection(
+    conn: &mut Connection,
+    wal_limit_bytes: u64,
+    sync: SqliteSync,
+) -> rusqlite::Result<()> {
     conn.busy_timeout(BUSY_TIMEOUT)?;
-    conn.pragma_update(None, "synchronous", "NORMAL")?;
+    conn.pragma_update(None, "synchronous", sync.pragma())?;
     conn.pragma_update(None, "temp_store", "MEMORY")?;
     conn.pragma_update(None, "cache_size", -16_000)?;
     // Checkpoints run on the server's checkpointer thread (see `checkpoint`), not inside
@@ -405,7 +423,12 @@ impl SqliteStore {
     /// Opens (creating with mode 0600 if absent) a webhookd database, refuses foreign or newer
     /// files untouched and applies pending schema upgrades ([`open`]).
     pub fn open(path: &Path, options: crate::store::OpenOptions) -> anyhow::Result<SqliteStore> {
-        let pool = open_limited(path, options.pool_size, options.wal_limit_bytes)?;
+        let pool = open_limited(
+            path,
+            options.pool_size,
+            options.wal_limit_bytes,
+            options.sqlite_sync,
+        )?;
         Ok(SqliteStore {
             pool,
             path: path.to_path_buf(),
@@ -661,6 +684,28 @@ mod tests {
         assert_eq!(found, Some((key.secret, "app1".to_string())));
         assert_eq!(store.read(|tx| tx.rescue_expired_leases(0)).unwrap(), 0);
         assert_eq!(store.backend(), "sqlite");
+    }
+
+    /// A 200 means "on disk": every pooled connection commits with `synchronous=FULL` (2)
+    /// unless `--sqlite-sync normal` (1) is chosen.
+    #[test]
+    fn connections_sync_full_by_default_and_normal_on_request() {
+        let dir = tempfile::tempdir().unwrap();
+        for (sync, expected) in [(SqliteSync::default(), 2), (SqliteSync::Normal, 1)] {
+            let db = dir.path().join(format!("{expected}.sqlite"));
+            let pool = open_limited(&db, 2, crate::config::DEFAULT_WAL_LIMIT_BYTES, sync).unwrap();
+            let conns = [pool.get().unwrap(), pool.get().unwrap()];
+            for conn in &conns {
+                let found: i64 = conn
+                    .query_row("PRAGMA synchronous", [], |r| r.get(0))
+                    .unwrap();
+                assert_eq!(found, expected, "{sync:?}");
+            }
+        }
+        assert_eq!(
+            crate::config::Config::new("x").sqlite_sync,
+            SqliteSync::Full
+        );
     }
 
     #[test]
