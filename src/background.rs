@@ -1,5 +1,5 @@
-//! The background loops of a running server — the scheduler, the delivery pool and the WAL
-//! checkpointer — started and stopped together.
+//! The background loops of a running server — the scheduler, the delivery pool, the WAL
+//! checkpointer and scheduled backups — started and stopped together.
 
 use crate::app::App;
 use crate::store::{Wakers, Watcher};
@@ -22,12 +22,16 @@ pub struct Background {
     scheduler: crate::scheduler::Scheduler,
     delivery: crate::delivery::DeliveryPool,
     checkpointer: Checkpointer,
+    /// Scheduled backups (`--backup-dir`), when on.
+    backups: Option<crate::backup::Backups>,
     /// Other processes' changes (PostgreSQL nodes) waking the scheduler and the delivery pool.
     watcher: Watcher,
 }
 
 impl Background {
     pub fn start(app: Arc<App>) -> anyhow::Result<Self> {
+        // First: a --backup-dir that cannot be used stops the start before any loop runs.
+        let backups = crate::backup::Backups::start(app.clone())?;
         let wakers = {
             let (tasks, schedules) = (app.clone(), app.clone());
             Wakers {
@@ -39,6 +43,7 @@ impl Background {
             .store
             .watch(wakers, app.config.pg_poll, app.config.pg_poll_only)?;
         Ok(Background {
+            backups,
             checkpointer: Checkpointer::start(app.clone()),
             scheduler: crate::scheduler::Scheduler::start(app.clone(), watcher.idle_cap.clone()),
             delivery: crate::delivery::DeliveryPool::start(app, &watcher),
@@ -51,6 +56,9 @@ impl Background {
     pub fn stop(self) {
         self.scheduler.stop();
         self.delivery.stop();
+        if let Some(backups) = self.backups {
+            backups.stop();
+        }
         self.checkpointer.stop();
         self.watcher.stop();
     }

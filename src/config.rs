@@ -49,6 +49,8 @@ pub struct Config {
     /// the write is on disk; `Normal` (`--sqlite-sync normal`) may lose the last commits on a
     /// power loss or a file system error, for cheaper commits (README, "Durability").
     pub sqlite_sync: SqliteSync,
+    /// Scheduled backups (`--backup-dir`, `--backup-every`, `--backup-keep`); `None`: off.
+    pub backup: Option<crate::backup::BackupConfig>,
     /// PostgreSQL: the cap on the scheduler's and delivery pool's idle sleep while no LISTEN
     /// connection brings other nodes' changes (`store::postgres::listen::IdleCap`).
     pub pg_poll: Duration,
@@ -103,6 +105,7 @@ impl Config {
             max_idle: Duration::from_secs(60),
             wal_limit_bytes: DEFAULT_WAL_LIMIT_BYTES,
             sqlite_sync: SqliteSync::Full,
+            backup: None,
             bulk_retry_max: 100_000,
             pg_poll: Duration::from_millis(1000),
             pg_poll_only: false,
@@ -143,6 +146,19 @@ impl Config {
             return Err(
                 "--pg-poll-ms (env WEBHOOKD_PG_POLL_MS) must be between 10 and 3600000".into(),
             );
+        }
+        if let Some(backup) = &self.backup {
+            if crate::store::postgres::is_url(&self.db) {
+                return Err("--backup-dir (env WEBHOOKD_BACKUP_DIR) copies SQLite databases only; back up PostgreSQL with pg_dump (e.g. pg_dump --format=custom --file webhookd.dump <url>) or with point-in-time recovery (continuous WAL archiving)".into());
+            }
+            if backup.keep == 0 {
+                return Err("--backup-keep (env WEBHOOKD_BACKUP_KEEP) must be at least 1".into());
+            }
+            if backup.every < crate::backup::MIN_EVERY {
+                return Err(
+                    "--backup-every (env WEBHOOKD_BACKUP_EVERY) must be at least 10s".into(),
+                );
+            }
         }
         let hours = self.disable_failing_after_hours;
         if !hours.is_finite() || !(0.0..=1_000_000.0).contains(&hours) {

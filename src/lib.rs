@@ -18,6 +18,7 @@
 //! - `ui`: the dashboard's files under `/ui/`.
 //! - `clock`: the time source, movable in tests; `app`: the state a running server shares;
 //!   `background`: starts and stops the scheduler and the delivery pool together.
+//! - `backup`: scheduled backups of a SQLite database in `serve` (`--backup-dir`).
 //! - `build_info`: version, commit and target of this binary (from `build.rs`).
 //! - `client`: the signing API client behind `webhookd api`, the tests and the benchmark.
 
@@ -25,6 +26,7 @@ pub mod api;
 pub mod app;
 pub mod auth;
 pub mod background;
+pub mod backup;
 pub mod build_info;
 pub mod cli;
 pub mod client;

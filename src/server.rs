@@ -246,12 +246,13 @@ fn close_after(reply: &mut Reply) {
 /// `GET`/`HEAD /healthz` (contract §10): 200 with the version when the database can be read
 /// and written, else 503 with the reason (what to fix). No signature needed.
 async fn health(app: Arc<App>, request_id: &str) -> Reply {
+    let served = app.clone();
     let result = tokio::task::spawn_blocking(move || {
         app.store.health(app.clock.now_ms()).map_err(ApiError::from)
     })
     .await
     .unwrap_or_else(|e| Err(ApiError::internal(format!("health check panicked: {e}"))));
-    let (status, body) = match result {
+    let (status, mut body) = match result {
         Ok(()) => (
             StatusCode::OK,
             serde_json::json!({"status": "ok", "version": env!("CARGO_PKG_VERSION")}),
@@ -261,6 +262,9 @@ async fn health(app: Arc<App>, request_id: &str) -> Reply {
             serde_json::json!({"status": "unavailable", "reason": e.message}),
         ),
     };
+    if let Some(backup) = crate::backup::health_detail(&served.metrics) {
+        body["backup"] = backup;
+    }
     json_reply(status, request_id, body.to_string().into_bytes())
 }
 

@@ -6,6 +6,7 @@
 mod api_auth;
 mod api_endpoints;
 mod api_policies;
+mod backup;
 mod bulk_retry;
 mod catchup;
 mod cli;

@@ -577,16 +577,19 @@ impl crate::store::Store for SqliteStore {
     }
 
     /// `VACUUM INTO`, which reads one snapshot in a single read transaction, so writers are not
-    /// blocked and every commit made before it started is in the copy; then checks the copy.
-    /// `out` must exist (empty): the caller creates it exclusively with mode 0600.
+    /// blocked and every commit made before it started is in the copy; then checks the copy
+    /// with `PRAGMA integrity_check` (every page, index and constraint; the copy is not in
+    /// use, so its cost falls on no request). `out` must exist (empty): the caller creates it
+    /// exclusively with mode 0600.
     fn backup(&self, out: &Path) -> anyhow::Result<()> {
         let source = self.pool.get()?;
-        let target = out.to_str().context("--out: the path is not valid UTF-8")?;
+        let target = out.to_str().context("the backup path is not valid UTF-8")?;
         source
             .execute("VACUUM INTO ?1", [target])
             .context("the copy failed")?;
-        let copy = Connection::open(out)?;
-        let check: String = copy.query_row("PRAGMA quick_check", [], |r| r.get(0))?;
+        drop(source);
+        let copy = Connection::open_with_flags(out, OpenFlags::SQLITE_OPEN_READ_ONLY)?;
+        let check: String = copy.query_row("PRAGMA integrity_check", [], |r| r.get(0))?;
         anyhow::ensure!(check == "ok", "the copy does not check out: {check}");
         Ok(())
     }
