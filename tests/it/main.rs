@@ -31,6 +31,7 @@ mod pg_store;
 mod pg_tables;
 mod reliability;
 mod schedules;
+mod shutdown;
 mod support;
 mod tasks;
 mod unknown_fields;
