@@ -18,6 +18,7 @@ mod durability;
 mod events;
 mod fuzz;
 mod health;
+mod ids;
 mod logs;
 mod migrate;
 mod multinode;
