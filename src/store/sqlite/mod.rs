@@ -190,11 +190,17 @@ pub fn wal_path(db: &Path) -> std::path::PathBuf {
 /// every 100 µs: SQLite's own busy handler sleeps 1, 2, 5 … 100 ms, with every writer queued.
 /// `busy` in the result: a reader held on and the WAL will not be rewound.
 pub fn checkpoint_restart(conn: &Connection, wait: Duration) -> rusqlite::Result<WalState> {
+    checkpoint_rewind(conn, wait, "RESTART")
+}
+
+/// [`checkpoint_restart`] in `mode`: `RESTART`, or `TRUNCATE`, which also cuts the `-wal` file
+/// to zero bytes and so gives its space back to the file system (on a small disk).
+fn checkpoint_rewind(conn: &Connection, wait: Duration, mode: &str) -> rusqlite::Result<WalState> {
     let lock = writer_lock(conn);
     let _queued = lock.lock().unwrap_or_else(|e| e.into_inner());
     READERS_DEADLINE.set(Some(std::time::Instant::now() + wait));
     conn.busy_handler(Some(wait_for_readers))?;
-    let state = wal_checkpoint(conn, "RESTART");
+    let state = wal_checkpoint(conn, mode);
     READERS_DEADLINE.set(None);
     conn.busy_timeout(BUSY_TIMEOUT)?;
     state
@@ -402,6 +408,30 @@ impl WalSeen {
     }
 }
 
+/// The smallest rewind point on a small or nearly full disk.
+const MIN_REWIND_BYTES: u64 = 1024 * 1024;
+
+/// Where the WAL is rewound (bytes written to it), and whether each rewind also cuts the file
+/// to zero (`TRUNCATE`), given `--wal-limit-mb`, the free space of the disk and the WAL's
+/// size. With room to spare, half the limit and a `RESTART` that keeps the file for reuse. On
+/// a small or nearly full disk — less than four rewind points of room, counting the WAL's own
+/// space — a quarter of that room (at least [`MIN_REWIND_BYTES`]) and `TRUNCATE`: space the
+/// WAL holds is space the database file cannot grow into, and with a fixed rewind point writes
+/// were refused on a small disk with 12.5 MB of WAL beside a 1.8 MB database (README,
+/// "Storage and durability").
+fn rewind_point(wal_limit_bytes: u64, free_bytes: Option<u64>, wal_bytes: u64) -> (u64, bool) {
+    let roomy = wal_limit_bytes / REWIND_AT_DIVISOR;
+    let Some(free) = free_bytes else {
+        return (roomy, false);
+    };
+    let quarter = free.saturating_add(wal_bytes) / 4;
+    if quarter >= roomy {
+        (roomy, false)
+    } else {
+        (quarter.max(MIN_REWIND_BYTES).min(roomy), true)
+    }
+}
+
 /// What one WAL frame takes beyond its page: its header.
 const FRAME_HEADER_BYTES: u64 = 24;
 
@@ -519,10 +549,11 @@ impl crate::store::Store for SqliteStore {
     /// each stop of the writers is short (BENCHMARKS.md).
     fn maintain(&self, passive: bool, wal_limit_bytes: u64) -> anyhow::Result<()> {
         use std::sync::atomic::Ordering::Relaxed;
-        let rewind_at = wal_limit_bytes / REWIND_AT_DIVISOR;
         let near = self.wal_seen.lock().unwrap_or_else(|e| e.into_inner()).near;
         // What is written since the last rewind is never more than the file holds.
         let size = std::fs::metadata(wal_path(&self.path)).map_or(0, |m| m.len());
+        let free = crate::health::free_bytes(&self.path);
+        let (rewind_at, truncate) = rewind_point(wal_limit_bytes, free, size);
         if !passive && (!near || size <= rewind_at) {
             return Ok(());
         }
@@ -555,7 +586,8 @@ impl crate::store::Store for SqliteStore {
         let done = if behind > rewind_at / 4 {
             None
         } else {
-            Some(checkpoint_restart(&conn, self.checkpoint_wait)?).filter(|done| !done.busy)
+            let mode = if truncate { "TRUNCATE" } else { "RESTART" };
+            Some(checkpoint_rewind(&conn, self.checkpoint_wait, mode)?).filter(|done| !done.busy)
         };
         match done {
             Some(done) => {
@@ -563,6 +595,7 @@ impl crate::store::Store for SqliteStore {
                 self.held_back.store(false, Relaxed);
                 tracing::debug!(
                     bytes = bytes(done.written),
+                    truncated = truncate,
                     "WAL copied back; the next writer rewinds it"
                 );
             }
@@ -709,6 +742,22 @@ mod tests {
             crate::config::Config::new("x").sqlite_sync,
             SqliteSync::Full
         );
+    }
+
+    #[test]
+    fn the_wal_rewinds_sooner_and_gives_its_space_back_on_a_small_disk() {
+        const MB: u64 = 1024 * 1024;
+        let limit = 64 * MB;
+        // Room to spare, or free space unknown: half the limit, the file kept for reuse.
+        assert_eq!(rewind_point(limit, Some(10_000 * MB), 0), (32 * MB, false));
+        assert_eq!(rewind_point(limit, Some(128 * MB), 0), (32 * MB, false));
+        assert_eq!(rewind_point(limit, None, 0), (32 * MB, false));
+        // A 16 MB disk: a quarter of the room the WAL and the free space make, truncated.
+        assert_eq!(rewind_point(limit, Some(12 * MB), 4 * MB), (4 * MB, true));
+        assert_eq!(rewind_point(limit, Some(100 * MB), 0), (25 * MB, true));
+        // Nearly full: never below 1 MiB; a small --wal-limit-mb still bounds it.
+        assert_eq!(rewind_point(limit, Some(MB / 2), 0), (MB, true));
+        assert_eq!(rewind_point(2 * MB, Some(MB), 0), (MB, true));
     }
 
     #[test]
