@@ -61,24 +61,14 @@ pub struct Config {
 /// `--sqlite-sync`: when a SQLite commit is made durable.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
 pub enum SqliteSync {
-    /// Every commit fsyncs the WAL before it returns: an acknowledged write survives a power
-    /// loss or a file system error. Each commit is one fsync of the `-wal` file (BENCHMARKS.md
-    /// has the cost).
+    /// A write returns once its commit is fsynced: an acknowledged write survives a power loss
+    /// or a file system error (`synchronous=FULL`'s promise). Commits queued behind one fsync
+    /// share the next (group commit); BENCHMARKS.md has the cost.
     #[default]
     Full,
     /// The WAL is fsynced only at checkpoints: a crash of the process loses nothing, a power
     /// loss or a file system error may lose the last commits (never corrupts the file).
     Normal,
-}
-
-impl SqliteSync {
-    /// The value of `PRAGMA synchronous`.
-    pub fn pragma(self) -> &'static str {
-        match self {
-            SqliteSync::Full => "FULL",
-            SqliteSync::Normal => "NORMAL",
-        }
-    }
 }
 
 /// `--wal-limit-mb`'s default, 64 MiB.

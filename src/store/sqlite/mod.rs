@@ -28,6 +28,8 @@ use rusqlite::{Connection, OpenFlags};
 use std::collections::HashMap;
 use std::path::Path;
 use std::path::PathBuf;
+use std::sync::atomic::Ordering::SeqCst;
+use std::sync::atomic::{AtomicBool, AtomicU64};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
@@ -64,10 +66,13 @@ pub fn open_limited(
         conn.pragma_update(None, "journal_mode", "WAL")
             .with_context(|| format!("cannot switch {} to WAL mode", path.display()))?;
         migrate::upgrade(&mut conn)?;
+        file_state(&conn)
+            .durable_commits
+            .store(sync == SqliteSync::Full, SeqCst);
     }
     let manager = SqliteConnectionManager::file(path)
         .with_flags(OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX)
-        .with_init(move |conn| configure_connection(conn, wal_limit_bytes, sync));
+        .with_init(move |conn| configure_connection(conn, wal_limit_bytes));
     r2d2::Pool::builder()
         .max_size(size)
         .min_idle(Some(1))
@@ -86,17 +91,16 @@ pub fn open_limited(
 /// How long a statement waits for another process's lock before failing with "busy".
 const BUSY_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// Per-connection settings. `synchronous=FULL` (the default) fsyncs the WAL at each commit, so
-/// an acknowledged write survives a power loss or a file system error; `NORMAL` in WAL mode
-/// survives a crash of the process, but a power loss may lose the last commits (README,
-/// "Durability").
-fn configure_connection(
-    conn: &mut Connection,
-    wal_limit_bytes: u64,
-    sync: SqliteSync,
-) -> rusqlite::Result<()> {
+/// Per-connection settings. `synchronous=NORMAL` in WAL mode: a commit is written to the
+/// `-wal` file without an fsync (a crash of the process loses nothing), checkpoints fsync
+/// the WAL and the database file. With `--sqlite-sync full` (the default) [`write_tx`] then
+/// fsyncs the `-wal` file before a write returns, one fsync for all the commits queued
+/// meanwhile ([`group_sync`]), so an acknowledged write survives a power loss or a file system
+/// error; with `normal` the last commits before such a loss may be lost (README, "Storage and
+/// durability").
+fn configure_connection(conn: &mut Connection, wal_limit_bytes: u64) -> rusqlite::Result<()> {
     conn.busy_timeout(BUSY_TIMEOUT)?;
-    conn.pragma_update(None, "synchronous", sync.pragma())?;
+    conn.pragma_update(None, "synchronous", "NORMAL")?;
     conn.pragma_update(None, "temp_store", "MEMORY")?;
     conn.pragma_update(None, "cache_size", -16_000)?;
     // Checkpoints run on the server's checkpointer thread (see `checkpoint`), not inside
@@ -196,8 +200,8 @@ pub fn checkpoint_restart(conn: &Connection, wait: Duration) -> rusqlite::Result
 /// [`checkpoint_restart`] in `mode`: `RESTART`, or `TRUNCATE`, which also cuts the `-wal` file
 /// to zero bytes and so gives its space back to the file system (on a small disk).
 fn checkpoint_rewind(conn: &Connection, wait: Duration, mode: &str) -> rusqlite::Result<WalState> {
-    let lock = writer_lock(conn);
-    let _queued = lock.lock().unwrap_or_else(|e| e.into_inner());
+    let state = file_state(conn);
+    let _queued = state.writer.lock().unwrap_or_else(|e| e.into_inner());
     READERS_DEADLINE.set(Some(std::time::Instant::now() + wait));
     conn.busy_handler(Some(wait_for_readers))?;
     let state = wal_checkpoint(conn, mode);
@@ -224,14 +228,33 @@ fn wait_for_readers(_tries: i32) -> bool {
     }
 }
 
-/// The lock in-process writers of one database file queue on before `BEGIN IMMEDIATE`.
-/// Without it they meet SQLite's busy handler, which sleeps 1, 2, 5 … 100 ms between tries and
-/// turned contention between API threads and the delivery dispatcher into 50–900 ms stalls
-/// (BENCHMARKS.md). Other processes (the `keys` commands) still meet the busy handler.
-fn writer_lock(conn: &Connection) -> Arc<Mutex<()>> {
-    static LOCKS: OnceLock<Mutex<HashMap<String, Arc<Mutex<()>>>>> = OnceLock::new();
+/// What the in-process writers of one database file share.
+#[derive(Default)]
+struct FileState {
+    /// The lock writers queue on before `BEGIN IMMEDIATE`. Without it they meet SQLite's busy
+    /// handler, which sleeps 1, 2, 5 … 100 ms between tries and turned contention between API
+    /// threads and the delivery dispatcher into 50–900 ms stalls (BENCHMARKS.md). Other
+    /// processes (the `keys` commands) still meet the busy handler.
+    writer: Mutex<()>,
+    /// `--sqlite-sync full`: a write returns only once its commit is fsynced ([`group_sync`]).
+    durable_commits: AtomicBool,
+    /// Commits made (numbered under `writer`, so in commit order).
+    committed: AtomicU64,
+    /// How many of them an fsync of the `-wal` file has made durable. Held during the fsync:
+    /// the writers that commit meanwhile queue here and the next fsync covers them all.
+    synced: Mutex<u64>,
+    /// fsyncs of the `-wal` file (tests count them).
+    fsyncs: AtomicU64,
+    /// An fsync failed: the kernel may have dropped the unwritten pages and a later fsync could
+    /// succeed without them, so no later commit is called durable until a restart.
+    sync_failed: AtomicBool,
+}
+
+/// The [`FileState`] of the database file `conn` is open on.
+fn file_state(conn: &Connection) -> Arc<FileState> {
+    static FILES: OnceLock<Mutex<HashMap<String, Arc<FileState>>>> = OnceLock::new();
     let path = conn.path().unwrap_or_default().to_string();
-    LOCKS
+    FILES
         .get_or_init(Mutex::default)
         .lock()
         .unwrap_or_else(|e| e.into_inner())
@@ -240,8 +263,50 @@ fn writer_lock(conn: &Connection) -> Arc<Mutex<()>> {
         .clone()
 }
 
+/// Group commit (`--sqlite-sync full`): makes commit number `seq` durable before its write
+/// returns. Connections run `synchronous=NORMAL`, which writes a commit to the `-wal` file
+/// without an fsync (checkpoints still fsync the WAL and the database as they copy back); one
+/// fsync of the `-wal` file here then covers every commit made before it, so the writers that
+/// committed while another fsync ran share the next one, instead of taking one each inside
+/// the writer lock as `synchronous=FULL` does. An acknowledged write is on disk either way.
+fn group_sync(conn: &Connection, state: &FileState, seq: u64) -> rusqlite::Result<()> {
+    let io_error = |why: String| {
+        rusqlite::Error::SqliteFailure(
+            rusqlite::ffi::Error::new(rusqlite::ffi::SQLITE_IOERR),
+            Some(why),
+        )
+    };
+    let mut synced = state.synced.lock().unwrap_or_else(|e| e.into_inner());
+    if state.sync_failed.load(SeqCst) {
+        return Err(io_error(
+            "an earlier fsync of the database's -wal file failed; check the disk, then restart"
+                .into(),
+        ));
+    }
+    if *synced >= seq {
+        return Ok(());
+    }
+    let upto = state.committed.load(SeqCst);
+    let wal = wal_path(Path::new(conn.path().unwrap_or_default()));
+    state.fsyncs.fetch_add(1, SeqCst);
+    match std::fs::File::open(&wal).and_then(|f| f.sync_data()) {
+        Ok(()) => {}
+        // Checkpointed and removed as the last other connection closed: the commit is in the
+        // database file, which that checkpoint fsynced.
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => {
+            state.sync_failed.store(true, SeqCst);
+            return Err(io_error(format!("fsync of {} failed: {e}", wal.display())));
+        }
+    }
+    *synced = upto;
+    Ok(())
+}
+
 /// Runs `f` in an IMMEDIATE transaction (the write lock is taken up front, so two writers
-/// never deadlock upgrading a read lock) and commits it when `f` succeeds. Must not be nested.
+/// never deadlock upgrading a read lock) and commits it when `f` succeeds; with
+/// `--sqlite-sync full` (the default) it returns once the commit is on disk ([`group_sync`]).
+/// Must not be nested.
 pub fn write_tx<T, E>(
     conn: &mut Connection,
     f: impl FnOnce(&rusqlite::Transaction<'_>) -> Result<T, E>,
@@ -249,11 +314,17 @@ pub fn write_tx<T, E>(
 where
     E: From<rusqlite::Error>,
 {
-    let lock = writer_lock(conn);
-    let _queued = lock.lock().unwrap_or_else(|e| e.into_inner());
-    let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
-    let out = f(&tx)?;
-    tx.commit()?;
+    let state = file_state(conn);
+    let (seq, out) = {
+        let _queued = state.writer.lock().unwrap_or_else(|e| e.into_inner());
+        let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
+        let out = f(&tx)?;
+        tx.commit()?;
+        (state.committed.fetch_add(1, SeqCst) + 1, out)
+    };
+    if state.durable_commits.load(SeqCst) {
+        group_sync(conn, &state, seq)?;
+    }
     Ok(out)
 }
 
@@ -722,20 +793,51 @@ mod tests {
         assert_eq!(store.backend(), "sqlite");
     }
 
-    /// A 200 means "on disk": every pooled connection commits with `synchronous=FULL` (2)
-    /// unless `--sqlite-sync normal` (1) is chosen.
+    /// A 200 means "on disk": with `--sqlite-sync full` (the default) a write returns after an
+    /// fsync of the `-wal` file covering its commit; writers that commit while an fsync runs
+    /// share the next one. `normal` never fsyncs at commit.
     #[test]
-    fn connections_sync_full_by_default_and_normal_on_request() {
+    fn writes_return_after_a_shared_fsync_by_default_and_none_on_request() {
+        use std::sync::atomic::Ordering::SeqCst;
         let dir = tempfile::tempdir().unwrap();
-        for (sync, expected) in [(SqliteSync::default(), 2), (SqliteSync::Normal, 1)] {
-            let db = dir.path().join(format!("{expected}.sqlite"));
-            let pool = open_limited(&db, 2, crate::config::DEFAULT_WAL_LIMIT_BYTES, sync).unwrap();
-            let conns = [pool.get().unwrap(), pool.get().unwrap()];
-            for conn in &conns {
-                let found: i64 = conn
-                    .query_row("PRAGMA synchronous", [], |r| r.get(0))
-                    .unwrap();
-                assert_eq!(found, expected, "{sync:?}");
+        for (sync, durable) in [(SqliteSync::default(), true), (SqliteSync::Normal, false)] {
+            let db = dir.path().join(format!("{durable}.sqlite"));
+            let pool = open_limited(&db, 8, crate::config::DEFAULT_WAL_LIMIT_BYTES, sync).unwrap();
+            let found: i64 = pool
+                .get()
+                .unwrap()
+                .query_row("PRAGMA synchronous", [], |r| r.get(0))
+                .unwrap();
+            assert_eq!(found, 1, "NORMAL; the fsync is write_tx's");
+            let state = file_state(&pool.get().unwrap());
+            let before = state.fsyncs.load(SeqCst);
+            std::thread::scope(|s| {
+                for t in 0..8 {
+                    let pool = &pool;
+                    s.spawn(move || {
+                        let mut conn = pool.get().unwrap();
+                        for i in 0..25 {
+                            write_tx(&mut conn, |tx| {
+                                tx.execute(
+                                    "INSERT INTO health_probe (id, checked_at) VALUES (1, ?1)
+                                     ON CONFLICT (id) DO UPDATE SET checked_at = ?1",
+                                    [t * 100 + i],
+                                )
+                            })
+                            .unwrap();
+                        }
+                    });
+                }
+            });
+            let fsyncs = state.fsyncs.load(SeqCst) - before;
+            if durable {
+                assert!(
+                    (1..=200).contains(&fsyncs),
+                    "{fsyncs} fsyncs for 200 commits"
+                );
+                assert_eq!(*state.synced.lock().unwrap(), state.committed.load(SeqCst));
+            } else {
+                assert_eq!(fsyncs, 0);
             }
         }
         assert_eq!(
