@@ -141,10 +141,10 @@ pub struct ServeArgs {
     #[arg(long, env = "WEBHOOKD_BACKUP_DIR")]
     pub backup_dir: Option<PathBuf>,
     /// Time between two scheduled backups: a number and s, m, h or d (30m, 6h, 1d); at least 10s.
-    #[arg(long, env = "WEBHOOKD_BACKUP_EVERY", default_value = "1d", value_parser = crate::backup::parse_every)]
+    #[arg(long, env = "WEBHOOKD_BACKUP_EVERY", default_value = "1d", requires = "backup_dir", value_parser = crate::backup::parse_every)]
     pub backup_every: std::time::Duration,
     /// Scheduled backups kept in --backup-dir; older ones are removed.
-    #[arg(long, env = "WEBHOOKD_BACKUP_KEEP", default_value_t = crate::backup::DEFAULT_KEEP)]
+    #[arg(long, env = "WEBHOOKD_BACKUP_KEEP", default_value_t = crate::backup::DEFAULT_KEEP, requires = "backup_dir")]
     pub backup_keep: usize,
     /// PostgreSQL only: longest the scheduler and the delivery pool wait before looking at the
     /// database again while no LISTEN connection brings other nodes' changes (--pg-poll-only,

@@ -223,6 +223,10 @@ fn backup_flags_are_refused_with_postgres_and_checked() {
         assert!(stderr.contains(says), "{flag} {value}: {stderr}");
         assert!(stderr.contains(flag), "{flag} {value}: {stderr}");
     }
+    let alone = serve(&["--db", db, "--backup-keep", "3"]);
+    let stderr = String::from_utf8_lossy(&alone.stderr);
+    assert_eq!(alone.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("--backup-dir"), "{stderr}");
     assert!(
         !Path::new(db).exists(),
         "refused before the database is made"
