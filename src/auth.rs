@@ -79,12 +79,14 @@ pub fn authenticate(
     if !signing::verify_hex(secret.as_bytes(), timestamp, &payload, signature) {
         return Err(ApiError::auth_bad_signature());
     }
-    // The pair is committed before the request is acted on: a crash right after cannot let it
-    // be used again. Signatures are compared without regard to hex case.
+    // The pair is committed before the request is acted on: a crash of the process right after
+    // cannot let it be used again. It waits for no fsync of its own: the request's own write
+    // (a publish, a change) fsyncs it too, so only a read-only request's record can be lost,
+    // and only to a power loss. Signatures are compared without regard to hex case.
     let signature = signature.to_ascii_lowercase();
     let expires_ms = sent_ms.saturating_add(skew_ms);
-    let first =
-        store.write(|tx| tx.first_use_of_signature(key_id, &signature, expires_ms, now_ms))?;
+    let first = store
+        .write_unsynced(|tx| tx.first_use_of_signature(key_id, &signature, expires_ms, now_ms))?;
     if !first {
         return Err(ApiError::auth_replay());
     }

@@ -79,6 +79,17 @@ pub trait Store: Send + Sync + 'static {
         f: &mut dyn FnMut(&mut dyn Tx) -> Result<(), StoreError>,
     ) -> Result<(), StoreError>;
 
+    /// [`Store::write_dyn`] for a write whose durability the request's own later write
+    /// provides: SQLite with `--sqlite-sync full` returns without waiting for an fsync (the
+    /// next durable commit's fsync covers this one too). Used for the replay record of a
+    /// signed request; elsewhere `write_dyn`.
+    fn write_unsynced_dyn(
+        &self,
+        f: &mut dyn FnMut(&mut dyn Tx) -> Result<(), StoreError>,
+    ) -> Result<(), StoreError> {
+        self.write_dyn(f)
+    }
+
     /// The cheap check run before every API write (SQLite: one `stat` — is the file at `--db`
     /// still the one opened?). Err: writes would be lost, answer 503.
     fn quick_check(&self) -> Result<(), StoreError>;
@@ -175,6 +186,15 @@ impl dyn Store {
         f: impl FnOnce(&mut dyn Tx) -> Result<T, E>,
     ) -> Result<T, E> {
         run(f, |g| self.write_dyn(g))
+    }
+
+    /// [`Store::write`] without waiting for the commit to reach the disk
+    /// ([`Store::write_unsynced_dyn`]).
+    pub fn write_unsynced<T, E: From<StoreError>>(
+        &self,
+        f: impl FnOnce(&mut dyn Tx) -> Result<T, E>,
+    ) -> Result<T, E> {
+        run(f, |g| self.write_unsynced_dyn(g))
     }
 }
 

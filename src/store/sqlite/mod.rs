@@ -314,6 +314,19 @@ pub fn write_tx<T, E>(
 where
     E: From<rusqlite::Error>,
 {
+    write_tx_synced(conn, true, f)
+}
+
+/// [`write_tx`]; `wait_for_disk: false` returns right after the commit, whose frames the next
+/// group fsync covers (`Store::write_unsynced_dyn`).
+fn write_tx_synced<T, E>(
+    conn: &mut Connection,
+    wait_for_disk: bool,
+    f: impl FnOnce(&rusqlite::Transaction<'_>) -> Result<T, E>,
+) -> Result<T, E>
+where
+    E: From<rusqlite::Error>,
+{
     let state = file_state(conn);
     let (seq, out) = {
         let _queued = state.writer.lock().unwrap_or_else(|e| e.into_inner());
@@ -322,7 +335,7 @@ where
         tx.commit()?;
         (state.committed.fetch_add(1, SeqCst) + 1, out)
     };
-    if state.durable_commits.load(SeqCst) {
+    if wait_for_disk && state.durable_commits.load(SeqCst) {
         group_sync(conn, &state, seq)?;
     }
     Ok(out)
@@ -666,6 +679,14 @@ impl crate::store::Store for SqliteStore {
     ) -> Result<(), StoreError> {
         let mut conn = self.pool.get()?;
         write_tx(&mut conn, |tx| f(&mut SqliteTx(tx)))
+    }
+
+    fn write_unsynced_dyn(
+        &self,
+        f: &mut dyn FnMut(&mut dyn crate::store::Tx) -> Result<(), StoreError>,
+    ) -> Result<(), StoreError> {
+        let mut conn = self.pool.get()?;
+        write_tx_synced(&mut conn, false, |tx| f(&mut SqliteTx(tx)))
     }
 
     fn quick_check(&self) -> Result<(), StoreError> {
