@@ -47,15 +47,18 @@ pub struct Config {
     pub wal_limit_bytes: u64,
     /// SQLite `synchronous`: `Full` (the default) fsyncs the WAL at every commit, so a 200 means
     /// the write is on disk; `Normal` (`--sqlite-sync normal`) may lose the last commits on a
-    /// power loss or a file system error, for cheaper commits (README, "Durability").
+    /// power loss or a file system error, for cheaper commits (docs/operations.md, "Storage
+    /// and durability").
     pub sqlite_sync: SqliteSync,
     /// Scheduled backups (`--backup-dir`, `--backup-every`, `--backup-keep`); `None`: off.
     pub backup: Option<crate::backup::BackupConfig>,
     /// PostgreSQL: the cap on the scheduler's and delivery pool's idle sleep while no LISTEN
-    /// connection brings other nodes' changes (`store::postgres::listen::IdleCap`).
+    /// connection brings other nodes' changes (`store::IdleCap`).
     pub pg_poll: Duration,
     /// PostgreSQL: never LISTEN; always poll every `pg_poll`.
     pub pg_poll_only: bool,
+    /// PostgreSQL: pool size, statement time-out (`--pg-pool-size`, `--pg-statement-timeout-ms`).
+    pub pg: crate::store::postgres::PgSettings,
 }
 
 /// `--sqlite-sync`: when a SQLite commit is made durable.
@@ -99,6 +102,7 @@ impl Config {
             bulk_retry_max: 100_000,
             pg_poll: Duration::from_millis(1000),
             pg_poll_only: false,
+            pg: crate::store::postgres::PgSettings::default(),
         }
     }
 

@@ -72,6 +72,18 @@ impl ApiError {
         )
     }
 
+    /// 40102 too: the key exists but its `expires_at` has passed.
+    pub fn auth_expired_key(expired_at: i64) -> Self {
+        Self::new(
+            StatusCode::UNAUTHORIZED,
+            40102,
+            format!(
+                "X-Key-ID: this API key expired at {}; make a new one",
+                crate::clock::rfc3339(expired_at)
+            ),
+        )
+    }
+
     pub fn auth_bad_signature() -> Self {
         Self::new(
             StatusCode::UNAUTHORIZED,
@@ -90,6 +102,11 @@ impl ApiError {
             40105,
             "X-Signature: this signature was already used; sign each request anew",
         )
+    }
+
+    /// 40301: the request is outside its key's scope (docs/design.md §17).
+    pub fn forbidden(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::FORBIDDEN, 40301, message)
     }
 
     /// 40401: no such route, or no such record in the caller's app.

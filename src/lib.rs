@@ -11,16 +11,20 @@
 //!   versioned schema (contract §16). Nothing outside `store` names a database driver.
 //! - `cron`: cron parsing and next-fire computation in a time zone (pure).
 //! - `scheduler`: fires due schedules into tasks; `delivery`: the blocking worker pool that
-//!   sends tasks; `retry`, `signing`, `filter`: pure helpers of the delivery path.
+//!   sends tasks; `retry`, `signing`, `filter`: pure helpers of the delivery path;
+//!   `payload_filter`: endpoint conditions on an event's payload (pure).
 //! - `metrics`: the counters behind `GET /metrics`; `health`: whether the database can still be
 //!   written (`GET /healthz`, 503s to writes, the start-up check); `operator`: the events
 //!   webhookd publishes when it disables an endpoint, fails a task or pauses a schedule itself.
 //! - `ui`: the dashboard's files under `/ui/`.
+//! - `trace`: W3C `traceparent` parsing and ids (pure), for the trace every delivery carries;
+//!   `otlp`: the bounded, non-blocking OTLP/HTTP span exporter behind `--otlp-endpoint`.
 //! - `clock`: the time source, movable in tests; `app`: the state a running server shares;
 //!   `background`: starts and stops the scheduler and the delivery pool together.
 //! - `backup`: scheduled backups of a SQLite database in `serve` (`--backup-dir`).
 //! - `build_info`: version, commit and target of this binary (from `build.rs`).
-//! - `client`: the signing API client behind `webhookd api`, the tests and the benchmark.
+//! - `client`: the signing API client behind `webhookd api`, the tests and the benchmark;
+//!   `receive`: the verifying receiver behind `webhookd receive`.
 
 pub mod api;
 pub mod app;
@@ -35,15 +39,20 @@ pub mod config;
 pub mod cron;
 pub mod delivery;
 pub mod error;
+pub mod fanout;
 pub mod filter;
 pub mod health;
 pub mod metrics;
 pub mod operator;
+pub mod otlp;
+pub mod payload_filter;
 pub mod ratelimit;
+pub mod receive;
 pub mod retry;
 pub mod scheduler;
 pub mod server;
 pub mod signing;
 pub mod store;
+pub mod trace;
 pub mod ui;
 pub mod wire;

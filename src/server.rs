@@ -370,7 +370,7 @@ fn handle_blocking(
         .path_and_query()
         .map(|pq| pq.as_str())
         .unwrap_or("/");
-    let app_id = auth::authenticate(
+    let caller = auth::authenticate(
         &*app.store,
         now_ms,
         app.config.max_skew_secs,
@@ -390,6 +390,7 @@ fn handle_blocking(
         .check(key_id)
         .map_err(ApiError::rate_limited)?;
     let (handler, ids) = api::resolve(parts.method.as_str(), parts.uri.path())?;
+    auth::check_scope(&caller, parts.method.as_str(), parts.uri.path())?;
     let request = Request {
         method: parts.method.to_string(),
         path: parts.uri.path().to_string(),
@@ -400,7 +401,8 @@ fn handle_blocking(
     };
     let mut ctx = Ctx {
         app,
-        app_id: &app_id,
+        app_id: &caller.app_id,
+        key_id: &caller.key_id,
         store: &*app.store,
         now_ms,
     };
@@ -459,6 +461,7 @@ pub async fn start_on(
         pool_size,
         wal_limit_bytes: config.wal_limit_bytes,
         sqlite_sync: config.sqlite_sync,
+        pg: config.pg,
         ..Default::default()
     };
     let store = tokio::task::spawn_blocking(move || {

@@ -12,6 +12,7 @@ use webhookd::client::Client;
 use webhookd::clock::{Clock, SystemClock};
 use webhookd::config::Config;
 use webhookd::server::Running;
+use webhookd::store::KeyQueries;
 
 /// The app every harness key belongs to.
 const APP: &str = "bench";
@@ -282,7 +283,7 @@ fn create_keys(db: &Path, n: usize) -> anyhow::Result<Vec<(String, String)>> {
     let now_ms = SystemClock.now_ms();
     (0..n)
         .map(|_| {
-            let key = webhookd::store::sqlite::keys::create(&conn, APP, "bench", now_ms)?;
+            let key = webhookd::store::sqlite::SqliteTx(&conn).create_key(APP, "bench", now_ms)?;
             Ok((key.key_id, key.secret))
         })
         .collect()

@@ -5,6 +5,7 @@
 pub mod endpoints;
 pub mod events;
 pub mod input;
+pub mod keys;
 pub mod policies;
 pub mod schedules;
 pub mod tasks;
@@ -49,6 +50,15 @@ impl Request {
         self.json()?.finish()
     }
 
+    /// The last segment of the path: the `{key_id}` of a keys route.
+    pub fn segment(&self) -> &str {
+        self.path
+            .trim_end_matches('/')
+            .rsplit('/')
+            .next()
+            .unwrap_or_default()
+    }
+
     fn body_is_blank(&self) -> bool {
         self.body.iter().all(u8::is_ascii_whitespace)
     }
@@ -89,13 +99,16 @@ pub fn dispatch(handler: Handler, ctx: &mut Ctx<'_>, req: &Request) -> ApiResult
 pub struct Ctx<'a> {
     pub app: &'a App,
     pub app_id: &'a str,
+    /// The key that signed the request (`whk_…`).
+    pub key_id: &'a str,
     pub store: &'a dyn Store,
     pub now_ms: i64,
 }
 
 pub type Handler = fn(&mut Ctx<'_>, &Request) -> ApiResult<Value>;
 
-/// One route: a method and a path pattern under `/v1`, where `{id}` stands for an integer.
+/// One route: a method and a path pattern under `/v1`, where `{id}` stands for an integer and
+/// `{key_id}` for any one segment (an API key id, which the handler reads: [`Request::segment`]).
 struct Route {
     method: &'static str,
     pattern: &'static str,
@@ -148,6 +161,11 @@ static ROUTES: &[Route] = &[
     route("GET", "tasks/{id}/attempts", tasks::attempts),
     route("POST", "tasks/{id}/cancel", tasks::cancel),
     route("POST", "tasks/{id}/retry", tasks::retry),
+    route("POST", "tasks/{id}/resend", tasks::resend),
+    route("POST", "keys", keys::create),
+    route("GET", "keys", keys::list),
+    route("GET", "keys/{key_id}", keys::get),
+    route("DELETE", "keys/{key_id}", keys::revoke),
 ];
 
 /// The routes of the table as (method, path) pairs, paths with the `/v1/` prefix
@@ -226,7 +244,7 @@ fn pattern_matches(pattern: &[&str], segments: &[&str]) -> bool {
         && pattern
             .iter()
             .zip(segments)
-            .all(|(p, s)| *p == "{id}" || p == s)
+            .all(|(p, s)| *p == "{id}" || (*p == "{key_id}" && !s.is_empty()) || p == s)
 }
 
 /// The methods a path answers to, for the `Allow` header of a 405 (RFC 9110 §15.5.6).

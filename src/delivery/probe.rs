@@ -34,7 +34,7 @@ pub fn run(app: &App, endpoint: &Endpoint) -> anyhow::Result<Probe> {
             schedule_id: None,
             event_id: None,
             endpoint_id: endpoint.id,
-            task_type: "manual",
+            task_type: crate::store::tasks::TaskKind::Manual,
             payload: &payload,
             run_at: now_ms,
             max_attempts: 1,

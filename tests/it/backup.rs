@@ -116,7 +116,7 @@ fn scheduled_backups_are_checked_private_copies_pruned_to_keep() {
         let version: i64 = db
             .query_row("PRAGMA user_version", [], |r| r.get(0))
             .unwrap();
-        assert_eq!(version, webhookd::store::SCHEMA_VERSION);
+        assert_eq!(version, webhookd::store::sqlite::SCHEMA_VERSION);
         let name_kept: String = db
             .query_row(
                 "SELECT name FROM endpoints WHERE id = ?1",

@@ -4,6 +4,7 @@
 //! (`support::test_db`).
 
 mod api_auth;
+mod api_docs;
 mod api_endpoints;
 mod api_policies;
 mod backup;
@@ -19,6 +20,7 @@ mod events;
 mod fuzz;
 mod health;
 mod ids;
+mod keys_api;
 mod logs;
 mod migrate;
 mod multinode;
@@ -30,6 +32,8 @@ mod pg_delivery;
 mod pg_listen;
 mod pg_store;
 mod pg_tables;
+mod pg_tls;
+mod receivers;
 mod reliability;
 mod schedules;
 mod shutdown;
