@@ -114,6 +114,21 @@ pub struct ServeArgs {
     /// Largest accepted request body, in bytes.
     #[arg(long, env = "WEBHOOKD_MAX_BODY_BYTES", default_value_t = 1024 * 1024)]
     pub max_body_bytes: usize,
+    /// A request body must arrive whole within this many seconds (else 408, connection closed).
+    #[arg(long, env = "WEBHOOKD_BODY_TIMEOUT_SECS", default_value_t = 30)]
+    pub body_timeout_secs: u64,
+    /// After its first 5 seconds, a request body must arrive at least this many bytes a second
+    /// on average (else 408, connection closed); 0 = only --body-timeout-secs applies.
+    #[arg(long, env = "WEBHOOKD_BODY_MIN_RATE", default_value_t = 1024)]
+    pub body_min_rate: u64,
+    /// Most connections served at once; beyond it only /healthz and /metrics are answered
+    /// (a small reserve), then 503. 0 = derived from the file-descriptor limit (at most 4096).
+    #[arg(long, env = "WEBHOOKD_MAX_CONNECTIONS", default_value_t = 0)]
+    pub max_connections: usize,
+    /// Most connections served at once from one peer address (behind a reverse proxy, set it
+    /// to --max-connections). 0 = a quarter of --max-connections (at least 8).
+    #[arg(long, env = "WEBHOOKD_MAX_CONNECTIONS_PER_PEER", default_value_t = 0)]
+    pub max_connections_per_peer: usize,
     /// Delivery worker threads.
     #[arg(long, env = "WEBHOOKD_WORKERS", default_value_t = 16)]
     pub workers: usize,

@@ -135,6 +135,12 @@ impl ApiError {
         )
     }
 
+    /// 40801: the request body did not arrive in time (`--body-timeout-secs`,
+    /// `--body-min-rate`); the connection closes.
+    pub fn body_timeout(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::REQUEST_TIMEOUT, 40801, message)
+    }
+
     /// 42901: the key sent more requests than `--rate-limit` allows.
     pub fn rate_limited(retry_after_ms: u64) -> Self {
         Self::new(
@@ -157,6 +163,15 @@ impl ApiError {
     /// the file deleted or replaced while running, I/O errors); the message says which.
     pub fn unwritable(message: impl Into<String>) -> Self {
         Self::new(StatusCode::SERVICE_UNAVAILABLE, 50302, message)
+    }
+
+    /// 50303: too many connections (overall or from the caller's address); retry later.
+    pub fn too_many_connections(why: &str) -> Self {
+        Self::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            50303,
+            format!("too many connections: {why}; retry later, or reuse one connection"),
+        )
     }
 
     /// 50001: logs the detail, answers nothing secret.

@@ -124,6 +124,10 @@ fn config_from(args: ServeArgs) -> anyhow::Result<Config> {
     config.listen = args.listen;
     config.max_skew_secs = args.max_skew_secs;
     config.max_body_bytes = args.max_body_bytes;
+    config.body_timeout = std::time::Duration::from_secs(args.body_timeout_secs);
+    config.body_min_rate = args.body_min_rate;
+    config.max_connections = args.max_connections;
+    config.max_connections_per_peer = args.max_connections_per_peer;
     config.workers = args.workers;
     config.endpoint_max_in_flight = args.endpoint_max_in_flight;
     config.misfire_grace_secs = args.misfire_grace_secs;

@@ -11,7 +11,7 @@ use serde_json::Value;
 /// A scope named in a request: 40001 with the nearest scope for a typo.
 fn parse_scope(text: &str) -> ApiResult<Scope> {
     Scope::parse(text).ok_or_else(|| {
-        let names = Scope::ALL.map(Scope::as_str);
+        let names = Scope::ALL.map(|s| s.as_str());
         ApiError::validation(format!(
             "scope: {} (one of {})",
             unknown_message("scope", text, names.into_iter()),

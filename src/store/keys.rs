@@ -6,37 +6,27 @@ use crate::clock::{ser_ms, ser_opt_ms};
 use crate::store::{Page, StoreError};
 use serde::Serialize;
 
-/// What a key may do in its app (docs/API.md, "Keys"). Ordered: each scope allows everything the
-/// one before it does.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Scope {
-    /// `GET` routes and `POST /cron/preview`.
-    Read,
-    /// Every route but the keys routes.
-    Write,
-    /// Everything in its app, keys included.
-    Admin,
-}
+crate::store::word::words!(
+    /// What a key may do in its app (docs/API.md, "Keys"). Ordered: each scope allows everything
+    /// the one before it does.
+    #[derive(PartialOrd, Ord)]
+    Scope, "key scope" {
+        /// `GET` routes and `POST /cron/preview`.
+        Read = "read",
+        /// Every route but the keys routes.
+        Write = "write",
+        /// Everything in its app, keys included.
+        Admin = "admin",
+    }
+);
 
 impl Scope {
+    /// Every scope, widest first (the order messages list them in).
     pub const ALL: [Scope; 3] = [Scope::Admin, Scope::Write, Scope::Read];
 
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Scope::Read => "read",
-            Scope::Write => "write",
-            Scope::Admin => "admin",
-        }
-    }
-
+    /// The scope spelled `text` (exact, lowercase), if any.
     pub fn parse(text: &str) -> Option<Scope> {
-        Scope::ALL.into_iter().find(|s| s.as_str() == text)
-    }
-
-    /// A stored scope; an unknown word (a row written by hand) gets the least: `read`.
-    pub(crate) fn from_column(text: &str) -> Scope {
-        Scope::parse(text).unwrap_or(Scope::Read)
+        <Scope as crate::store::word::Word>::from_word(text)
     }
 }
 
@@ -69,7 +59,7 @@ impl Key {
         id: String,
         app_id: String,
         name: String,
-        scope: &str,
+        scope: Scope,
         created_at: i64,
         expires_at: Option<i64>,
         last_used_at: Option<i64>,
@@ -79,7 +69,7 @@ impl Key {
             id,
             app_id,
             name,
-            scope: Scope::from_column(scope),
+            scope,
             created_at,
             expires_at,
             last_used_at,
@@ -179,7 +169,6 @@ mod tests {
         }
         assert_eq!(Scope::parse("Admin"), None);
         assert!(Scope::Read < Scope::Write && Scope::Write < Scope::Admin);
-        assert_eq!(Scope::from_column("bogus"), Scope::Read);
     }
 
     #[test]

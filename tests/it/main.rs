@@ -37,6 +37,7 @@ mod receivers;
 mod reliability;
 mod schedules;
 mod shutdown;
+mod stranger;
 mod support;
 mod tasks;
 mod unknown_fields;

@@ -123,7 +123,7 @@ impl<C: GenericClient> KeyQueries for PgTx<'_, C> {
             Ok::<_, Error>(KeyAuth {
                 secret: r.try_get(0)?,
                 app_id: r.try_get(1)?,
-                scope: Scope::from_column(r.try_get(2)?),
+                scope: r.try_get(2)?,
                 expires_at: r.try_get(3)?,
                 last_used_at: r.try_get(4)?,
             })

@@ -33,6 +33,7 @@ pub use url::{PgUrl, is_url, redact};
 
 use crate::retry::Backoff;
 use crate::store::Word;
+use crate::store::keys::Scope;
 use crate::store::schedules::{Catchup, Overlap};
 use crate::store::tasks::{TaskKind, TaskStatus};
 use connect::connect_with;
@@ -107,4 +108,4 @@ macro_rules! stored_words {
     )+};
 }
 
-stored_words!(Backoff, Catchup, Overlap, TaskKind, TaskStatus);
+stored_words!(Backoff, Catchup, Overlap, Scope, TaskKind, TaskStatus);

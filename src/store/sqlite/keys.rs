@@ -10,7 +10,7 @@ fn from_row(r: &Row<'_>) -> rusqlite::Result<Key> {
         r.get(0)?,
         r.get(1)?,
         r.get(2)?,
-        &r.get::<_, String>(3)?,
+        r.get(3)?,
         r.get(4)?,
         r.get(5)?,
         r.get(6)?,
@@ -103,7 +103,7 @@ impl KeyQueries for SqliteTx<'_> {
                 Ok(KeyAuth {
                     secret: r.get(0)?,
                     app_id: r.get(1)?,
-                    scope: Scope::from_column(&r.get::<_, String>(2)?),
+                    scope: r.get(2)?,
                     expires_at: r.get(3)?,
                     last_used_at: r.get(4)?,
                 })

@@ -27,6 +27,7 @@ pub use wal::wal_path;
 use crate::config::SqliteSync;
 use crate::retry::Backoff;
 use crate::store::Word;
+use crate::store::keys::Scope;
 use crate::store::schedules::{Catchup, Overlap};
 use crate::store::tasks::{TaskKind, TaskStatus};
 use anyhow::{Context, bail};
@@ -178,4 +179,4 @@ macro_rules! stored_words {
     )+};
 }
 
-stored_words!(Backoff, Catchup, Overlap, TaskKind, TaskStatus);
+stored_words!(Backoff, Catchup, Overlap, Scope, TaskKind, TaskStatus);
