@@ -169,9 +169,9 @@ pub struct ServeArgs {
     /// briefly holds the writers and the WAL is reused from its start.
     #[arg(long, env = "WEBHOOKD_WAL_LIMIT_MB", default_value_t = 64)]
     pub wal_limit_mb: u64,
-    /// SQLite only: `full` (default) makes every acknowledged write durable (an fsync per
-    /// commit); `normal` commits faster but may lose the last acknowledged writes on a power
-    /// loss or a disk error.
+    /// SQLite only: `full` (default) makes every acknowledged write durable (an fsync of the
+    /// WAL, shared by the commits queued behind it); `normal` commits faster but may lose the
+    /// last acknowledged writes on a power loss or a disk error.
     #[arg(long, env = "WEBHOOKD_SQLITE_SYNC", value_enum, default_value = "full")]
     pub sqlite_sync: crate::config::SqliteSync,
     /// SQLite only: make a checked backup every --backup-every into this folder (created if

@@ -79,15 +79,23 @@ fn group_sync(conn: &Connection, state: &FileState, seq: u64) -> rusqlite::Resul
     let upto = state.committed.load(SeqCst);
     let wal = wal_path(Path::new(conn.path().unwrap_or_default()));
     state.fsyncs.fetch_add(1, SeqCst);
-    match std::fs::File::open(&wal).and_then(|f| f.sync_data()) {
-        Ok(()) => {}
+    let file = match std::fs::File::open(&wal) {
+        Ok(file) => Some(file),
         // Checkpointed and removed as the last other connection closed: the commit is in the
         // database file, which that checkpoint fsynced.
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+        // No descriptor to fsync with (the process is out of them): this write fails, but
+        // nothing was dropped, so the next fsync that can run covers its commit; no latch.
         Err(e) => {
-            state.sync_failed.store(true, SeqCst);
-            return Err(io_error(format!("fsync of {} failed: {e}", wal.display())));
+            return Err(io_error(format!(
+                "cannot open {} to fsync it: {e}",
+                wal.display()
+            )));
         }
+    };
+    if let Some(Err(e)) = file.map(|f| f.sync_data()) {
+        state.sync_failed.store(true, SeqCst);
+        return Err(io_error(format!("fsync of {} failed: {e}", wal.display())));
     }
     *synced = upto;
     Ok(())
