@@ -139,10 +139,13 @@ impl Caller {
 }
 
 /// Refuses a signature used before. The (key, signature) pair is committed before the request
-/// is acted on: a crash right after cannot let it be used again. While the store refuses
-/// writes (disk full, read-only), a read (`read_only`) is still served: its pair is kept in
-/// `memory` instead until it expires, and `memory` is consulted first, so a signature accepted
-/// during the fault is refused again during and after it (docs/API.md, "Limits").
+/// is acted on: a crash of the process right after cannot let it be used again. It waits for
+/// no fsync of its own (`Store::write_unsynced`): the request's own write (a publish, a
+/// change) fsyncs it too, so only a read-only request's record can be lost, and only to a
+/// power loss. While the store refuses writes (disk full, read-only), a read (`read_only`) is
+/// still served: its pair is kept in `memory` instead until it expires, and `memory` is
+/// consulted first, so a signature accepted during the fault is refused again during and
+/// after it (docs/API.md, "Limits").
 pub fn guard_replay(
     store: &dyn Store,
     memory: Option<&ReplayMemory>,
@@ -153,7 +156,7 @@ pub fn guard_replay(
     if memory.is_some_and(|m| m.seen(&caller.key_id, &caller.signature, now_ms)) {
         return Err(ApiError::auth_replay());
     }
-    let first = store.write(|tx| {
+    let first = store.write_unsynced(|tx| {
         tx.first_use_of_signature(&caller.key_id, &caller.signature, caller.expires_ms, now_ms)
     });
     match (first, memory) {

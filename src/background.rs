@@ -1,6 +1,7 @@
-//! The background loops of a running server — the scheduler, the delivery pool and the replay
-//! pruner — started and stopped together. The store's own upkeep (SQLite's WAL checkpoints)
-//! is the store's: it runs from `store::open_with` until the store drops.
+//! The background loops of a running server — the scheduler, the delivery pool, the replay
+//! pruner and scheduled backups — started and stopped together. The store's own upkeep
+//! (SQLite's WAL checkpoints) is the store's: it runs from `store::open_with` until the store
+//! drops.
 
 use crate::app::App;
 use crate::store::{Wakers, Watcher};
@@ -21,12 +22,16 @@ pub struct Background {
     scheduler: crate::scheduler::Scheduler,
     delivery: crate::delivery::DeliveryPool,
     pruner: ReplayPruner,
+    /// Scheduled backups (`--backup-dir`), when on.
+    backups: Option<crate::backup::Backups>,
     /// Other processes' changes (PostgreSQL nodes) waking the scheduler and the delivery pool.
     watcher: Watcher,
 }
 
 impl Background {
     pub fn start(app: Arc<App>) -> anyhow::Result<Self> {
+        // First: a --backup-dir that cannot be used stops the start before any loop runs.
+        let backups = crate::backup::Backups::start(app.clone())?;
         let wakers = {
             let (tasks, schedules) = (app.clone(), app.clone());
             Wakers {
@@ -38,6 +43,7 @@ impl Background {
             .store
             .watch(wakers, app.config.pg_poll, app.config.pg_poll_only)?;
         Ok(Background {
+            backups,
             pruner: ReplayPruner::start(app.clone())?,
             scheduler: crate::scheduler::Scheduler::start(app.clone(), watcher.idle_cap.clone()),
             delivery: crate::delivery::DeliveryPool::start(app, &watcher),
@@ -50,6 +56,9 @@ impl Background {
     pub fn stop(self) {
         self.scheduler.stop();
         self.delivery.stop();
+        if let Some(backups) = self.backups {
+            backups.stop();
+        }
         self.pruner.stop();
         self.watcher.stop();
     }

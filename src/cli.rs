@@ -204,6 +204,21 @@ pub struct ServeArgs {
     /// briefly holds the writers and the WAL is reused from its start.
     #[arg(long, env = "WEBHOOKD_WAL_LIMIT_MB", default_value_t = 64)]
     pub wal_limit_mb: u64,
+    /// SQLite only: `full` (default) makes every acknowledged write durable (an fsync of the
+    /// WAL, shared by the commits queued behind it); `normal` commits faster but may lose the
+    /// last acknowledged writes on a power loss or a disk error.
+    #[arg(long, env = "WEBHOOKD_SQLITE_SYNC", value_enum, default_value = "full")]
+    pub sqlite_sync: crate::config::SqliteSync,
+    /// SQLite only: make a checked backup every --backup-every into this folder (created if
+    /// absent), named webhookd-<UTC time>.sqlite, mode 0600; the newest --backup-keep are kept.
+    #[arg(long, env = "WEBHOOKD_BACKUP_DIR")]
+    pub backup_dir: Option<PathBuf>,
+    /// Time between two scheduled backups: a number and s, m, h or d (30m, 6h, 1d); at least 10s.
+    #[arg(long, env = "WEBHOOKD_BACKUP_EVERY", default_value = "1d", requires = "backup_dir", value_parser = crate::backup::parse_every)]
+    pub backup_every: std::time::Duration,
+    /// Scheduled backups kept in --backup-dir; older ones are removed.
+    #[arg(long, env = "WEBHOOKD_BACKUP_KEEP", default_value_t = crate::backup::DEFAULT_KEEP, requires = "backup_dir")]
+    pub backup_keep: usize,
     /// PostgreSQL only: longest the scheduler and the delivery pool wait before looking at the
     /// database again while no LISTEN connection brings other nodes' changes (--pg-poll-only,
     /// or while that connection is down), in milliseconds.

@@ -56,6 +56,13 @@ pub struct Config {
     /// checkpoint): once half of it is written, a checkpoint briefly holds the writers and the
     /// WAL is rewound (PASSIVE checkpoints alone cannot bound it under steady load).
     pub wal_limit_bytes: u64,
+    /// SQLite `synchronous`: `Full` (the default) fsyncs the WAL at every commit, so a 200 means
+    /// the write is on disk; `Normal` (`--sqlite-sync normal`) may lose the last commits on a
+    /// power loss or a file system error, for cheaper commits (docs/operations.md, "Storage
+    /// and durability").
+    pub sqlite_sync: SqliteSync,
+    /// Scheduled backups (`--backup-dir`, `--backup-every`, `--backup-keep`); `None`: off.
+    pub backup: Option<crate::backup::BackupConfig>,
     /// PostgreSQL: the cap on the scheduler's and delivery pool's idle sleep while no LISTEN
     /// connection brings other nodes' changes (`store::IdleCap`).
     pub pg_poll: Duration,
@@ -63,6 +70,19 @@ pub struct Config {
     pub pg_poll_only: bool,
     /// PostgreSQL: pool size, statement time-out (`--pg-pool-size`, `--pg-statement-timeout-ms`).
     pub pg: crate::store::postgres::PgSettings,
+}
+
+/// `--sqlite-sync`: when a SQLite commit is made durable.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+pub enum SqliteSync {
+    /// A write returns once its commit is fsynced: an acknowledged write survives a power loss
+    /// or a file system error (`synchronous=FULL`'s promise). Commits queued behind one fsync
+    /// share the next (group commit); BENCHMARKS.md has the cost.
+    #[default]
+    Full,
+    /// The WAL is fsynced only at checkpoints: a crash of the process loses nothing, a power
+    /// loss or a file system error may lose the last commits (never corrupts the file).
+    Normal,
 }
 
 /// `--wal-limit-mb`'s default, 64 MiB.
@@ -92,6 +112,8 @@ impl Config {
             disable_failing_after_hours: 120.0,
             max_idle: Duration::from_secs(60),
             wal_limit_bytes: DEFAULT_WAL_LIMIT_BYTES,
+            sqlite_sync: SqliteSync::Full,
+            backup: None,
             bulk_retry_max: 100_000,
             pg_poll: Duration::from_millis(1000),
             pg_poll_only: false,
@@ -142,6 +164,19 @@ impl Config {
             return Err(
                 "--pg-poll-ms (env WEBHOOKD_PG_POLL_MS) must be between 10 and 3600000".into(),
             );
+        }
+        if let Some(backup) = &self.backup {
+            if crate::store::postgres::is_url(&self.db) {
+                return Err("--backup-dir (env WEBHOOKD_BACKUP_DIR) copies SQLite databases only; back up PostgreSQL with pg_dump (e.g. pg_dump --format=custom --file webhookd.dump <url>) or with point-in-time recovery (continuous WAL archiving)".into());
+            }
+            if backup.keep == 0 {
+                return Err("--backup-keep (env WEBHOOKD_BACKUP_KEEP) must be at least 1".into());
+            }
+            if backup.every < crate::backup::MIN_EVERY {
+                return Err(
+                    "--backup-every (env WEBHOOKD_BACKUP_EVERY) must be at least 10s".into(),
+                );
+            }
         }
         let hours = self.disable_failing_after_hours;
         if !hours.is_finite() || !(0.0..=1_000_000.0).contains(&hours) {

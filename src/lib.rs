@@ -23,6 +23,7 @@
 //!   `otlp`: the bounded, non-blocking OTLP/HTTP span exporter behind `--otlp-endpoint`.
 //! - `clock`: the time source, movable in tests; `app`: the state a running server shares;
 //!   `background`: starts and stops the scheduler and the delivery pool together.
+//! - `backup`: scheduled backups of a SQLite database in `serve` (`--backup-dir`).
 //! - `build_info`: version, commit and target of this binary (from `build.rs`).
 //! - `client`: the signing API client behind `webhookd api`, the tests and the benchmark;
 //!   `receive`: the verifying receiver behind `webhookd receive`.
@@ -31,6 +32,7 @@ pub mod api;
 pub mod app;
 pub mod auth;
 pub mod background;
+pub mod backup;
 pub mod build_info;
 pub mod cli;
 pub mod client;

@@ -140,6 +140,12 @@ fn config_from(args: ServeArgs) -> anyhow::Result<Config> {
     config.rate_limit_per_sec = args.rate_limit;
     config.disable_failing_after_hours = args.disable_failing_after_hours;
     config.wal_limit_bytes = args.wal_limit_mb.saturating_mul(1024 * 1024);
+    config.sqlite_sync = args.sqlite_sync;
+    config.backup = args.backup_dir.map(|dir| webhookd::backup::BackupConfig {
+        dir,
+        every: args.backup_every,
+        keep: args.backup_keep,
+    });
     config.pg_poll = std::time::Duration::from_millis(args.pg_poll_ms);
     config.pg_poll_only = args.pg_poll_only;
     config.pg = webhookd::store::postgres::PgSettings {

@@ -414,12 +414,13 @@ fn close_after(reply: &mut Reply) {
 /// `GET`/`HEAD /healthz` (contract §10): 200 with the version when the database can be read
 /// and written, else 503 with the reason (what to fix). No signature needed.
 async fn health(app: Arc<App>, request_id: &str) -> Reply {
+    let served = app.clone();
     let result = tokio::task::spawn_blocking(move || {
         app.store.health(app.clock.now_ms()).map_err(ApiError::from)
     })
     .await
     .unwrap_or_else(|e| Err(ApiError::internal(format!("health check panicked: {e}"))));
-    let (status, body) = match result {
+    let (status, mut body) = match result {
         Ok(()) => (
             StatusCode::OK,
             serde_json::json!({"status": "ok", "version": env!("CARGO_PKG_VERSION")}),
@@ -429,6 +430,9 @@ async fn health(app: Arc<App>, request_id: &str) -> Reply {
             serde_json::json!({"status": "unavailable", "reason": e.message}),
         ),
     };
+    if let Some(backup) = crate::backup::health_detail(&served.metrics) {
+        body["backup"] = backup;
+    }
     json_reply(status, request_id, body.to_string().into_bytes())
 }
 
@@ -756,6 +760,7 @@ pub async fn start_on(
     let options = crate::store::OpenOptions {
         pool_size,
         wal_limit_bytes: config.wal_limit_bytes,
+        sqlite_sync: config.sqlite_sync,
         pg: config.pg,
         ..Default::default()
     };

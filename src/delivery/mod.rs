@@ -15,6 +15,7 @@
 
 pub mod fair;
 pub mod health;
+mod interrupted;
 pub mod probe;
 mod retention;
 pub mod send;
@@ -90,6 +91,8 @@ struct Shared {
     dropped: Mutex<Vec<i64>>,
     /// Claimed tasks whose result is not committed yet: queued, being sent, or reported.
     in_flight: AtomicUsize,
+    /// The sends under way, recorded as interrupted if the shutdown grace ends first.
+    sending: interrupted::InFlight,
     stopping: AtomicBool,
     /// Caps the dispatcher's idle sleep while other nodes' new tasks might go unnoticed
     /// (`Store::watch`).
@@ -124,6 +127,7 @@ impl DeliveryPool {
             results: Mutex::default(),
             dropped: Mutex::default(),
             in_flight: AtomicUsize::new(0),
+            sending: interrupted::InFlight::default(),
             stopping: AtomicBool::new(false),
         });
         let workers = (0..app.config.workers)
@@ -186,9 +190,14 @@ fn work(shared: &Shared) {
             .event_name
             .as_deref()
             .is_some_and(operator::is_operator_event);
+        let task_id = job.task.id;
+        shared
+            .sending
+            .begin(&job.task, &job.target, app.clock.now_ms());
         let done = attempt(app, &shared.agent, &job.target, job.task, quiet);
         sent_one(shared, done.endpoint_id);
         lock(&shared.results).push(done);
+        shared.sending.end(task_id);
         app.delivery_wake.notify();
     }
 }
@@ -619,7 +628,8 @@ fn hand_out(shared: &Shared, jobs: Vec<Job>) {
 
 /// Shutdown: claimed tasks not yet sent go back to `pending` at once; sends in flight get the
 /// grace to finish and their results are committed; what is still in flight after the grace is
-/// handed back to `pending` as well.
+/// recorded as an attempt interrupted by shutdown and handed back to `pending` as well
+/// ([`interrupted`]).
 fn drain_at_shutdown(shared: &Shared) {
     let app = &shared.app;
     let unsent = {
@@ -654,6 +664,14 @@ fn drain_at_shutdown(shared: &Shared) {
             in_flight = still,
             "shutdown grace over: unfinished deliveries go back to pending"
         );
+        // Results that came in since the last look first, then the sends still under way.
+        let done = std::mem::take(&mut *lock(&shared.results));
+        if let Err(e) = app.store.write(|tx| record(tx, &done, &rules)) {
+            tracing::error!(error = %e, "delivery pool: cannot record results");
+        }
+        if let Err(e) = shared.sending.record_at_shutdown(app) {
+            tracing::error!(error = %e, "delivery pool: cannot record interrupted attempts");
+        }
     }
     if let Err(e) = app
         .store

@@ -93,6 +93,17 @@ pub trait Store: Send + Sync + 'static {
         f: &mut dyn FnMut(&mut dyn Tx) -> Result<(), StoreError>,
     ) -> Result<(), StoreError>;
 
+    /// [`Store::write_dyn`] for a write whose durability the request's own later write
+    /// provides: SQLite with `--sqlite-sync full` returns without waiting for an fsync (the
+    /// next durable commit's fsync covers this one too). Used for the replay record of a
+    /// signed request; elsewhere `write_dyn`.
+    fn write_unsynced_dyn(
+        &self,
+        f: &mut dyn FnMut(&mut dyn Tx) -> Result<(), StoreError>,
+    ) -> Result<(), StoreError> {
+        self.write_dyn(f)
+    }
+
     /// The cheap check run before every API write: is the database the store opened still
     /// there to write to? Err: writes would be lost, answer 503.
     fn quick_check(&self) -> Result<(), StoreError>;
@@ -140,6 +151,15 @@ impl dyn Store {
         f: impl FnOnce(&mut dyn Tx) -> Result<T, E>,
     ) -> Result<T, E> {
         run(f, |g| self.write_dyn(g))
+    }
+
+    /// [`Store::write`] without waiting for the commit to reach the disk
+    /// ([`Store::write_unsynced_dyn`]).
+    pub fn write_unsynced<T, E: From<StoreError>>(
+        &self,
+        f: impl FnOnce(&mut dyn Tx) -> Result<T, E>,
+    ) -> Result<T, E> {
+        run(f, |g| self.write_unsynced_dyn(g))
     }
 }
 
@@ -189,6 +209,8 @@ pub struct OpenOptions {
     /// ... and the size (`--wal-limit-mb`, in bytes) it keeps that log under. A database server
     /// keeps its own log: PostgreSQL ignores both.
     pub wal_limit_bytes: u64,
+    /// `--sqlite-sync` (SQLite: `PRAGMA synchronous` of every connection).
+    pub sqlite_sync: crate::config::SqliteSync,
     /// PostgreSQL's connection settings (`--pg-pool-size`, `--pg-statement-timeout-ms`).
     pub pg: postgres::PgSettings,
 }
@@ -199,6 +221,7 @@ impl Default for OpenOptions {
             pool_size: 1,
             checkpoint_wait: Duration::from_secs(1),
             wal_limit_bytes: crate::config::DEFAULT_WAL_LIMIT_BYTES,
+            sqlite_sync: crate::config::SqliteSync::Full,
             pg: postgres::PgSettings::default(),
         }
     }

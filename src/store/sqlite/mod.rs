@@ -24,6 +24,7 @@ pub use migrate::{SCHEMA_VERSION, check_is_ours};
 pub use store::{SqliteStore, SqliteTx, write_tx};
 pub use wal::wal_path;
 
+use crate::config::SqliteSync;
 use crate::retry::Backoff;
 use crate::store::Word;
 use crate::store::keys::Scope;
@@ -43,11 +44,22 @@ pub type Conn = r2d2::PooledConnection<SqliteConnectionManager>;
 /// Opens (creating with mode 0600 if absent) a webhookd database, refuses foreign or newer
 /// files untouched, applies pending schema upgrades, and returns a pool of `size` connections.
 pub fn open(path: &Path, size: u32) -> anyhow::Result<Pool> {
-    open_limited(path, size, crate::config::DEFAULT_WAL_LIMIT_BYTES)
+    open_limited(
+        path,
+        size,
+        crate::config::DEFAULT_WAL_LIMIT_BYTES,
+        SqliteSync::default(),
+    )
 }
 
-/// [`open`] with `--wal-limit-mb` in bytes: what a rewound `-wal` file is cut back to.
-pub fn open_limited(path: &Path, size: u32, wal_limit_bytes: u64) -> anyhow::Result<Pool> {
+/// [`open`] with `--wal-limit-mb` in bytes (what a rewound `-wal` file is cut back to) and
+/// `--sqlite-sync`.
+pub fn open_limited(
+    path: &Path,
+    size: u32,
+    wal_limit_bytes: u64,
+    sync: SqliteSync,
+) -> anyhow::Result<Pool> {
     create_private_file(path)?;
     {
         let mut conn = Connection::open_with_flags(path, OpenFlags::SQLITE_OPEN_READ_WRITE)
@@ -57,6 +69,10 @@ pub fn open_limited(path: &Path, size: u32, wal_limit_bytes: u64) -> anyhow::Res
         conn.pragma_update(None, "journal_mode", "WAL")
             .with_context(|| format!("cannot switch {} to WAL mode", path.display()))?;
         migrate::upgrade(&mut conn)?;
+        store::file_state(&conn).durable_commits.store(
+            sync == SqliteSync::Full,
+            std::sync::atomic::Ordering::SeqCst,
+        );
     }
     let manager = SqliteConnectionManager::file(path)
         .with_flags(OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX)
@@ -79,8 +95,13 @@ pub fn open_limited(path: &Path, size: u32, wal_limit_bytes: u64) -> anyhow::Res
 /// How long a statement waits for another process's lock before failing with "busy".
 pub(super) const BUSY_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// Per-connection settings. `synchronous=NORMAL` in WAL mode survives a crash of the process;
-/// after a power loss the last few commits may be lost, never corrupted (see README).
+/// Per-connection settings. `synchronous=NORMAL` in WAL mode: a commit is written to the
+/// `-wal` file without an fsync (a crash of the process loses nothing), checkpoints fsync
+/// the WAL and the database file. With `--sqlite-sync full` (the default) [`write_tx`] then
+/// fsyncs the `-wal` file before a write returns, one fsync for all the commits queued
+/// meanwhile (`store::group_sync`), so an acknowledged write survives a power loss or a file
+/// system error; with `normal` the last commits before such a loss may be lost
+/// (docs/operations.md).
 fn configure_connection(conn: &mut Connection, wal_limit_bytes: u64) -> rusqlite::Result<()> {
     conn.busy_timeout(BUSY_TIMEOUT)?;
     conn.pragma_update(None, "synchronous", "NORMAL")?;
@@ -89,7 +110,7 @@ fn configure_connection(conn: &mut Connection, wal_limit_bytes: u64) -> rusqlite
     // Checkpoints run on the store's `wal-checkpoint` thread (`wal.rs`), not inside
     // whichever request happens to commit; a short-lived `keys` command checkpoints on close.
     conn.pragma_update(None, "wal_autocheckpoint", 0)?;
-    // The first commit after the WAL is rewound (`checkpoint_restart`) cuts the `-wal` file back
+    // The first commit after the WAL is rewound (`wal::checkpoint_rewind`) cuts the `-wal` file back
     // to the limit, so a file that outgrew it (a reader held checkpoints back) shrinks again.
     let limit = i64::try_from(wal_limit_bytes).unwrap_or(i64::MAX);
     conn.pragma_update(None, "journal_size_limit", limit)?;

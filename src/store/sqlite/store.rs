@@ -2,13 +2,15 @@
 //! `store::Tx` (each table's query trait is implemented on it in that table's file).
 
 use super::wal::Checkpointer;
-use super::{Conn, DbHealth, Pool, health, migrate, open_limited};
+use super::{Conn, DbHealth, Pool, health, migrate, open_limited, wal_path};
 use crate::store::StoreError;
 use anyhow::{Context, bail};
 use r2d2_sqlite::SqliteConnectionManager;
 use rusqlite::{Connection, OpenFlags};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::Ordering::SeqCst;
+use std::sync::atomic::{AtomicBool, AtomicU64};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
@@ -16,14 +18,33 @@ use std::time::Duration;
 /// writes (a `rusqlite::Transaction` derefs to its connection).
 pub struct SqliteTx<'c>(pub &'c Connection);
 
-/// The lock in-process writers of one database file queue on before `BEGIN IMMEDIATE`.
-/// Without it they meet SQLite's busy handler, which sleeps 1, 2, 5 … 100 ms between tries and
-/// turned contention between API threads and the delivery dispatcher into 50–900 ms stalls
-/// (BENCHMARKS.md). Other processes (the `keys` commands) still meet the busy handler.
-pub(super) fn writer_lock(conn: &Connection) -> Arc<Mutex<()>> {
-    static LOCKS: OnceLock<Mutex<HashMap<String, Arc<Mutex<()>>>>> = OnceLock::new();
+/// What the in-process writers of one database file share.
+#[derive(Default)]
+pub(super) struct FileState {
+    /// The lock writers queue on before `BEGIN IMMEDIATE`. Without it they meet SQLite's busy
+    /// handler, which sleeps 1, 2, 5 … 100 ms between tries and turned contention between API
+    /// threads and the delivery dispatcher into 50–900 ms stalls (BENCHMARKS.md). Other
+    /// processes (the `keys` commands) still meet the busy handler.
+    pub(super) writer: Mutex<()>,
+    /// `--sqlite-sync full`: a write returns only once its commit is fsynced ([`group_sync`]).
+    pub(super) durable_commits: AtomicBool,
+    /// Commits made (numbered under `writer`, so in commit order).
+    committed: AtomicU64,
+    /// How many of them an fsync of the `-wal` file has made durable. Held during the fsync:
+    /// the writers that commit meanwhile queue here and the next fsync covers them all.
+    synced: Mutex<u64>,
+    /// fsyncs of the `-wal` file (tests count them).
+    fsyncs: AtomicU64,
+    /// An fsync failed: the kernel may have dropped the unwritten pages and a later fsync could
+    /// succeed without them, so no later commit is called durable until a restart.
+    sync_failed: AtomicBool,
+}
+
+/// The [`FileState`] of the database file `conn` is open on.
+pub(super) fn file_state(conn: &Connection) -> Arc<FileState> {
+    static FILES: OnceLock<Mutex<HashMap<String, Arc<FileState>>>> = OnceLock::new();
     let path = conn.path().unwrap_or_default().to_string();
-    LOCKS
+    FILES
         .get_or_init(Mutex::default)
         .lock()
         .unwrap_or_else(|e| e.into_inner())
@@ -32,8 +53,58 @@ pub(super) fn writer_lock(conn: &Connection) -> Arc<Mutex<()>> {
         .clone()
 }
 
+/// Group commit (`--sqlite-sync full`): makes commit number `seq` durable before its write
+/// returns. Connections run `synchronous=NORMAL`, which writes a commit to the `-wal` file
+/// without an fsync (checkpoints still fsync the WAL and the database as they copy back); one
+/// fsync of the `-wal` file here then covers every commit made before it, so the writers that
+/// committed while another fsync ran share the next one, instead of taking one each inside
+/// the writer lock as `synchronous=FULL` does. An acknowledged write is on disk either way.
+fn group_sync(conn: &Connection, state: &FileState, seq: u64) -> rusqlite::Result<()> {
+    let io_error = |why: String| {
+        rusqlite::Error::SqliteFailure(
+            rusqlite::ffi::Error::new(rusqlite::ffi::SQLITE_IOERR),
+            Some(why),
+        )
+    };
+    let mut synced = state.synced.lock().unwrap_or_else(|e| e.into_inner());
+    if state.sync_failed.load(SeqCst) {
+        return Err(io_error(
+            "an earlier fsync of the database's -wal file failed; check the disk, then restart"
+                .into(),
+        ));
+    }
+    if *synced >= seq {
+        return Ok(());
+    }
+    let upto = state.committed.load(SeqCst);
+    let wal = wal_path(Path::new(conn.path().unwrap_or_default()));
+    state.fsyncs.fetch_add(1, SeqCst);
+    let file = match std::fs::File::open(&wal) {
+        Ok(file) => Some(file),
+        // Checkpointed and removed as the last other connection closed: the commit is in the
+        // database file, which that checkpoint fsynced.
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+        // No descriptor to fsync with (the process is out of them): this write fails, but
+        // nothing was dropped, so the next fsync that can run covers its commit; no latch.
+        Err(e) => {
+            return Err(io_error(format!(
+                "cannot open {} to fsync it: {e}",
+                wal.display()
+            )));
+        }
+    };
+    if let Some(Err(e)) = file.map(|f| f.sync_data()) {
+        state.sync_failed.store(true, SeqCst);
+        return Err(io_error(format!("fsync of {} failed: {e}", wal.display())));
+    }
+    *synced = upto;
+    Ok(())
+}
+
 /// Runs `f` in an IMMEDIATE transaction (the write lock is taken up front, so two writers
-/// never deadlock upgrading a read lock) and commits it when `f` succeeds. Must not be nested.
+/// never deadlock upgrading a read lock) and commits it when `f` succeeds; with
+/// `--sqlite-sync full` (the default) it returns once the commit is on disk ([`group_sync`]).
+/// Must not be nested.
 pub fn write_tx<T, E>(
     conn: &mut Connection,
     f: impl FnOnce(&rusqlite::Transaction<'_>) -> Result<T, E>,
@@ -41,11 +112,30 @@ pub fn write_tx<T, E>(
 where
     E: From<rusqlite::Error>,
 {
-    let lock = writer_lock(conn);
-    let _queued = lock.lock().unwrap_or_else(|e| e.into_inner());
-    let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
-    let out = f(&tx)?;
-    tx.commit()?;
+    write_tx_synced(conn, true, f)
+}
+
+/// [`write_tx`]; `wait_for_disk: false` returns right after the commit, whose frames the next
+/// group fsync covers (`Store::write_unsynced_dyn`).
+fn write_tx_synced<T, E>(
+    conn: &mut Connection,
+    wait_for_disk: bool,
+    f: impl FnOnce(&rusqlite::Transaction<'_>) -> Result<T, E>,
+) -> Result<T, E>
+where
+    E: From<rusqlite::Error>,
+{
+    let state = file_state(conn);
+    let (seq, out) = {
+        let _queued = state.writer.lock().unwrap_or_else(|e| e.into_inner());
+        let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
+        let out = f(&tx)?;
+        tx.commit()?;
+        (state.committed.fetch_add(1, SeqCst) + 1, out)
+    };
+    if wait_for_disk && state.durable_commits.load(SeqCst) {
+        group_sync(conn, &state, seq)?;
+    }
     Ok(out)
 }
 
@@ -69,7 +159,12 @@ impl SqliteStore {
         options: crate::store::OpenOptions,
         serving: bool,
     ) -> anyhow::Result<SqliteStore> {
-        let pool = open_limited(path, options.pool_size, options.wal_limit_bytes)?;
+        let pool = open_limited(
+            path,
+            options.pool_size,
+            options.wal_limit_bytes,
+            options.sqlite_sync,
+        )?;
         let checkpointer = if serving {
             Some(Checkpointer::start(
                 pool.clone(),
@@ -143,6 +238,14 @@ impl crate::store::Store for SqliteStore {
         write_tx(&mut conn, |tx| f(&mut SqliteTx(tx)))
     }
 
+    fn write_unsynced_dyn(
+        &self,
+        f: &mut dyn FnMut(&mut dyn crate::store::Tx) -> Result<(), StoreError>,
+    ) -> Result<(), StoreError> {
+        let mut conn = self.pool.get()?;
+        write_tx_synced(&mut conn, false, |tx| f(&mut SqliteTx(tx)))
+    }
+
     fn quick_check(&self) -> Result<(), StoreError> {
         self.health.file_problem()
     }
@@ -157,16 +260,19 @@ impl crate::store::Store for SqliteStore {
     }
 
     /// `VACUUM INTO`, which reads one snapshot in a single read transaction, so writers are not
-    /// blocked and every commit made before it started is in the copy; then checks the copy.
-    /// `out` must exist (empty): the caller creates it exclusively with mode 0600.
+    /// blocked and every commit made before it started is in the copy; then checks the copy
+    /// with `PRAGMA integrity_check` (every page, index and constraint; the copy is not in
+    /// use, so its cost falls on no request). `out` must exist (empty): the caller creates it
+    /// exclusively with mode 0600.
     fn backup(&self, out: &Path) -> anyhow::Result<()> {
         let source = self.pool.get()?;
-        let target = out.to_str().context("--out: the path is not valid UTF-8")?;
+        let target = out.to_str().context("the backup path is not valid UTF-8")?;
         source
             .execute("VACUUM INTO ?1", [target])
             .context("the copy failed")?;
-        let copy = Connection::open(out)?;
-        let check: String = copy.query_row("PRAGMA quick_check", [], |r| r.get(0))?;
+        drop(source);
+        let copy = Connection::open_with_flags(out, OpenFlags::SQLITE_OPEN_READ_ONLY)?;
+        let check: String = copy.query_row("PRAGMA integrity_check", [], |r| r.get(0))?;
         anyhow::ensure!(check == "ok", "the copy does not check out: {check}");
         Ok(())
     }
@@ -309,6 +415,59 @@ mod tests {
         assert!(
             matches!(&err, StoreError::Other(e) if format!("{e:#}").contains("not a task status: \"bogus\"")),
             "{err}"
+        );
+    }
+
+    /// A 200 means "on disk": with `--sqlite-sync full` (the default) a write returns after an
+    /// fsync of the `-wal` file covering its commit; writers that commit while an fsync runs
+    /// share the next one. `normal` never fsyncs at commit.
+    #[test]
+    fn writes_return_after_a_shared_fsync_by_default_and_none_on_request() {
+        use crate::config::SqliteSync;
+        let dir = tempfile::tempdir().unwrap();
+        for (sync, durable) in [(SqliteSync::default(), true), (SqliteSync::Normal, false)] {
+            let db = dir.path().join(format!("{durable}.sqlite"));
+            let pool = open_limited(&db, 8, crate::config::DEFAULT_WAL_LIMIT_BYTES, sync).unwrap();
+            let found: i64 = pool
+                .get()
+                .unwrap()
+                .query_row("PRAGMA synchronous", [], |r| r.get(0))
+                .unwrap();
+            assert_eq!(found, 1, "NORMAL; the fsync is write_tx's");
+            let state = file_state(&pool.get().unwrap());
+            let before = state.fsyncs.load(SeqCst);
+            std::thread::scope(|s| {
+                for t in 0..8 {
+                    let pool = &pool;
+                    s.spawn(move || {
+                        let mut conn = pool.get().unwrap();
+                        for i in 0..25 {
+                            write_tx(&mut conn, |tx| {
+                                tx.execute(
+                                    "INSERT INTO health_probe (id, checked_at) VALUES (1, ?1)
+                                     ON CONFLICT (id) DO UPDATE SET checked_at = ?1",
+                                    [t * 100 + i],
+                                )
+                            })
+                            .unwrap();
+                        }
+                    });
+                }
+            });
+            let fsyncs = state.fsyncs.load(SeqCst) - before;
+            if durable {
+                assert!(
+                    (1..=200).contains(&fsyncs),
+                    "{fsyncs} fsyncs for 200 commits"
+                );
+                assert_eq!(*state.synced.lock().unwrap(), state.committed.load(SeqCst));
+            } else {
+                assert_eq!(fsyncs, 0);
+            }
+        }
+        assert_eq!(
+            crate::config::Config::new("x").sqlite_sync,
+            SqliteSync::Full
         );
     }
 

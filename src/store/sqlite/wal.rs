@@ -3,8 +3,8 @@
 //! or delivery round pays for a checkpoint; this thread copies committed WAL pages back into
 //! the database file and keeps the `-wal` file under `--wal-limit-mb` (BENCHMARKS.md).
 
-use super::Pool;
-use super::store::writer_lock;
+use super::store::file_state;
+use super::{Conn, Pool};
 use rusqlite::Connection;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -60,13 +60,15 @@ pub fn wal_path(db: &Path) -> std::path::PathBuf {
 /// four times longer (the file is then grown again page by page); `journal_size_limit` cuts
 /// it back to the limit instead. Waits at most `wait` for readers on older snapshots, looking
 /// every 100 µs: SQLite's own busy handler sleeps 1, 2, 5 … 100 ms, with every writer queued.
-/// `busy` in the result: a reader held on and the WAL will not be rewound.
-fn checkpoint_restart(conn: &Connection, wait: Duration) -> rusqlite::Result<WalState> {
-    let lock = writer_lock(conn);
-    let _queued = lock.lock().unwrap_or_else(|e| e.into_inner());
+/// `busy` in the result: a reader held on and the WAL will not be rewound. `mode`: `RESTART`,
+/// or on a small disk `TRUNCATE` ([`rewind_point`]), which gives the file's space back to the
+/// file system.
+fn checkpoint_rewind(conn: &Connection, wait: Duration, mode: &str) -> rusqlite::Result<WalState> {
+    let state = file_state(conn);
+    let _queued = state.writer.lock().unwrap_or_else(|e| e.into_inner());
     READERS_DEADLINE.set(Some(std::time::Instant::now() + wait));
     conn.busy_handler(Some(wait_for_readers))?;
-    let state = wal_checkpoint(conn, "RESTART");
+    let state = wal_checkpoint(conn, mode);
     READERS_DEADLINE.set(None);
     conn.busy_timeout(super::BUSY_TIMEOUT)?;
     state
@@ -78,7 +80,7 @@ thread_local! {
         const { std::cell::Cell::new(None) };
 }
 
-/// The busy handler of [`checkpoint_restart`]: webhookd's readers hold their snapshot for
+/// The busy handler of [`checkpoint_rewind`]: webhookd's readers hold their snapshot for
 /// well under a millisecond, so look again soon rather than sleep with the writers queued.
 fn wait_for_readers(_tries: i32) -> bool {
     match READERS_DEADLINE.get() {
@@ -135,6 +137,54 @@ impl WalSeen {
     }
 }
 
+/// The smallest rewind point on a small or nearly full disk.
+const MIN_REWIND_BYTES: u64 = 1024 * 1024;
+
+/// Where the WAL is rewound (bytes written to it), and whether each rewind also cuts the file
+/// to zero (`TRUNCATE`), given `--wal-limit-mb`, the free space of the disk and the WAL's
+/// size. With room to spare, half the limit and a `RESTART` that keeps the file for reuse. On
+/// a small or nearly full disk — less than four rewind points of room, counting the WAL's own
+/// space — a quarter of that room (at least [`MIN_REWIND_BYTES`]) and `TRUNCATE`: space the
+/// WAL holds is space the database file cannot grow into, and with a fixed rewind point writes
+/// were refused on a small disk with 12.5 MB of WAL beside a 1.8 MB database
+/// (docs/operations.md, "Storage and durability").
+fn rewind_point(wal_limit_bytes: u64, free_bytes: Option<u64>, wal_bytes: u64) -> (u64, bool) {
+    let roomy = wal_limit_bytes / REWIND_AT_DIVISOR;
+    let Some(free) = free_bytes else {
+        return (roomy, false);
+    };
+    let quarter = free.saturating_add(wal_bytes) / 4;
+    if quarter >= roomy {
+        (roomy, false)
+    } else {
+        (quarter.max(MIN_REWIND_BYTES).min(roomy), true)
+    }
+}
+
+/// How long writes may only trickle ([`QUIET_FRAMES`] WAL frames at most) before the
+/// connections' caches are given back.
+const QUIET_FRAMES: u64 = 100;
+/// The quiet time itself.
+const QUIET_BEFORE_RELEASE: Duration = Duration::from_secs(10);
+
+/// The WAL as last seen by [`WalCheckpoints::release_memory_when_idle`].
+#[derive(Debug)]
+struct Quiet {
+    written: u64,
+    since: std::time::Instant,
+    released: bool,
+}
+
+impl Default for Quiet {
+    fn default() -> Self {
+        Quiet {
+            written: 0,
+            since: std::time::Instant::now(),
+            released: false,
+        }
+    }
+}
+
 /// What one WAL frame takes beyond its page: its header.
 const FRAME_HEADER_BYTES: u64 = 24;
 
@@ -153,21 +203,24 @@ struct WalCheckpoints {
     /// Whether the last attempt to rewind the WAL found a reader in the way (one warning each
     /// time).
     held_back: AtomicBool,
+    /// When writes last came, for [`WalCheckpoints::release_memory_when_idle`].
+    quiet: Mutex<Quiet>,
 }
 
 impl WalCheckpoints {
     /// A PASSIVE checkpoint when `passive`, and on the ticks between while the WAL nears the
     /// point where it is rewound (`WalSeen`); past that point (half of `wal_limit_bytes` written
     /// since the last rewind), PASSIVE passes copy back what they can while writers go on, then
-    /// [`checkpoint_restart`] holds the writers for the last frames and the rewind. The file
+    /// [`checkpoint_rewind`] holds the writers for the last frames and the rewind. The file
     /// thus stays under the limit plus what is written during one check and checkpoint, and
     /// each stop of the writers is short (BENCHMARKS.md).
     fn tick(&self, passive: bool) -> anyhow::Result<()> {
         use Ordering::Relaxed;
-        let rewind_at = self.wal_limit_bytes / REWIND_AT_DIVISOR;
         let near = self.wal_seen.lock().unwrap_or_else(|e| e.into_inner()).near;
         // What is written since the last rewind is never more than the file holds.
         let size = std::fs::metadata(wal_path(&self.path)).map_or(0, |m| m.len());
+        let free = crate::health::free_bytes(&self.path);
+        let (rewind_at, truncate) = rewind_point(self.wal_limit_bytes, free, size);
         if !passive && (!near || size <= rewind_at) {
             return Ok(());
         }
@@ -176,6 +229,9 @@ impl WalCheckpoints {
         let frame = u64::from(page) + FRAME_HEADER_BYTES;
         let bytes = |frames: u64| frames.saturating_mul(frame);
         let mut state = checkpoint(&conn)?;
+        drop(conn);
+        self.release_memory_when_idle(state.written);
+        let conn = self.pool.get()?;
         self.wal_seen
             .lock()
             .unwrap_or_else(|e| e.into_inner())
@@ -200,7 +256,8 @@ impl WalCheckpoints {
         let done = if behind > rewind_at / 4 {
             None
         } else {
-            Some(checkpoint_restart(&conn, self.checkpoint_wait)?).filter(|done| !done.busy)
+            let mode = if truncate { "TRUNCATE" } else { "RESTART" };
+            Some(checkpoint_rewind(&conn, self.checkpoint_wait, mode)?).filter(|done| !done.busy)
         };
         match done {
             Some(done) => {
@@ -208,6 +265,7 @@ impl WalCheckpoints {
                 self.held_back.store(false, Relaxed);
                 tracing::debug!(
                     bytes = bytes(done.written),
+                    truncated = truncate,
                     "WAL copied back; the next writer rewinds it"
                 );
             }
@@ -219,6 +277,48 @@ impl WalCheckpoints {
             None => {}
         }
         Ok(())
+    }
+
+    /// After a load, gives memory back once writes have only trickled for
+    /// [`QUIET_BEFORE_RELEASE`] (`written`: the WAL's frame count at this PASSIVE checkpoint):
+    /// each idle connection drops its page cache (`PRAGMA shrink_memory`, up to `cache_size`
+    /// each, the pool holds `--workers` + 8) and its cached statements, then glibc's allocator
+    /// returns the freed pages to the system (`malloc_trim`; its per-thread arenas keep them
+    /// otherwise). Without it, RSS stayed at 32 MiB after a publish run (13 MiB at start);
+    /// docs/operations.md, "Memory".
+    fn release_memory_when_idle(&self, written: u64) {
+        {
+            let mut quiet = self.quiet.lock().unwrap_or_else(|e| e.into_inner());
+            // A health probe or a trickle of writes is quiet; a rewound WAL is not.
+            let came = written.checked_sub(quiet.written).unwrap_or(u64::MAX);
+            if came > QUIET_FRAMES {
+                *quiet = Quiet {
+                    written,
+                    ..Quiet::default()
+                };
+                return;
+            }
+            if quiet.released || quiet.since.elapsed() < QUIET_BEFORE_RELEASE {
+                return;
+            }
+            quiet.released = true;
+        }
+        // Every idle connection at once (the pool hands the last returned one out first).
+        let idle: Vec<Conn> = std::iter::from_fn(|| self.pool.try_get()).collect();
+        for conn in &idle {
+            conn.flush_prepared_statement_cache();
+            if let Err(e) = conn.execute_batch("PRAGMA shrink_memory") {
+                tracing::debug!(error = %e, "shrink_memory failed");
+            }
+        }
+        let connections = idle.len();
+        drop(idle);
+        #[cfg(all(target_os = "linux", target_env = "gnu"))]
+        // SAFETY: malloc_trim only walks and trims glibc's own heaps; it takes no pointer.
+        unsafe {
+            libc::malloc_trim(0);
+        }
+        tracing::debug!(connections, "idle: database caches released");
     }
 }
 
@@ -245,6 +345,7 @@ impl Checkpointer {
             wal_seen: Mutex::new(WalSeen::default()),
             rewound_at: AtomicU64::new(0),
             held_back: AtomicBool::new(false),
+            quiet: Mutex::default(),
         };
         let stop = Arc::new(AtomicBool::new(false));
         let stopping = stop.clone();
@@ -278,5 +379,26 @@ impl Drop for Checkpointer {
         {
             tracing::error!("the checkpoint thread panicked");
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_wal_rewinds_sooner_and_gives_its_space_back_on_a_small_disk() {
+        const MB: u64 = 1024 * 1024;
+        let limit = 64 * MB;
+        // Room to spare, or free space unknown: half the limit, the file kept for reuse.
+        assert_eq!(rewind_point(limit, Some(10_000 * MB), 0), (32 * MB, false));
+        assert_eq!(rewind_point(limit, Some(128 * MB), 0), (32 * MB, false));
+        assert_eq!(rewind_point(limit, None, 0), (32 * MB, false));
+        // A 16 MB disk: a quarter of the room the WAL and the free space make, truncated.
+        assert_eq!(rewind_point(limit, Some(12 * MB), 4 * MB), (4 * MB, true));
+        assert_eq!(rewind_point(limit, Some(100 * MB), 0), (25 * MB, true));
+        // Nearly full: never below 1 MiB; a small --wal-limit-mb still bounds it.
+        assert_eq!(rewind_point(limit, Some(MB / 2), 0), (MB, true));
+        assert_eq!(rewind_point(2 * MB, Some(MB), 0), (MB, true));
     }
 }
