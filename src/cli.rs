@@ -161,6 +161,11 @@ pub struct ServeArgs {
     /// transaction mode); poll every --pg-poll-ms instead.
     #[arg(long, env = "WEBHOOKD_PG_POLL_ONLY", action = ArgAction::SetTrue, value_parser = BoolishValueParser::new())]
     pub pg_poll_only: bool,
+    /// Export spans over OTLP/HTTP (JSON) to URL/v1/traces: one per API request, schedule
+    /// firing, queue wait and delivery attempt, in each task's trace. Off by default; a full
+    /// queue or an unreachable collector drops spans (counted in /metrics), never a request.
+    #[arg(long, env = "WEBHOOKD_OTLP_ENDPOINT", value_name = "URL")]
+    pub otlp_endpoint: Option<String>,
     /// Do not serve GET /metrics.
     #[arg(long, env = "WEBHOOKD_NO_METRICS", action = ArgAction::SetTrue, value_parser = BoolishValueParser::new())]
     pub no_metrics: bool,

@@ -136,6 +136,7 @@ fn config_from(args: ServeArgs) -> anyhow::Result<Config> {
     config.wal_limit_bytes = args.wal_limit_mb.saturating_mul(1024 * 1024);
     config.pg_poll = std::time::Duration::from_millis(args.pg_poll_ms);
     config.pg_poll_only = args.pg_poll_only;
+    config.otlp_endpoint = args.otlp_endpoint.filter(|url| !url.trim().is_empty());
     config.allow_targets = args
         .allow_targets
         .iter()

@@ -121,7 +121,10 @@ pub fn publish(
         .filter(|t| crate::filter::matches_prefixed(t.filter_events.as_deref(), PREFIX, name))
         .collect();
     let payload = event.payload().to_string();
-    let id = tx.insert_event_with_tasks(app_id, name, None, &payload, &targets, now_ms)?;
+    // webhookd's own events start a trace per task; no request or firing span is their root.
+    let mut traces = crate::trace::TaskTraces::new(None, false);
+    let id =
+        tx.insert_event_with_tasks(app_id, name, None, &payload, &targets, now_ms, &mut traces)?;
     Ok((id, targets.len()))
 }
 

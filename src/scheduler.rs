@@ -19,6 +19,7 @@ use crate::app::App;
 use crate::clock::{from_ms, rfc3339};
 use crate::cron::CronSchedule;
 use crate::store::{IdleCap, StoreError, Tx, endpoints::Target, schedules::Firing, tasks::NewTask};
+use crate::trace::TaskTraces;
 use chrono::{DateTime, TimeDelta, Utc};
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -110,7 +111,7 @@ const BUSY_ELSEWHERE_PAUSE: Duration = Duration::from_millis(20);
 /// `None` when the batch was full and more may be due already.
 fn tick(app: &App, crons: &mut CronCache, idle: Duration) -> anyhow::Result<Option<Duration>> {
     let now = app.clock.now();
-    let (tasks, lag_ms, full, none_due) = app.store.write(|tx| {
+    let (tasks, lag_ms, full, none_due, firings) = app.store.write(|tx| {
         let due = tx.due_schedules(now.timestamp_millis(), BATCH)?;
         let mut batch = Batch::new(tx, app, now);
         for firing in &due {
@@ -121,8 +122,10 @@ fn tick(app: &App, crons: &mut CronCache, idle: Duration) -> anyhow::Result<Opti
             batch.lag_ms,
             due.len() == BATCH,
             due.is_empty(),
+            batch.firings,
         ))
     })?;
+    firings.into_iter().for_each(|f| f.export(app));
     if tasks > 0 {
         app.delivery_wake.notify();
     }
@@ -157,13 +160,17 @@ pub fn fire_at(app: &App, schedule_id: i64, at: DateTime<Utc>) -> anyhow::Result
     let now = app.clock.now();
     let created = app.store.write(|tx| {
         let Some(firing) = tx.get_active_schedule(schedule_id)? else {
-            return Ok(None);
+            return Ok((None, Vec::new()));
         };
         let cron = CronSchedule::parse(&firing.cron_expr, &firing.timezone)
             .map_err(|e| anyhow::anyhow!("schedule {schedule_id}: {e}"))?;
         let next_run_at = cron.next_after(at.max(now));
-        Ok::<_, anyhow::Error>(Batch::new(tx, app, now).fire(&firing, at, next_run_at, 0)?)
+        let mut batch = Batch::new(tx, app, now);
+        let created = batch.fire(&firing, at, next_run_at, 0)?;
+        Ok::<_, anyhow::Error>((created, batch.firings))
     })?;
+    let (created, firings) = created;
+    firings.into_iter().for_each(|f| f.export(app));
     if created.as_ref().is_some_and(|ids| !ids.is_empty()) {
         app.delivery_wake.notify();
     }
@@ -173,7 +180,14 @@ pub fn fire_at(app: &App, schedule_id: i64, at: DateTime<Utc>) -> anyhow::Result
 /// `POST /schedules/{id}/trigger`: one `manual` task per target endpoint of the schedule, due
 /// now, with `schedule_id` set, in the caller's transaction. Neither `last_run_at` nor
 /// `next_run_at` moves. Returns the new task ids.
-pub fn trigger(tx: &mut dyn Tx, firing: &Firing, now_ms: i64) -> Result<Vec<i64>, StoreError> {
+/// The tasks continue the trigger request's trace (`traces`).
+pub fn trigger(
+    tx: &mut dyn Tx,
+    firing: &Firing,
+    now_ms: i64,
+    traces: &mut TaskTraces,
+) -> Result<Vec<i64>, StoreError> {
+    traces.restart();
     Ok(fan_out(
         tx,
         &mut Targets::default(),
@@ -181,6 +195,7 @@ pub fn trigger(tx: &mut dyn Tx, firing: &Firing, now_ms: i64) -> Result<Vec<i64>
         "manual",
         now_ms,
         now_ms,
+        traces,
     )?
     .ids)
 }
@@ -289,6 +304,34 @@ struct Batch<'a> {
     tasks: usize,
     /// How late the latest firing of the batch was (ms), for `GET /metrics`.
     lag_ms: Option<i64>,
+    /// Whether spans are exported (`--otlp-endpoint`).
+    export: bool,
+    /// The firings' spans, exported once the batch commits (only when `export`).
+    firings: Vec<FiringSpan>,
+}
+
+/// What the span of one firing tells (`spans::Spans::firing`).
+struct FiringSpan {
+    schedule_id: i64,
+    app_id: String,
+    scheduled_at_ms: i64,
+    start_ms: i64,
+    took: Duration,
+    /// The root span of each task's trace, with the task's id.
+    tasks: Vec<(crate::trace::SpanContext, i64)>,
+}
+
+impl FiringSpan {
+    fn export(self, app: &App) {
+        app.spans.firing(
+            self.schedule_id,
+            &self.app_id,
+            self.scheduled_at_ms,
+            self.start_ms,
+            self.took,
+            &self.tasks,
+        );
+    }
 }
 
 impl<'a> Batch<'a> {
@@ -302,6 +345,8 @@ impl<'a> Batch<'a> {
             targets: Targets::default(),
             tasks: 0,
             lag_ms: None,
+            export: app.spans.on(),
+            firings: Vec::new(),
         }
     }
 
@@ -360,6 +405,9 @@ impl<'a> Batch<'a> {
             let cutoff = at - self.grace - FIRINGS_KEPT;
             self.tx
                 .forget_firings(firing.id, cutoff.timestamp_millis())?;
+            let started = std::time::Instant::now();
+            // A firing has no caller: each of its tasks starts a trace of its own.
+            let mut traces = TaskTraces::new(None, self.export);
             let out = fan_out(
                 self.tx,
                 &mut self.targets,
@@ -367,7 +415,23 @@ impl<'a> Batch<'a> {
                 "schedule",
                 at_ms,
                 self.now.timestamp_millis(),
+                &mut traces,
             )?;
+            if self.export {
+                self.firings.push(FiringSpan {
+                    schedule_id: firing.id,
+                    app_id: firing.app_id.clone(),
+                    scheduled_at_ms: at_ms,
+                    start_ms: self.now.timestamp_millis(),
+                    took: started.elapsed(),
+                    tasks: traces
+                        .roots()
+                        .iter()
+                        .copied()
+                        .zip(out.ids.iter().copied())
+                        .collect(),
+                });
+            }
             if out.overlapped > 0 {
                 tracing::info!(
                     schedule_id = firing.id,
@@ -416,6 +480,7 @@ fn fan_out(
     task_type: &str,
     run_at: i64,
     now_ms: i64,
+    traces: &mut TaskTraces,
 ) -> Result<FanOut, StoreError> {
     let skip_open = task_type == "schedule" && firing.overlap == "skip";
     let mut out = FanOut {
@@ -437,6 +502,7 @@ fn fan_out(
             run_at,
             max_attempts: target.max_attempts,
             now_ms,
+            trace: traces.for_task(),
         })?);
     }
     Ok(out)

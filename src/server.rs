@@ -281,7 +281,7 @@ async fn metrics(app: Arc<App>, request_id: &str) -> Reply {
             .store
             .read(|tx| tx.count_tasks_by_status())
             .map_err(|e| e.to_string())?;
-        Ok::<_, String>(app.metrics.render(&counts))
+        Ok::<_, String>(app.metrics.render(&counts, app.spans.counts()))
     })
     .await
     .unwrap_or_else(|e| Err(e.to_string()));
@@ -354,11 +354,51 @@ async fn handle_api(app: Arc<App>, req: hyper::Request<Incoming>) -> (ApiResult<
     (result, false)
 }
 
-/// Authenticates, routes and runs one request on a blocking thread.
+/// Runs one request on a blocking thread in its trace (docs/API.md, "Traces"): a valid
+/// `traceparent` makes the request's span the caller's child, and the tasks it makes continue
+/// that trace; its span is exported when export is on.
 fn handle_blocking(
     app: &App,
     parts: &hyper::http::request::Parts,
     body: Bytes,
+) -> ApiResult<Value> {
+    let started = std::time::Instant::now();
+    let start_ms = app.clock.now_ms();
+    let caller = parts
+        .headers
+        .get("traceparent")
+        .and_then(|v| v.to_str().ok())
+        .and_then(crate::trace::SpanContext::parse);
+    let own = caller.map(|c| c.child());
+    let mut traces = crate::trace::TaskTraces::new(own, app.spans.on());
+    let mut app_id = None;
+    let result = handle_authenticated(app, parts, body, &mut traces, &mut app_id);
+    if app.spans.on() {
+        let status = match &result {
+            Ok(_) => StatusCode::OK,
+            Err(e) => e.status,
+        };
+        let request = crate::spans::RequestSpan {
+            name: crate::spans::route_name(parts.method.as_str(), parts.uri.path()),
+            caller,
+            own,
+            app_id: app_id.as_deref(),
+            status: status.as_u16(),
+            start_ms,
+            took: started.elapsed(),
+        };
+        app.spans.request(request, &traces);
+    }
+    result
+}
+
+/// Authenticates, routes and runs one request; sets `caller_app` once the caller is known.
+fn handle_authenticated(
+    app: &App,
+    parts: &hyper::http::request::Parts,
+    body: Bytes,
+    traces: &mut crate::trace::TaskTraces,
+    caller_app: &mut Option<String>,
 ) -> ApiResult<Value> {
     let now_ms = app.clock.now_ms();
     let path_and_query = parts
@@ -377,6 +417,7 @@ fn handle_blocking(
             body: &body,
         },
     )?;
+    *caller_app = Some(app_id.clone());
     let key_id = parts
         .headers
         .get("X-Key-ID")
@@ -399,6 +440,7 @@ fn handle_blocking(
         app_id: &app_id,
         store: &*app.store,
         now_ms,
+        traces,
     };
     api::dispatch(handler, &mut ctx, &request)
 }
@@ -463,7 +505,10 @@ pub async fn start_on(
     })
     .await??;
     let addr = listener.local_addr()?;
-    let app = Arc::new(App::new(config, store, clock));
+    let mut app = App::new(config, store, clock);
+    app.spans = crate::spans::Spans::start(app.config.otlp_endpoint.as_deref())
+        .map_err(|e| anyhow::anyhow!("cannot start the OTLP export thread: {e}"))?;
+    let app = Arc::new(app);
     let background = crate::background::Background::start(app.clone())?;
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
     let served = app.clone();
@@ -482,9 +527,12 @@ pub async fn start_on(
             let _ = background_stopping.await;
             tokio::task::spawn_blocking(move || background.stop()).await
         };
+        let flushed = served.clone();
         let (result, stopped_background) =
             tokio::join!(serve_http(served, listener, stopped), background);
         stopped_background?;
+        // The last spans (the final attempts') go out before the process ends.
+        tokio::task::spawn_blocking(move || flushed.spans.shutdown()).await?;
         result
     });
     tracing::info!(%addr, store = %app.store.describe(), "webhookd listening");

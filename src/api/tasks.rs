@@ -79,7 +79,9 @@ pub fn create(ctx: &mut Ctx<'_>, req: &Request) -> ApiResult<Value> {
         .store
         .read(|tx| tx.effective_policy(endpoint.retry_policy_id))?;
     body.finish_ignoring(READ_ONLY)?;
+    let traces = &mut *ctx.traces;
     let id = ctx.store.write(|tx| {
+        traces.restart();
         tx.insert_task(&NewTask {
             app_id: ctx.app_id,
             schedule_id: None,
@@ -90,6 +92,7 @@ pub fn create(ctx: &mut Ctx<'_>, req: &Request) -> ApiResult<Value> {
             run_at,
             max_attempts: i64::from(policy.max_attempts),
             now_ms: ctx.now_ms,
+            trace: traces.for_task(),
         })
     })?;
     ctx.app.delivery_wake.notify();

@@ -310,7 +310,10 @@ pub trait Tx:
     + TaskQueries
 {
     /// Publishes an event in the caller's transaction: the event row and one `event` task per
-    /// target, so they commit together. Returns the event's id.
+    /// target, so they commit together, each in the trace `traces` hands out. Returns the
+    /// event's id.
+    // The event's fields, its targets, the time and the traces: one row each, nothing to group.
+    #[allow(clippy::too_many_arguments)]
     fn insert_event_with_tasks(
         &mut self,
         app_id: &str,
@@ -319,6 +322,7 @@ pub trait Tx:
         payload: &str,
         targets: &[endpoints::Target],
         now_ms: i64,
+        traces: &mut crate::trace::TaskTraces,
     ) -> Result<i64, StoreError> {
         let task_count = i64::try_from(targets.len()).unwrap_or(i64::MAX);
         let id = self.insert_event(app_id, event_name, event_key, payload, task_count, now_ms)?;
@@ -333,6 +337,7 @@ pub trait Tx:
                 run_at: now_ms,
                 max_attempts: target.max_attempts,
                 now_ms,
+                trace: traces.for_task(),
             })?;
         }
         Ok(id)

@@ -13,6 +13,7 @@ use crate::store::postgres::PgTx;
 use crate::store::tasks::{AfterAttempt, Claimed, NewTask, RetryFilter, STATUSES, TASK_TYPES};
 use crate::store::tasks::{Task, TaskFilter};
 use crate::store::{StoreError, TaskQueries};
+use crate::trace::TaskTrace;
 use postgres::GenericClient;
 use postgres::Row;
 use postgres::types::ToSql;
@@ -22,7 +23,7 @@ use postgres::types::ToSql;
 /// being delivered.
 pub const LEASE_MARGIN_MS: i64 = 30_000;
 
-const COLUMNS: &str = "id, app_id, schedule_id, event_id, endpoint_id, task_type, payload, status, run_at, attempts, max_attempts, next_attempt_at, last_status_code, last_error, finished_at, created_at, updated_at";
+const COLUMNS: &str = "id, app_id, schedule_id, event_id, endpoint_id, task_type, payload, status, run_at, attempts, max_attempts, next_attempt_at, last_status_code, last_error, finished_at, created_at, updated_at, trace_id";
 
 fn from_row(r: &Row) -> Task {
     let payload: String = r.get(6);
@@ -44,6 +45,7 @@ fn from_row(r: &Row) -> Task {
         finished_at: r.get(14),
         created_at: r.get(15),
         updated_at: r.get(16),
+        trace_id: r.get(17),
     }
 }
 
@@ -72,10 +74,12 @@ impl<C: GenericClient> TaskQueries for PgTx<'_, C> {
     /// Inserts a pending task and returns its id.
     fn insert_task(&mut self, t: &NewTask<'_>) -> Result<i64, StoreError> {
         let c = &mut *self.c;
+        let (trace_id, trace_parent, trace_flags) = t.trace.to_columns();
         let id: i64 = c.query_one(
             "INSERT INTO tasks (app_id, schedule_id, event_id, endpoint_id, task_type, payload, status, run_at,
-                                attempts, max_attempts, next_attempt_at, created_at, updated_at)
-             VALUES ($1, $2, $3, $4, $5, $6, 'pending', $7, 0, $8, $7, $9, $9)
+                                attempts, max_attempts, next_attempt_at, created_at, updated_at,
+                                trace_id, trace_parent, trace_flags)
+             VALUES ($1, $2, $3, $4, $5, $6, 'pending', $7, 0, $8, $7, $9, $9, $10, $11, $12)
              RETURNING id",
             &[
                 &t.app_id,
@@ -87,6 +91,9 @@ impl<C: GenericClient> TaskQueries for PgTx<'_, C> {
                 &t.run_at,
                 &t.max_attempts,
                 &t.now_ms,
+                &trace_id,
+                &trace_parent,
+                &trace_flags,
             ],
         )?
         .get(0);
@@ -455,7 +462,8 @@ fn claim_set(node: usize, now: usize) -> String {
 /// What a claim returns of each task; `claimed_from` reads it in this order.
 const CLAIM_RETURNING: &str = "RETURNING t.id, t.endpoint_id, t.schedule_id, t.event_id,
     (SELECT event_name FROM events WHERE events.id = t.event_id),
-    t.payload, t.attempts + 1, t.max_attempts, t.next_attempt_at";
+    t.payload, t.attempts + 1, t.max_attempts, t.next_attempt_at,
+    coalesce(t.next_attempt_at, t.run_at), t.app_id, t.trace_id, t.trace_parent, t.trace_flags";
 
 fn claimed_from(r: &Row) -> (Option<i64>, Claimed) {
     (
@@ -469,6 +477,9 @@ fn claimed_from(r: &Row) -> (Option<i64>, Claimed) {
             payload: r.get(5),
             attempt: r.get(6),
             max_attempts: r.get(7),
+            due_at: r.get(9),
+            app_id: r.get(10),
+            trace: TaskTrace::from_columns(r.get(11), r.get(12), r.get(13)),
         },
     )
 }
