@@ -34,5 +34,6 @@ mod reliability;
 mod schedules;
 mod support;
 mod tasks;
+mod traces;
 mod unknown_fields;
 mod visibility;
