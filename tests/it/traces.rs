@@ -237,7 +237,12 @@ fn a_retry_keeps_the_trace_with_a_new_span() {
     assert!(contexts.iter().all(|c| c.trace_id == contexts[0].trace_id));
     let spans: HashSet<[u8; 8]> = contexts.iter().map(|c| c.span_id).collect();
     assert_eq!(spans.len(), 3, "each attempt is a span of its own");
-    let task = task_of(&c, &received[2]);
+    // The third attempt's result is committed after the receiver answered it.
+    let task = wait_for(WAIT, || {
+        let task = task_of(&c, &received[2]);
+        (task["status"] == "success").then_some(task)
+    })
+    .expect("the task succeeds");
     assert_eq!(task["trace_id"], hex::encode(contexts[0].trace_id).as_str());
     assert_eq!(task["attempts"], 3);
 }
@@ -259,7 +264,7 @@ fn a_task_made_before_traces_has_none_and_still_sends_a_fresh_traceparent() {
     let id = task["id"].as_i64().expect("id");
     let mut db = crate::support::Db::open(&server.db);
     db.execute(
-        "UPDATE tasks SET trace_id = NULL, trace_parent = NULL, trace_flags = NULL, next_attempt_at = 0 WHERE id = ?",
+        "UPDATE tasks SET trace_id = NULL, trace_parent = NULL, trace_flags = NULL, next_attempt_at = 0 WHERE id = ?1",
         &[&id],
     );
     server.app().poke();
