@@ -481,3 +481,93 @@ fn a_json_log_line_about_a_task_carries_its_trace_id() {
     assert!(line["task_id"].is_i64(), "{line}");
     assert_eq!(line["trace_id"], CALLER_TRACE, "{line}");
 }
+
+#[test]
+fn otlp_export_roots_a_scheduled_firings_tasks_in_firing_spans() {
+    let collector = Receiver::start();
+    let server = TestServer::start_with(|config| {
+        config.otlp_endpoint = Some(collector.url.clone());
+    });
+    let c = server.client();
+    let rx = Receiver::start();
+    let (one, two) = (endpoint(&c, &rx, "one"), endpoint(&c, &rx, "two"));
+    let schedule = ok(
+        &c,
+        "POST",
+        "/v1/schedules",
+        Some(json!({"name": "yearly", "cron_expr": "0 0 1 1 *", "endpoint_ids": [one, two]})),
+    );
+    let schedule_id = schedule["id"].as_i64().expect("id");
+    let fired = webhookd::scheduler::fire_at(&server.app(), schedule_id, chrono::Utc::now())
+        .expect("fired")
+        .expect("not fired before");
+    assert_eq!(fired.len(), 2);
+    let received = rx.wait_for(2, WAIT);
+    assert_eq!(received.len(), 2);
+    let traces: HashSet<String> = received
+        .iter()
+        .map(|r| hex::encode(delivered_context(r).trace_id))
+        .collect();
+    assert_eq!(
+        traces.len(),
+        2,
+        "each task of a firing has a trace of its own"
+    );
+    for trace_id in &traces {
+        let spans = wait_for(WAIT, || {
+            let spans: Vec<Value> = collected_spans(&collector)
+                .into_iter()
+                .filter(|s| s["traceId"] == trace_id.as_str())
+                .collect();
+            (spans.len() >= 3).then_some(spans)
+        })
+        .expect("the firing, queue-wait and attempt spans of the task's trace");
+        let firing = spans
+            .iter()
+            .find(|s| s["name"] == "schedule firing")
+            .expect("a firing span roots the trace");
+        assert!(firing.get("parentSpanId").is_none(), "{firing}");
+        assert_eq!(
+            attribute(firing, "webhookd.schedule_id"),
+            Some(schedule_id.to_string())
+        );
+        let attempt = spans
+            .iter()
+            .find(|s| s["name"] == "delivery attempt")
+            .expect("the attempt");
+        assert_eq!(attempt["parentSpanId"], firing["spanId"]);
+        assert_eq!(
+            attribute(firing, "webhookd.task_id"),
+            attribute(attempt, "webhookd.task_id")
+        );
+    }
+}
+
+#[test]
+fn a_bad_otlp_endpoint_is_refused_at_start_naming_the_flag() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("w.db");
+    for url in [
+        "grpc://127.0.0.1:4317",
+        "127.0.0.1:4318",
+        "http://host/?q=1",
+    ] {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_webhookd"))
+            .args([
+                "serve",
+                "--listen",
+                "127.0.0.1:0",
+                "--otlp-endpoint",
+                url,
+                "--db",
+            ])
+            .arg(&db)
+            .output()
+            .expect("run webhookd");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{url}: {stderr}");
+        assert!(stderr.contains("--otlp-endpoint"), "{url}: {stderr}");
+        assert!(stderr.contains("http(s) URL"), "{url}: {stderr}");
+    }
+    assert!(!db.exists(), "nothing was created");
+}
