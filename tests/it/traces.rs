@@ -571,3 +571,114 @@ fn a_bad_otlp_endpoint_is_refused_at_start_naming_the_flag() {
     }
     assert!(!db.exists(), "nothing was created");
 }
+
+/// The real collector `.ci/otel-collector.sh` installs (Rotel's `rotel-agent`), or
+/// `$WEBHOOKD_OTEL_COLLECTOR`.
+fn real_collector() -> Option<std::path::PathBuf> {
+    if let Some(path) = std::env::var_os("WEBHOOKD_OTEL_COLLECTOR") {
+        return Some(path.into());
+    }
+    let lib = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("target/venvs/rotel/lib");
+    std::fs::read_dir(lib)
+        .ok()?
+        .flatten()
+        .map(|python| python.path().join("site-packages/rotel/rotel-agent"))
+        .find(|agent| agent.exists())
+}
+
+/// Ends the collector when the test ends, passed or not.
+struct Collector(std::process::Child);
+
+impl Drop for Collector {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+#[test]
+fn a_real_collector_shows_one_trace_from_publish_to_last_attempt() {
+    let agent = real_collector();
+    if !crate::support::require_component(
+        "an OpenTelemetry collector (Rotel, from PyPI)",
+        agent.is_some(),
+        "bash .ci/otel-collector.sh",
+    ) {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let debug = dir.path().join("collector.out");
+    let (http, grpc) = (
+        crate::support::free_local_addr(),
+        crate::support::free_local_addr(),
+    );
+    let _collector = Collector(
+        std::process::Command::new(agent.expect("found"))
+            .args(["start", "--exporter", "blackhole", "--debug-log", "traces"])
+            .args(["--debug-log-verbosity", "detailed"])
+            .args(["--otlp-http-endpoint", &http, "--otlp-grpc-endpoint", &grpc])
+            .stdout(std::fs::File::create(&debug).unwrap())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("start the collector"),
+    );
+    let up = wait_for(WAIT, || {
+        std::net::TcpStream::connect(&http).ok().map(|_| ())
+    });
+    assert!(up.is_some(), "the collector listens on {http}");
+
+    let server = TestServer::start_with(|config| {
+        config.otlp_endpoint = Some(format!("http://{http}"));
+    });
+    let c = server.client();
+    let rx = Receiver::start();
+    rx.script([Answer::status(500)]);
+    endpoint(&c, &rx, "traced");
+    traced(
+        &server,
+        "POST",
+        "/v1/events",
+        &json!({"event_name": "order.created", "payload": {"order": 42}}),
+        Some(CALLER),
+    );
+    assert_eq!(rx.wait_for(2, WAIT).len(), 2, "a failure, then the success");
+    let app = server.app();
+    // Shutdown sends what is still queued.
+    server.stop();
+    let counts = app.spans.counts().expect("export on");
+    let exported = counts.exported.load(std::sync::atomic::Ordering::Relaxed);
+    assert!(exported >= 4, "the collector accepted {exported} spans");
+    let dropped = counts
+        .dropped_export_failed
+        .load(std::sync::atomic::Ordering::Relaxed)
+        + counts
+            .dropped_queue_full
+            .load(std::sync::atomic::Ordering::Relaxed);
+    assert_eq!(dropped, 0);
+
+    // The collector's debug output: the four spans in the caller's trace.
+    let output = wait_for(WAIT, || {
+        let text = std::fs::read_to_string(&debug).unwrap_or_default();
+        let ours = text
+            .lines()
+            .filter(|l| l.trim() == format!("Trace ID       : {CALLER_TRACE}"))
+            .count();
+        (ours >= 4).then_some(text)
+    })
+    .expect("the collector printed the four spans of the trace");
+    for name in ["POST /v1/events", "queue wait", "delivery attempt"] {
+        assert!(
+            output.contains(&format!("Name           : {name}")),
+            "{name} missing from:\n{output}"
+        );
+    }
+    assert!(output.contains(&format!("Parent ID      : {CALLER_SPAN}")));
+    assert!(output.contains("-> webhookd.attempt: Int(2)"), "{output}");
+    assert!(
+        output.contains("-> http.response.status_code: Int(500)"),
+        "{output}"
+    );
+    let kept =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("target/otel-collector-trace.txt");
+    let _ = std::fs::write(kept, &output);
+}
