@@ -479,7 +479,11 @@ fn claimed_from(r: &Row) -> (Option<i64>, Claimed) {
             max_attempts: r.get(7),
             due_at: r.get(9),
             app_id: r.get(10),
-            trace: TaskTrace::from_columns(r.get(11), r.get(12), r.get(13)),
+            trace: TaskTrace::from_columns(
+                r.get::<_, Option<&str>>(11),
+                r.get::<_, Option<&str>>(12),
+                r.get(13),
+            ),
         },
     )
 }

@@ -357,9 +357,10 @@ fn claimed_from(r: &Row<'_>) -> rusqlite::Result<((i64, i64), Claimed)> {
             max_attempts: r.get(7)?,
             app_id: r.get(10)?,
             due_at: r.get(8)?,
+            // Read in place: a claim allocates nothing for the trace.
             trace: TaskTrace::from_columns(
-                r.get::<_, Option<String>>(11)?.as_deref(),
-                r.get::<_, Option<String>>(12)?.as_deref(),
+                r.get_ref(11)?.as_str_or_null()?,
+                r.get_ref(12)?.as_str_or_null()?,
                 r.get(13)?,
             ),
         },
