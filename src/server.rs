@@ -392,7 +392,8 @@ fn handle_blocking(
     result
 }
 
-/// Authenticates, routes and runs one request; sets `caller_app` once the caller is known.
+/// Authenticates, routes and runs one request; sets `caller_app` once the caller is known
+/// (only when spans are exported: it is the request span's `webhookd.app`).
 fn handle_authenticated(
     app: &App,
     parts: &hyper::http::request::Parts,
@@ -417,7 +418,9 @@ fn handle_authenticated(
             body: &body,
         },
     )?;
-    *caller_app = Some(app_id.clone());
+    if app.spans.on() {
+        *caller_app = Some(app_id.clone());
+    }
     let key_id = parts
         .headers
         .get("X-Key-ID")
