@@ -1,10 +1,12 @@
 //! The command line (contract §1, §10): `serve`, `keys create|list|revoke`, `api`,
 //! `healthcheck`, `backup`, `migrate`. Every flag also reads an environment variable `WEBHOOKD_<FLAG>`.
 
+use crate::store::keys::Scope;
 use clap::builder::BoolishValueParser;
 use clap::{ArgAction, Args, Parser, Subcommand};
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::path::PathBuf;
+use std::time::Duration;
 
 #[derive(Debug, Parser)]
 #[command(
@@ -112,6 +114,21 @@ pub struct ServeArgs {
     /// Largest accepted request body, in bytes.
     #[arg(long, env = "WEBHOOKD_MAX_BODY_BYTES", default_value_t = 1024 * 1024)]
     pub max_body_bytes: usize,
+    /// A request body must arrive whole within this many seconds (else 408, connection closed).
+    #[arg(long, env = "WEBHOOKD_BODY_TIMEOUT_SECS", default_value_t = 30)]
+    pub body_timeout_secs: u64,
+    /// After its first 5 seconds, a request body must arrive at least this many bytes a second
+    /// on average (else 408, connection closed); 0 = only --body-timeout-secs applies.
+    #[arg(long, env = "WEBHOOKD_BODY_MIN_RATE", default_value_t = 1024)]
+    pub body_min_rate: u64,
+    /// Most connections served at once; beyond it only /healthz and /metrics are answered
+    /// (a small reserve), then 503. 0 = derived from the file-descriptor limit (at most 4096).
+    #[arg(long, env = "WEBHOOKD_MAX_CONNECTIONS", default_value_t = 0)]
+    pub max_connections: usize,
+    /// Most connections served at once from one peer address (behind a reverse proxy, set it
+    /// to --max-connections). 0 = a quarter of --max-connections (at least 8).
+    #[arg(long, env = "WEBHOOKD_MAX_CONNECTIONS_PER_PEER", default_value_t = 0)]
+    pub max_connections_per_peer: usize,
     /// Delivery worker threads.
     #[arg(long, env = "WEBHOOKD_WORKERS", default_value_t = 16)]
     pub workers: usize,
@@ -166,6 +183,19 @@ pub struct ServeArgs {
     /// queue or an unreachable collector drops spans (counted in /metrics), never a request.
     #[arg(long, env = "WEBHOOKD_OTLP_ENDPOINT", value_name = "URL")]
     pub otlp_endpoint: Option<String>,
+    /// PostgreSQL only: most connections this node keeps in its pool (1-1000; one more listens
+    /// for other nodes' changes unless --pg-poll-only). Default: --workers + 8.
+    #[arg(long, env = "WEBHOOKD_PG_POOL_SIZE", value_parser = clap::value_parser!(u32).range(1..=1000))]
+    pub pg_pool_size: Option<u32>,
+    /// PostgreSQL only: longest one SQL statement may run, in milliseconds (0 = no limit). Sent
+    /// when each connection starts; with --pg-poll-only (PgBouncer refuses start-up options)
+    /// set it on the role instead: ALTER ROLE <role> SET statement_timeout = '30s'.
+    #[arg(
+        long,
+        env = "WEBHOOKD_PG_STATEMENT_TIMEOUT_MS",
+        default_value_t = 30_000
+    )]
+    pub pg_statement_timeout_ms: u64,
     /// Do not serve GET /metrics.
     #[arg(long, env = "WEBHOOKD_NO_METRICS", action = ArgAction::SetTrue, value_parser = BoolishValueParser::new())]
     pub no_metrics: bool,
@@ -184,6 +214,14 @@ pub enum KeysCommand {
         /// A label for the key.
         #[arg(long, env = "WEBHOOKD_NAME")]
         name: String,
+        /// What the key may do in its app: admin (everything, keys included), write (every
+        /// route but the keys routes) or read (GET routes and POST /cron/preview).
+        #[arg(long, env = "WEBHOOKD_SCOPE", default_value = "admin", value_parser = parse_scope)]
+        scope: Scope,
+        /// The key stops working after this long: a number and a unit, s, m, h, d or w
+        /// (90d, 12h). Default: never.
+        #[arg(long, env = "WEBHOOKD_EXPIRES_IN", value_parser = parse_expires_in)]
+        expires_in: Option<Duration>,
         /// Print exactly one JSON object: {"key_id","secret","app_id"}.
         #[arg(long)]
         json: bool,
@@ -222,6 +260,35 @@ pub struct ApiArgs {
 
 /// `--disable-failing-after-hours`: a number of hours; the message names the flag's env var too
 /// (the range is checked by `Config::validate`).
+fn parse_scope(value: &str) -> Result<Scope, String> {
+    Scope::parse(value).ok_or_else(|| format!("'{value}' is not one of admin, write, read"))
+}
+
+/// `--expires-in`: a positive whole number and a unit, `s`, `m`, `h`, `d` or `w` (`90d`, `12h`).
+pub fn parse_expires_in(value: &str) -> Result<Duration, String> {
+    let value = value.trim();
+    let bad = || format!("'{value}' is not a duration such as 90d, 12h, 30m (units s, m, h, d, w)");
+    let split = value.find(|c: char| !c.is_ascii_digit()).ok_or_else(bad)?;
+    let (number, unit) = value.split_at(split);
+    let n: u64 = number.parse().map_err(|_| bad())?;
+    let unit_secs = match unit {
+        "s" => 1,
+        "m" => 60,
+        "h" => 3600,
+        "d" => 86_400,
+        "w" => 604_800,
+        _ => return Err(bad()),
+    };
+    match n.checked_mul(unit_secs) {
+        Some(0) => Err(format!(
+            "'{value}' is no time at all; give a positive duration"
+        )),
+        // At most about 100 years, so that every expiry shows as an RFC 3339 time.
+        Some(secs) if secs <= 100 * 366 * 86_400 => Ok(Duration::from_secs(secs)),
+        _ => Err(format!("'{value}' is longer than 100 years")),
+    }
+}
+
 fn parse_hours(value: &str) -> Result<f64, String> {
     value.trim().parse::<f64>().map_err(|_| {
         format!(
@@ -260,6 +327,31 @@ pub fn parse_listen(text: &str) -> Result<SocketAddr, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn expires_in_forms() {
+        assert_eq!(
+            parse_expires_in("90d"),
+            Ok(Duration::from_secs(90 * 86_400))
+        );
+        assert_eq!(parse_expires_in("12h"), Ok(Duration::from_secs(12 * 3600)));
+        assert_eq!(parse_expires_in("30m"), Ok(Duration::from_secs(1800)));
+        assert_eq!(parse_expires_in("45s"), Ok(Duration::from_secs(45)));
+        assert_eq!(parse_expires_in("2w"), Ok(Duration::from_secs(14 * 86_400)));
+        for bad in [
+            "",
+            "d",
+            "90",
+            "-1d",
+            "1.5h",
+            "1y",
+            "0d",
+            "99999999999999w",
+            "1 d",
+        ] {
+            assert!(parse_expires_in(bad).is_err(), "{bad}");
+        }
+    }
 
     #[test]
     fn listen_forms() {

@@ -12,6 +12,17 @@ pub struct Config {
     pub max_skew_secs: u64,
     /// Larger request bodies get 413.
     pub max_body_bytes: usize,
+    /// A request body must arrive whole within this (else 408 and the connection closes).
+    pub body_timeout: Duration,
+    /// After its first seconds, a request body must arrive at least this fast on average, in
+    /// bytes a second (else 408); 0 means only `body_timeout` applies.
+    pub body_min_rate: u64,
+    /// Most connections served at once; 0 means derived from the file-descriptor limit
+    /// (`connections::Caps::derive`).
+    pub max_connections: usize,
+    /// Most connections served at once from one peer address; 0 means a quarter of
+    /// `max_connections` (at least 8).
+    pub max_connections_per_peer: usize,
     /// Delivery worker threads.
     pub workers: usize,
     /// Most deliveries to one endpoint at once, for endpoints without their own
@@ -46,13 +57,15 @@ pub struct Config {
     /// WAL is rewound (PASSIVE checkpoints alone cannot bound it under steady load).
     pub wal_limit_bytes: u64,
     /// PostgreSQL: the cap on the scheduler's and delivery pool's idle sleep while no LISTEN
-    /// connection brings other nodes' changes (`store::postgres::listen::IdleCap`).
+    /// connection brings other nodes' changes (`store::IdleCap`).
     pub pg_poll: Duration,
     /// PostgreSQL: never LISTEN; always poll every `pg_poll`.
     pub pg_poll_only: bool,
     /// `--otlp-endpoint`: where spans are exported over OTLP/HTTP (`<url>/v1/traces`); `None`
     /// exports nothing (docs/API.md, "Traces").
     pub otlp_endpoint: Option<String>,
+    /// PostgreSQL: pool size, statement time-out (`--pg-pool-size`, `--pg-statement-timeout-ms`).
+    pub pg: crate::store::postgres::PgSettings,
 }
 
 /// `--wal-limit-mb`'s default, 64 MiB.
@@ -66,6 +79,10 @@ impl Config {
             listen: SocketAddr::from(([127, 0, 0, 1], 8080)),
             max_skew_secs: 300,
             max_body_bytes: 1024 * 1024,
+            body_timeout: Duration::from_secs(30),
+            body_min_rate: 1024,
+            max_connections: 0,
+            max_connections_per_peer: 0,
             workers: 16,
             endpoint_max_in_flight: 0,
             misfire_grace_secs: 3600,
@@ -82,6 +99,7 @@ impl Config {
             pg_poll: Duration::from_millis(1000),
             pg_poll_only: false,
             otlp_endpoint: None,
+            pg: crate::store::postgres::PgSettings::default(),
         }
     }
 
@@ -108,6 +126,15 @@ impl Config {
             return Err(
                 "--max-body-bytes (env WEBHOOKD_MAX_BODY_BYTES) must be at least 1024".into(),
             );
+        }
+        if !(Duration::from_millis(100)..=Duration::from_secs(3600)).contains(&self.body_timeout) {
+            return Err(
+                "--body-timeout-secs (env WEBHOOKD_BODY_TIMEOUT_SECS) must be between 1 and 3600"
+                    .into(),
+            );
+        }
+        if self.max_connections > 1_000_000 || self.max_connections_per_peer > 1_000_000 {
+            return Err("--max-connections and --max-connections-per-peer (env WEBHOOKD_MAX_CONNECTIONS, WEBHOOKD_MAX_CONNECTIONS_PER_PEER) must be at most 1000000 (0: derived from the file-descriptor limit)".into());
         }
         if self.wal_limit_bytes < 1024 * 1024 {
             return Err("--wal-limit-mb must be at least 1".into());

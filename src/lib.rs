@@ -3,7 +3,8 @@
 //! # Layout
 //! - `cli`, `config`: the command line and the validated server configuration.
 //! - `server`: the hyper 1 accept loop (`wire`: hyper's protocol-error replies in the
-//!   envelope); `api`: the router and one file per resource;
+//!   envelope; `request_id`: the id of every reply; `connections`: the connection caps);
+//!   `api`: the router and one file per resource;
 //!   `auth`: inbound request signatures; `error`: the one API error type and the envelope.
 //! - `store`: the `Store` / `Tx` traits every caller uses (`Arc<dyn Store>`), `StoreError`, and
 //!   the record types, one file per table. `store::sqlite`: every SQLite statement, one file
@@ -35,9 +36,11 @@ pub mod cli;
 pub mod client;
 pub mod clock;
 pub mod config;
+pub mod connections;
 pub mod cron;
 pub mod delivery;
 pub mod error;
+pub mod fanout;
 pub mod filter;
 pub mod health;
 pub mod metrics;
@@ -46,6 +49,7 @@ pub mod otlp;
 pub mod payload_filter;
 pub mod ratelimit;
 pub mod receive;
+pub mod request_id;
 pub mod retry;
 pub mod scheduler;
 pub mod server;

@@ -6,7 +6,7 @@ use std::path::Path;
 use std::process::ExitCode;
 use std::sync::Arc;
 use webhookd::cli::{ApiArgs, Cli, Command, KeysCommand, MigrateArgs, ReceiveArgs, ServeArgs};
-use webhookd::clock::{Clock, SystemClock};
+use webhookd::clock::{Clock, SystemClock, rfc3339};
 use webhookd::config::{Cidr, Config};
 use webhookd::store;
 
@@ -124,6 +124,10 @@ fn config_from(args: ServeArgs) -> anyhow::Result<Config> {
     config.listen = args.listen;
     config.max_skew_secs = args.max_skew_secs;
     config.max_body_bytes = args.max_body_bytes;
+    config.body_timeout = std::time::Duration::from_secs(args.body_timeout_secs);
+    config.body_min_rate = args.body_min_rate;
+    config.max_connections = args.max_connections;
+    config.max_connections_per_peer = args.max_connections_per_peer;
     config.workers = args.workers;
     config.endpoint_max_in_flight = args.endpoint_max_in_flight;
     config.misfire_grace_secs = args.misfire_grace_secs;
@@ -137,6 +141,12 @@ fn config_from(args: ServeArgs) -> anyhow::Result<Config> {
     config.pg_poll = std::time::Duration::from_millis(args.pg_poll_ms);
     config.pg_poll_only = args.pg_poll_only;
     config.otlp_endpoint = args.otlp_endpoint.filter(|url| !url.trim().is_empty());
+    config.pg = webhookd::store::postgres::PgSettings {
+        pool_size: args.pg_pool_size,
+        statement_timeout: (args.pg_statement_timeout_ms > 0)
+            .then(|| std::time::Duration::from_millis(args.pg_statement_timeout_ms)),
+        pgbouncer: args.pg_poll_only,
+    };
     config.allow_targets = args
         .allow_targets
         .iter()
@@ -243,6 +253,8 @@ fn keys(command: KeysCommand) -> anyhow::Result<()> {
             db,
             app,
             name,
+            scope,
+            expires_in,
             json,
         } => {
             if app.trim().is_empty() || app.len() > 200 {
@@ -258,7 +270,11 @@ fn keys(command: KeysCommand) -> anyhow::Result<()> {
                 .into());
             }
             let store = open_for_keys(&db, true)?;
-            let key = store.write(|tx| tx.create_key(&app, &name, SystemClock.now_ms()))?;
+            let now_ms = SystemClock.now_ms();
+            let expires_at = expires_in
+                .map(|d| now_ms.saturating_add(i64::try_from(d.as_millis()).unwrap_or(i64::MAX)));
+            let key =
+                store.write(|tx| tx.create_scoped_key(&app, &name, scope, expires_at, now_ms))?;
             if json {
                 println!("{}", serde_json::to_string(&key)?);
             } else {
@@ -272,14 +288,36 @@ fn keys(command: KeysCommand) -> anyhow::Result<()> {
             let store = open_for_keys(&db, false)?;
             let keys = store.read(|tx| tx.list_keys())?;
             let text = if json {
-                serde_json::to_string(&keys)?
+                // The key records of the API, plus `key_id` and `revoked` as this list showed
+                // them before keys had scopes.
+                let shown = keys
+                    .iter()
+                    .map(|k| {
+                        let mut v = serde_json::to_value(k)?;
+                        v["key_id"] = k.id.clone().into();
+                        v["revoked"] = k.revoked_at.is_some().into();
+                        Ok(v)
+                    })
+                    .collect::<serde_json::Result<Vec<_>>>()?;
+                serde_json::to_string(&shown)?
             } else {
                 keys.iter()
                     .map(|k| {
-                        let state = if k.revoked { "revoked" } else { "active" };
+                        let state = match (k.revoked_at, k.expires_at) {
+                            (Some(_), _) => "revoked",
+                            (None, Some(t)) if t <= SystemClock.now_ms() => "expired",
+                            _ => "active",
+                        };
+                        let expires = k.expires_at.map_or("never".into(), rfc3339);
                         format!(
-                            "{}\t{}\t{}\t{}\t{}",
-                            k.key_id, k.app_id, k.name, k.created_at, state
+                            "{}\t{}\t{}\t{}\t{}\texpires {}\t{}",
+                            k.id,
+                            k.app_id,
+                            k.name,
+                            k.scope.as_str(),
+                            rfc3339(k.created_at),
+                            expires,
+                            state
                         )
                     })
                     .collect::<Vec<_>>()

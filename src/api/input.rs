@@ -402,7 +402,11 @@ impl Query {
 /// `unknown field "filter_event"; did you mean "filter_events"?`: the suggestion is the known
 /// name nearest by edit distance, when it is close: at most a third of the name's length (and
 /// at least 1) edits away, or one name holding the other (`max_delay` → `max_delay_sec`).
-fn unknown_message<'a>(what: &str, name: &str, known: impl Iterator<Item = &'a str>) -> String {
+pub(crate) fn unknown_message<'a>(
+    what: &str,
+    name: &str,
+    known: impl Iterator<Item = &'a str>,
+) -> String {
     let limit = (name.chars().count() / 3).max(1);
     let holds = |k: &str| name.len().min(k.len()) >= 4 && (k.contains(name) || name.contains(k));
     let nearest = known

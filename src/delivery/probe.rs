@@ -39,7 +39,7 @@ pub fn run(
             schedule_id: None,
             event_id: None,
             endpoint_id: endpoint.id,
-            task_type: "manual",
+            task_type: crate::store::tasks::TaskKind::Manual,
             payload: &payload,
             run_at: now_ms,
             max_attempts: 1,

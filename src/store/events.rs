@@ -1,8 +1,9 @@
 //! The `events` table: named occurrences published by clients, each fanned out into tasks.
-//! The record types and [`EventQueries`] live here; each backend implements the queries in its own
-//! `events.rs` (`store::sqlite::events`, `store::postgres::events`).
+//! The record types and [`EventQueries`] live here; each backend implements the queries
+//! in its own `events.rs` (`store::sqlite::events`, `store::postgres::events`).
 
 use crate::clock::ser_ms;
+use crate::store::{Page, StoreError};
 use serde::Serialize;
 
 /// How long an `event_key` makes a republish return the first event.
@@ -36,7 +37,7 @@ pub trait EventQueries {
         payload: &str,
         task_count: i64,
         now_ms: i64,
-    ) -> Result<i64, crate::store::StoreError>;
+    ) -> Result<i64, StoreError>;
     /// The first event published with this name and key since `since_ms`.
     fn find_event_by_key(
         &mut self,
@@ -44,18 +45,14 @@ pub trait EventQueries {
         event_name: &str,
         event_key: &str,
         since_ms: i64,
-    ) -> Result<Option<Event>, crate::store::StoreError>;
+    ) -> Result<Option<Event>, StoreError>;
     /// An event of an app.
-    fn get_event(
-        &mut self,
-        app_id: &str,
-        id: i64,
-    ) -> Result<Option<Event>, crate::store::StoreError>;
+    fn get_event(&mut self, app_id: &str, id: i64) -> Result<Option<Event>, StoreError>;
     /// One page, newest first, and the total count of matches.
     fn list_events(
         &mut self,
         app_id: &str,
         event_name: Option<&str>,
-        page: crate::store::Page,
-    ) -> Result<(i64, Vec<Event>), crate::store::StoreError>;
+        page: Page,
+    ) -> Result<(i64, Vec<Event>), StoreError>;
 }

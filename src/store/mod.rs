@@ -8,6 +8,7 @@ pub mod attempts;
 pub mod endpoints;
 pub mod events;
 pub mod keys;
+pub mod list;
 pub mod policies;
 pub mod postgres;
 pub mod replay;
@@ -15,6 +16,8 @@ pub mod retention;
 pub mod schedules;
 pub mod sqlite;
 pub mod tasks;
+pub mod watch;
+pub mod word;
 
 pub use attempts::AttemptQueries;
 pub use endpoints::EndpointQueries;
@@ -25,8 +28,8 @@ pub use replay::ReplayQueries;
 pub use retention::RetentionQueries;
 pub use schedules::ScheduleQueries;
 pub use tasks::TaskQueries;
-
-pub use sqlite::SCHEMA_VERSION;
+pub use watch::{IdleCap, Wakers, Watcher};
+pub use word::Word;
 
 use std::path::Path;
 use std::sync::Arc;
@@ -84,15 +87,14 @@ pub trait Store: Send + Sync + 'static {
         f: &mut dyn FnMut(&mut dyn Tx) -> Result<(), StoreError>,
     ) -> Result<(), StoreError>;
 
-    /// Runs `f` in one write transaction (SQLite: the in-process writer lock, then
-    /// `BEGIN IMMEDIATE`), committing it when `f` returns `Ok`.
+    /// Runs `f` in one write transaction, committing it when `f` returns `Ok`.
     fn write_dyn(
         &self,
         f: &mut dyn FnMut(&mut dyn Tx) -> Result<(), StoreError>,
     ) -> Result<(), StoreError>;
 
-    /// The cheap check run before every API write (SQLite: one `stat` — is the file at `--db`
-    /// still the one opened?). Err: writes would be lost, answer 503.
+    /// The cheap check run before every API write: is the database the store opened still
+    /// there to write to? Err: writes would be lost, answer 503.
     fn quick_check(&self) -> Result<(), StoreError>;
 
     /// The full check behind `GET /healthz` (contract §10): [`Store::quick_check`], a read,
@@ -104,12 +106,8 @@ pub trait Store: Send + Sync + 'static {
     /// a message naming what to fix.
     fn require_writable(&self, now_ms: i64) -> anyhow::Result<()>;
 
-    /// Background upkeep, called by the server's maintenance thread every `tick`
-    /// (SQLite: WAL checkpoints, PASSIVE when `passive`, and rewinding the WAL before the `-wal`
-    /// file reaches `wal_limit_bytes`).
-    fn maintain(&self, passive: bool, wal_limit_bytes: u64) -> anyhow::Result<()>;
-
-    /// A consistent copy of the whole database into `out` (SQLite: `VACUUM INTO`, then checked).
+    /// A consistent copy of the whole database into `out`, checked; refused with a message
+    /// naming the right tool where the database has its own.
     fn backup(&self, out: &Path) -> anyhow::Result<()>;
 
     /// What the store is, for log lines: e.g. `sqlite /var/lib/webhookd.db`, never a password.
@@ -118,56 +116,11 @@ pub trait Store: Send + Sync + 'static {
     /// `"sqlite"` or `"postgres"`.
     fn backend(&self) -> &'static str;
 
-    /// Starts watching for changes other processes make to the database (PostgreSQL: the other
-    /// nodes' notices, `--pg-poll-ms` / `--pg-poll-only`), calling `wakers` for each. The
-    /// scheduler and the delivery pool cap their idle sleeps with the returned
-    /// [`Watcher::idle_cap`]. SQLite: nothing to watch, one process owns the file.
+    /// Starts watching for changes other processes make to the database, calling `wakers` for
+    /// each (`poll`: the longest a change may go unseen when notices may be missed; `poll_only`:
+    /// poll, never listen). The scheduler and the delivery pool cap their idle sleeps with the
+    /// returned [`Watcher::idle_cap`]. A store one process owns returns [`Watcher::none`].
     fn watch(&self, wakers: Wakers, poll: Duration, poll_only: bool) -> anyhow::Result<Watcher>;
-}
-
-pub use postgres::listen::{IdleCap, Wakers};
-
-/// What [`Store::watch`] started: the cap on idle sleeps, how often leases of other processes
-/// must be looked at, and the watching to stop at shutdown.
-pub struct Watcher {
-    pub idle_cap: IdleCap,
-    /// How often the delivery pool takes back tasks whose lease ran out
-    /// ([`Tx::rescue_expired_leases`]), idle or not: a node dying with claimed tasks sends no
-    /// notice. `None`: no other process can hold a lease (SQLite).
-    pub rescue_every: Option<Duration>,
-    stop: Option<Box<dyn FnOnce() + Send>>,
-}
-
-impl Watcher {
-    /// Nothing watched, no cap, no leases: the process's own wakes cover every change.
-    pub fn none() -> Watcher {
-        Watcher {
-            idle_cap: IdleCap::new(Duration::MAX),
-            rescue_every: None,
-            stop: None,
-        }
-    }
-
-    /// Several processes on one database: sleeps capped by `idle_cap`, leases looked at every
-    /// `rescue_every`, and `stop` run at shutdown.
-    pub fn shared(
-        idle_cap: IdleCap,
-        rescue_every: Duration,
-        stop: Option<Box<dyn FnOnce() + Send>>,
-    ) -> Watcher {
-        Watcher {
-            idle_cap,
-            rescue_every: Some(rescue_every),
-            stop,
-        }
-    }
-
-    /// Stops watching (blocking, about a second at most).
-    pub fn stop(self) {
-        if let Some(stop) = self.stop {
-            stop();
-        }
-    }
 }
 
 impl dyn Store {
@@ -230,10 +183,14 @@ fn run<T, E: From<StoreError>>(
 pub struct OpenOptions {
     /// Most connections at once.
     pub pool_size: u32,
-    /// Longest a rewinding WAL checkpoint waits for readers of an older snapshot (SQLite).
+    /// Upkeep of a store opened for serving ([`open_with`]) whose database keeps a write-ahead
+    /// log beside it: the longest its upkeep holds writers to wait for older readers ...
     pub checkpoint_wait: Duration,
-    /// `--wal-limit-mb` in bytes (SQLite: the `-wal` file is kept under it).
+    /// ... and the size (`--wal-limit-mb`, in bytes) it keeps that log under. A database server
+    /// keeps its own log: PostgreSQL ignores both.
     pub wal_limit_bytes: u64,
+    /// PostgreSQL's connection settings (`--pg-pool-size`, `--pg-statement-timeout-ms`).
+    pub pg: postgres::PgSettings,
 }
 
 impl Default for OpenOptions {
@@ -242,6 +199,7 @@ impl Default for OpenOptions {
             pool_size: 1,
             checkpoint_wait: Duration::from_secs(1),
             wal_limit_bytes: crate::config::DEFAULT_WAL_LIMIT_BYTES,
+            pg: postgres::PgSettings::default(),
         }
     }
 }
@@ -250,21 +208,33 @@ impl Default for OpenOptions {
 /// path (created with mode 0600 when absent). Refuses foreign or newer databases untouched and
 /// applies pending schema upgrades.
 pub fn open(db: &str, pool_size: u32) -> anyhow::Result<Arc<dyn Store>> {
-    open_with(
-        db,
-        OpenOptions {
-            pool_size,
-            ..OpenOptions::default()
-        },
-    )
+    let options = OpenOptions {
+        pool_size,
+        ..OpenOptions::default()
+    };
+    open_store(db, options, false)
 }
 
-/// [`open`] with every option.
+/// [`open`] for `serve`, with every option: the store also starts the upkeep its backend
+/// needs, on its own thread named for it, until it drops (SQLite: `wal-checkpoint`;
+/// PostgreSQL: none, the server keeps its own files).
 pub fn open_with(db: &str, options: OpenOptions) -> anyhow::Result<Arc<dyn Store>> {
+    open_store(db, options, true)
+}
+
+fn open_store(db: &str, options: OpenOptions, serving: bool) -> anyhow::Result<Arc<dyn Store>> {
     if postgres::is_url(db) {
-        return Ok(Arc::new(postgres::PgStore::open(db, options.pool_size)?));
+        return Ok(Arc::new(postgres::PgStore::open_with(
+            db,
+            options.pool_size,
+            &options.pg,
+        )?));
     }
-    Ok(Arc::new(sqlite::SqliteStore::open(Path::new(db), options)?))
+    Ok(Arc::new(sqlite::SqliteStore::open(
+        Path::new(db),
+        options,
+        serving,
+    )?))
 }
 
 /// Opens an existing database for `webhookd backup`: refuses a missing or foreign one, creates
@@ -309,39 +279,6 @@ pub trait Tx:
     + ScheduleQueries
     + TaskQueries
 {
-    /// Publishes an event in the caller's transaction: the event row and one `event` task per
-    /// target, so they commit together, each in the trace `traces` hands out. Returns the
-    /// event's id.
-    // The event's fields, its targets, the time and the traces: one row each, nothing to group.
-    #[allow(clippy::too_many_arguments)]
-    fn insert_event_with_tasks(
-        &mut self,
-        app_id: &str,
-        event_name: &str,
-        event_key: Option<&str>,
-        payload: &str,
-        targets: &[endpoints::Target],
-        now_ms: i64,
-        traces: &mut crate::trace::TaskTraces,
-    ) -> Result<i64, StoreError> {
-        let task_count = i64::try_from(targets.len()).unwrap_or(i64::MAX);
-        let id = self.insert_event(app_id, event_name, event_key, payload, task_count, now_ms)?;
-        for target in targets {
-            self.insert_task(&tasks::NewTask {
-                app_id,
-                schedule_id: None,
-                event_id: Some(id),
-                endpoint_id: target.id,
-                task_type: "event",
-                payload,
-                run_at: now_ms,
-                max_attempts: target.max_attempts,
-                now_ms,
-                trace: traces.for_task(),
-            })?;
-        }
-        Ok(id)
-    }
     /// Fills the fields a reply adds to the stored ones: `endpoint_names` from the endpoints
     /// table (ids no longer found are left out) and `next_run_at_local`.
     fn fill_schedule_names(&mut self, s: &mut schedules::Schedule) -> Result<(), StoreError> {

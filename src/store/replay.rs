@@ -1,6 +1,7 @@
 //! The `replay_guard` table: (key id, signature) pairs already accepted, so a signed request
 //! replayed within its window is refused. No record type: only [`ReplayQueries`].
 
+use crate::store::StoreError;
 /// The queries on the replay guard, one body per backend (`store::sqlite::replay`,
 /// `store::postgres::replay`); part of [`crate::store::Tx`].
 pub trait ReplayQueries {
@@ -14,11 +15,7 @@ pub trait ReplayQueries {
         signature: &str,
         expires_ms: i64,
         now_ms: i64,
-    ) -> Result<bool, crate::store::StoreError>;
+    ) -> Result<bool, StoreError>;
     /// Deletes up to `limit` rows that expired before `now_ms`; returns how many went.
-    fn prune_replay(
-        &mut self,
-        now_ms: i64,
-        limit: usize,
-    ) -> Result<usize, crate::store::StoreError>;
+    fn prune_replay(&mut self, now_ms: i64, limit: usize) -> Result<usize, StoreError>;
 }

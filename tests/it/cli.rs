@@ -101,8 +101,12 @@ fn foreign_and_newer_databases_are_refused_unchanged() {
         // file, so nothing is left in the WAL for a later close to write back after `before`.
         let pool = webhookd::store::sqlite::open(&newer, 1).unwrap();
         let conn = pool.get().unwrap();
-        conn.pragma_update(None, "user_version", webhookd::store::SCHEMA_VERSION + 1)
-            .unwrap();
+        conn.pragma_update(
+            None,
+            "user_version",
+            webhookd::store::sqlite::SCHEMA_VERSION + 1,
+        )
+        .unwrap();
         conn.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(()))
             .unwrap();
     }

@@ -663,6 +663,62 @@ fn a_key_revoked_through_one_node_is_refused_by_all_at_once() {
     }
 }
 
+/// docs/design.md §17: a key revoked through the API of one node (`DELETE /v1/keys/{id}`) is
+/// refused by the very next request on every other node.
+#[test]
+fn a_key_revoked_through_the_api_of_one_node_is_refused_by_the_others_at_once() {
+    let Some(cluster) = Cluster::start(2, &["--workers", "1"]) else {
+        return;
+    };
+    let admin = cluster.key("app1");
+    let made = ok(
+        &cluster.client(0, &admin),
+        "POST",
+        "/v1/keys",
+        serde_json::json!({"name": "doomed", "scope": "write"}),
+    );
+    let doomed = (
+        made["id"].as_str().unwrap().to_string(),
+        made["secret"].as_str().unwrap().to_string(),
+    );
+    for i in 0..2 {
+        ok(
+            &cluster.client(i, &doomed),
+            "GET",
+            "/v1/endpoints",
+            Value::Null,
+        );
+    }
+    let revoked = ok(
+        &cluster.client(0, &admin),
+        "DELETE",
+        &format!("/v1/keys/{}", doomed.0),
+        Value::Null,
+    );
+    assert_eq!(revoked["deleted"], true);
+    // No wait: node B's very next request with the key is refused.
+    for i in [1, 0] {
+        let reply = cluster
+            .client(i, &doomed)
+            .send("GET", "/v1/endpoints", None)
+            .unwrap();
+        assert_eq!(
+            (reply.status, reply.code()),
+            (401, 40102),
+            "node {i}: {}",
+            reply.body
+        );
+    }
+    // Node B sees the revocation in the record too.
+    let record = ok(
+        &cluster.client(1, &admin),
+        "GET",
+        &format!("/v1/keys/{}", doomed.0),
+        Value::Null,
+    );
+    assert!(record["revoked_at"].is_string(), "{record}");
+}
+
 /// Contract §16: a change made through one node wakes the delivery pool of the others. Node A
 /// is made full first: one worker, held by a delivery that hangs, and as many more hanging
 /// tasks claimed as its dispatcher takes ahead (it claims nothing more until one finishes).

@@ -11,8 +11,8 @@ use std::sync::{Arc, Barrier, Mutex};
 use webhookd::store::Page;
 use webhookd::store::postgres as pgstore;
 use webhookd::store::postgres::PgTx;
-use webhookd::store::schedules::Schedule;
-use webhookd::store::tasks::{AfterAttempt, NewTask, RetryFilter, TaskFilter};
+use webhookd::store::schedules::{Catchup, Overlap, Schedule};
+use webhookd::store::tasks::{AfterAttempt, NewTask, RetryFilter, TaskFilter, TaskKind};
 use webhookd::store::{ScheduleQueries, TaskQueries};
 
 const NOW: i64 = 1_700_000_000_000;
@@ -44,7 +44,7 @@ fn task(c: &mut impl GenericClient, endpoint_id: i64, run_at: i64) -> i64 {
             schedule_id: None,
             event_id: None,
             endpoint_id,
-            task_type: "manual",
+            task_type: TaskKind::Manual,
             payload: r#"{"n":1}"#,
             run_at,
             max_attempts: 3,
@@ -496,8 +496,8 @@ fn schedule(next_run_at: i64, endpoint_ids: Vec<i64>) -> Schedule {
         updated_at: NOW,
         endpoint_ids,
         paused_reason: None,
-        catchup: "latest".into(),
-        overlap: "skip".into(),
+        catchup: Catchup::Latest,
+        overlap: Overlap::Skip,
         skipped_runs: 0,
         endpoint_names: BTreeMap::new(),
         next_run_at_local: None,
@@ -947,5 +947,23 @@ fn task_round_trips() {
     assert_eq!(
         counts,
         BTreeMap::from([("canceled".into(), 2), ("pending".into(), 2)])
+    );
+}
+
+/// A stored word outside its set (here a task type) is an error of the read, never a default.
+#[test]
+fn a_corrupt_stored_word_is_an_error() {
+    let Some((server, url)) = database("words") else {
+        return;
+    };
+    let mut c = server.client(&url);
+    let e = endpoint(&mut c, 1_000, None);
+    let t = task(&mut c, e, NOW);
+    c.execute("UPDATE tasks SET task_type = 'bogus' WHERE id = $1", &[&t])
+        .unwrap();
+    let err = PgTx::new(&mut c, "test").get_task("app", t).unwrap_err();
+    assert!(
+        format!("{err}").contains("not a task type: \"bogus\""),
+        "{err}"
     );
 }

@@ -8,7 +8,8 @@ use std::sync::Mutex;
 use std::sync::mpsc::{Receiver, Sender, channel};
 use std::time::{Duration, Instant};
 use webhookd::store::postgres::PgUrl;
-use webhookd::store::postgres::listen::{self, Channel, IdleCap, Listener, Wakers};
+use webhookd::store::postgres::listen::{self, Channel, Listener};
+use webhookd::store::{IdleCap, Wakers};
 
 const POLL: Duration = Duration::from_millis(250);
 

@@ -6,6 +6,7 @@
 use crate::pg::PgServer;
 use std::sync::{Arc, Barrier};
 use std::time::Duration;
+use webhookd::retry::Backoff;
 use webhookd::store::Page;
 use webhookd::store::attempts::Attempt;
 use webhookd::store::endpoints::{DisabledReason, Endpoint, HealthDelta};
@@ -36,7 +37,7 @@ fn policy(app: &str, name: &str) -> Policy {
         app_id: app.into(),
         name: name.into(),
         max_attempts: 7,
-        backoff_type: "linear".into(),
+        backoff_type: Backoff::Linear,
         initial_delay_sec: 2,
         max_delay_sec: 60,
         status: "active".into(),
@@ -124,6 +125,13 @@ fn keys_policies_events_attempts_and_the_probe_round_trip() {
     assert!(k1.key_id.starts_with("whk_") && k1.secret.starts_with("whs_"));
     assert_eq!(PgTx::new(&mut c, "test").count_keys().unwrap(), 2);
     let lookup = PgTx::new(&mut c, "test").lookup_key(&k1.key_id).unwrap();
+    // last_used_at: written, then not again within a minute, then again.
+    for (at, expected) in [(5_000, 5_000), (64_999, 5_000), (65_000, 65_000)] {
+        PgTx::new(&mut c, "test").touch_key(&k1.key_id, at).unwrap();
+        let seen = PgTx::new(&mut c, "test").lookup_key(&k1.key_id).unwrap();
+        assert_eq!(seen.unwrap().last_used_at, Some(expected), "at {at}");
+    }
+    let lookup = lookup.map(|k| (k.secret, k.app_id));
     assert_eq!(lookup, Some((k1.secret.clone(), "a".to_string())));
     assert!(
         PgTx::new(&mut c, "test")
@@ -148,11 +156,11 @@ fn keys_policies_events_attempts_and_the_probe_round_trip() {
         .iter()
         .map(|k| {
             (
-                k.key_id.as_str(),
+                k.id.as_str(),
                 k.app_id.as_str(),
                 k.name.as_str(),
-                k.created_at.as_str(),
-                k.revoked,
+                webhookd::clock::rfc3339(k.created_at),
+                k.revoked_at.is_some(),
             )
         })
         .collect();
@@ -163,14 +171,14 @@ fn keys_policies_events_attempts_and_the_probe_round_trip() {
                 k2.key_id.as_str(),
                 "b",
                 "second",
-                "1970-01-01T00:00:01Z",
+                "1970-01-01T00:00:01Z".to_string(),
                 false
             ),
             (
                 k1.key_id.as_str(),
                 "a",
                 "first",
-                "1970-01-01T00:00:02Z",
+                "1970-01-01T00:00:02Z".to_string(),
                 true
             ),
         ]
@@ -192,7 +200,7 @@ fn keys_policies_events_attempts_and_the_probe_round_trip() {
     let changed = Policy {
         name: "renamed".into(),
         max_attempts: 9,
-        backoff_type: "exponential".into(),
+        backoff_type: Backoff::Exponential,
         updated_at: 2_000,
         ..p1.clone()
     };

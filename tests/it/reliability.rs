@@ -435,7 +435,8 @@ fn an_unread_body_is_drained_or_the_connection_says_close() {
         bytes.extend(std::iter::repeat_n(b'x', len));
         let answer = exchange(&server.url, &bytes);
         let (status, head, _) = first_response(&answer);
-        assert!(matches!(status, 404 | 413), "{answer}");
+        // An unsigned /v1 request is refused (401) before its body is read.
+        assert!(matches!(status, 401 | 404 | 413), "{answer}");
         assert!(head.contains("connection: close"), "{head}");
     }
 }

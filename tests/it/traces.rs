@@ -218,6 +218,42 @@ fn without_a_traceparent_each_task_has_a_trace_of_its_own() {
     assert_eq!(traces.len(), 4, "each task has its own trace: {traces:?}");
 }
 
+/// A resent task is a new delivery (docs/API.md, "Resending a task"): without a `traceparent`
+/// it starts a trace of its own, never the original's; with one it continues the caller's.
+#[test]
+fn a_resent_task_starts_its_own_trace_or_continues_the_resend_requests() {
+    let server = TestServer::start();
+    let c = server.client();
+    let rx = Receiver::start();
+    endpoint(&c, &rx, "resent");
+    ok(
+        &c,
+        "POST",
+        "/v1/events",
+        Some(json!({"event_name": "order.created"})),
+    );
+    let received = rx.wait_for(1, WAIT);
+    let original = task_of(&c, &received[0]);
+    let original_trace = hex::encode(delivered_context(&received[0]).trace_id);
+    assert_eq!(original["trace_id"], original_trace.as_str());
+    let resend = format!("/v1/tasks/{}/resend", original["id"]);
+
+    let own = ok(&c, "POST", &resend, None);
+    let received = rx.wait_for(2, WAIT);
+    assert_eq!(received.len(), 2);
+    let delivered = hex::encode(delivered_context(&received[1]).trace_id);
+    assert_ne!(delivered, original_trace, "not the original's trace");
+    assert_eq!(own["trace_id"], delivered.as_str(), "the record names it");
+
+    let continued = traced(&server, "POST", &resend, &json!({}), Some(CALLER));
+    let received = rx.wait_for(3, WAIT);
+    assert_eq!(received.len(), 3);
+    let delivered = delivered_context(&received[2]);
+    assert_eq!(hex::encode(delivered.trace_id), CALLER_TRACE);
+    assert_ne!(hex::encode(delivered.span_id), CALLER_SPAN);
+    assert_eq!(continued["trace_id"], CALLER_TRACE);
+}
+
 #[test]
 fn a_retry_keeps_the_trace_with_a_new_span() {
     let server = TestServer::start();

@@ -15,7 +15,7 @@ const APPLICATION: &str = "webhookd";
 const UPGRADE_LOCK: i64 = 0x5748_4B44;
 
 /// Upgrade steps: entry `i` takes the schema from version `i` to `i + 1`. Version `N` has the
-/// shape of SQLite's version `N` (`store::SCHEMA_VERSION`), step for step.
+/// shape of SQLite's version `N` (`store::sqlite::SCHEMA_VERSION`), step for step.
 const UPGRADES: &[&str] = &[
     include_str!("../../../migrations/postgres/schema.sql"),
     include_str!("../../../migrations/postgres/health.sql"),
@@ -24,6 +24,7 @@ const UPGRADES: &[&str] = &[
     include_str!("../../../migrations/postgres/replay_guard.sql"),
     include_str!("../../../migrations/postgres/visibility.sql"),
     include_str!("../../../migrations/postgres/lease.sql"),
+    include_str!("../../../migrations/postgres/key_scopes.sql"),
     include_str!("../../../migrations/postgres/traces.sql"),
 ];
 

@@ -31,44 +31,44 @@ fn payload_json(s: &Schedule) -> String {
     Value::Object(s.payload.clone()).to_string()
 }
 
-fn from_row(r: &Row) -> Schedule {
-    let payload: String = r.get(5);
-    let endpoint_ids: String = r.get(11);
-    Schedule {
-        id: r.get(0),
-        app_id: r.get(1),
-        name: r.get(2),
-        cron_expr: r.get(3),
-        timezone: r.get(4),
+fn from_row(r: &Row) -> Result<Schedule, postgres::Error> {
+    let payload: String = r.try_get(5)?;
+    let endpoint_ids: String = r.try_get(11)?;
+    Ok(Schedule {
+        id: r.try_get(0)?,
+        app_id: r.try_get(1)?,
+        name: r.try_get(2)?,
+        cron_expr: r.try_get(3)?,
+        timezone: r.try_get(4)?,
         payload: serde_json::from_str(&payload).unwrap_or_default(),
-        status: r.get(6),
-        next_run_at: r.get(7),
-        last_run_at: r.get(8),
-        created_at: r.get(9),
-        updated_at: r.get(10),
+        status: r.try_get(6)?,
+        next_run_at: r.try_get(7)?,
+        last_run_at: r.try_get(8)?,
+        created_at: r.try_get(9)?,
+        updated_at: r.try_get(10)?,
         endpoint_ids: ids_from_json(&endpoint_ids),
-        paused_reason: r.get(12),
-        catchup: r.get(13),
-        overlap: r.get(14),
-        skipped_runs: r.get(15),
+        paused_reason: r.try_get(12)?,
+        catchup: r.try_get(13)?,
+        overlap: r.try_get(14)?,
+        skipped_runs: r.try_get(15)?,
         endpoint_names: BTreeMap::new(),
         next_run_at_local: None,
-    }
+    })
 }
 
-fn firing_from_row(r: &Row) -> Firing {
-    let endpoint_ids: String = r.get(5);
-    Firing {
-        id: r.get(0),
-        app_id: r.get(1),
-        cron_expr: r.get(2),
-        timezone: r.get(3),
-        payload: r.get(4),
+fn firing_from_row(r: &Row) -> Result<Firing, postgres::Error> {
+    let endpoint_ids: String = r.try_get(5)?;
+    Ok(Firing {
+        id: r.try_get(0)?,
+        app_id: r.try_get(1)?,
+        cron_expr: r.try_get(2)?,
+        timezone: r.try_get(3)?,
+        payload: r.try_get(4)?,
         endpoint_ids: ids_from_json(&endpoint_ids),
-        next_run_at: r.get(6),
-        catchup: r.get(7),
-        overlap: r.get(8),
-    }
+        next_run_at: r.try_get(6)?,
+        catchup: r.try_get(7)?,
+        overlap: r.try_get(8)?,
+    })
 }
 
 impl<C: GenericClient> ScheduleQueries for PgTx<'_, C> {
@@ -99,7 +99,7 @@ impl<C: GenericClient> ScheduleQueries for PgTx<'_, C> {
                     &s.skipped_runs,
                 ],
             )?
-            .get(0);
+            .try_get(0)?;
         self.schedules_changed();
         Ok(Schedule { id, ..s.clone() })
     }
@@ -148,9 +148,14 @@ impl<C: GenericClient> ScheduleQueries for PgTx<'_, C> {
             status,
             &["active", "paused"],
         );
-        Ok(list_page(c, "schedules", COLUMNS, &filters, page, |r| {
-            Ok(from_row(r))
-        })?)
+        Ok(list_page(
+            c,
+            "schedules",
+            COLUMNS,
+            &filters,
+            page,
+            from_row,
+        )?)
     }
 
     /// Active schedules due at `now_ms`, earliest first, at most `limit`, locked for the caller's
@@ -167,7 +172,7 @@ impl<C: GenericClient> ScheduleQueries for PgTx<'_, C> {
         )?
         .iter()
         .map(firing_from_row)
-        .collect())
+        .collect::<Result<_, _>>()?)
     }
 
     fn get_active_schedule(&mut self, id: i64) -> Result<Option<Firing>, StoreError> {
@@ -177,7 +182,8 @@ impl<C: GenericClient> ScheduleQueries for PgTx<'_, C> {
             &[&id],
         )?
         .as_ref()
-        .map(firing_from_row))
+        .map(firing_from_row)
+        .transpose()?)
     }
 
     /// The earliest `next_run_at` of all active schedules.
@@ -187,7 +193,7 @@ impl<C: GenericClient> ScheduleQueries for PgTx<'_, C> {
             "SELECT min(next_run_at) FROM schedules WHERE status = 'active'",
             &[],
         )?
-        .get(0))
+        .try_get(0)?)
     }
 
     /// Records that `schedule_id` fired for `scheduled_at`; false when it already had, on this node

@@ -3,12 +3,12 @@
 //! share the database: every node has its own [`PgStore::node`] id, written into the tasks it
 //! claims (the lease).
 
-use super::{PgPool, PgUrl};
+use super::{Link, PgPool, PgSettings, PgUrl};
 use crate::store::{IdleCap, Store, StoreError, Tx, Watcher};
 use postgres::GenericClient;
 use postgres::error::SqlState;
 use std::path::Path;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 /// How often each node takes back the tasks of nodes whose lease ran out: a dead node's tasks
@@ -19,6 +19,8 @@ const LEASE_RESCUE_EVERY: Duration = Duration::from_secs(1);
 pub struct PgStore {
     /// Always `Some` until the store drops (see its `Drop`).
     pool: Option<PgPool>,
+    /// The pool's last failed connection attempt: the reason a request gets during an outage.
+    link: Arc<Link>,
     url: PgUrl,
     /// This process's name in `tasks.claimed_by`: host, pid and a random part, so a restarted
     /// process never takes over the leases of its previous life.
@@ -48,10 +50,25 @@ impl PgStore {
     /// Connects to `url`, refuses a foreign or newer database untouched, applies pending schema
     /// upgrades, and keeps a pool of up to `pool_size` connections.
     pub fn open(url: &str, pool_size: u32) -> anyhow::Result<PgStore> {
-        let pool = super::open(url, pool_size)?;
+        Self::open_with(url, pool_size, &PgSettings::default())
+    }
+
+    /// [`PgStore::open`] with the command line's connection settings (`--pg-pool-size`, when
+    /// given, replaces `pool_size`).
+    pub fn open_with(url: &str, pool_size: u32, settings: &PgSettings) -> anyhow::Result<PgStore> {
+        let size = settings.pool_size.unwrap_or(pool_size);
+        let (pool, link) = super::open_with(url, size, settings)?;
+        let parsed = PgUrl::parse(url)?;
+        tracing::info!(
+            db = %parsed,
+            pool_size = size,
+            sslmode = ?parsed.tls().mode,
+            "PostgreSQL connection pool ready (one more connection listens for other nodes' changes unless --pg-poll-only)"
+        );
         Ok(PgStore {
             pool: Some(pool),
-            url: PgUrl::parse(url)?,
+            link,
+            url: parsed,
             node: node_id(),
             last_probe: Mutex::new(None),
         })
@@ -68,22 +85,32 @@ impl PgStore {
     }
 
     fn client(&self) -> Result<r2d2::PooledConnection<super::Manager>, StoreError> {
+        self.client_within(None)
+    }
+
+    /// A pooled connection, waiting at most `wait` (see [`super::checkout`]); an outage answers
+    /// at once with the reason.
+    fn client_within(
+        &self,
+        wait: Option<Duration>,
+    ) -> Result<r2d2::PooledConnection<super::Manager>, StoreError> {
         let pool = self
             .pool
             .as_ref()
             .expect("the pool lives as long as the store");
-        pool.get().map_err(|e| {
-            tracing::warn!(error = %e, db = %self.url, "no PostgreSQL connection");
+        super::checkout(pool, &self.link, wait).map_err(|why| {
+            tracing::debug!(error = %why, db = %self.url, "no PostgreSQL connection");
             StoreError::Unwritable(format!(
-                "no connection to PostgreSQL at {} could be opened; check that the server runs and accepts this node",
+                "no connection to PostgreSQL at {}: {why}; check that the server runs and accepts this node",
                 self.url
             ))
         })
     }
 
-    /// Runs the health probe (a read of the schema marker and a committed write).
+    /// Runs the health probe (a read of the schema marker and a committed write), waiting for
+    /// a connection no longer than [`super::HEALTH_WAIT`].
     fn probe(&self, now_ms: i64) -> Result<(), StoreError> {
-        let mut client = self.client()?;
+        let mut client = self.client_within(Some(super::HEALTH_WAIT))?;
         Ok(super::health::probe(&mut *client, now_ms)?)
     }
 }
@@ -174,11 +201,6 @@ impl Store for PgStore {
                 self.url
             )
         })
-    }
-
-    /// Nothing to do: PostgreSQL's own autovacuum and checkpoints keep its files in bounds.
-    fn maintain(&self, _passive: bool, _wal_limit_bytes: u64) -> anyhow::Result<()> {
-        Ok(())
     }
 
     /// Refused (contract §16): a consistent copy of a PostgreSQL database is `pg_dump`'s job.

@@ -4,8 +4,8 @@
 //! A claim marks a task `running` with `claimed_by` = the claiming node and `lease_until` = now
 //! plus the endpoint's timeout plus [`LEASE_MARGIN_MS`]. Claims lock with `FOR UPDATE SKIP
 //! LOCKED`, so concurrent nodes take disjoint rows without waiting on each other. A result is
-//! recorded only by the node that still holds the claim; a running task whose lease ran out goes back to
-//! `pending` (`rescue_expired_leases`) and another node may take it.
+//! recorded only by the node that still holds the claim; a running task whose lease ran out
+//! goes back to `pending` (`rescue_expired_leases`) and another node may take it.
 
 use super::list::{Filters, list_page};
 use crate::store::Page;
@@ -25,28 +25,28 @@ pub const LEASE_MARGIN_MS: i64 = 30_000;
 
 const COLUMNS: &str = "id, app_id, schedule_id, event_id, endpoint_id, task_type, payload, status, run_at, attempts, max_attempts, next_attempt_at, last_status_code, last_error, finished_at, created_at, updated_at, trace_id";
 
-fn from_row(r: &Row) -> Task {
-    let payload: String = r.get(6);
-    Task {
-        id: r.get(0),
-        app_id: r.get(1),
-        schedule_id: r.get(2),
-        event_id: r.get(3),
-        endpoint_id: r.get(4),
-        task_type: r.get(5),
+fn from_row(r: &Row) -> Result<Task, postgres::Error> {
+    let payload: String = r.try_get(6)?;
+    Ok(Task {
+        id: r.try_get(0)?,
+        app_id: r.try_get(1)?,
+        schedule_id: r.try_get(2)?,
+        event_id: r.try_get(3)?,
+        endpoint_id: r.try_get(4)?,
+        task_type: r.try_get(5)?,
         payload: serde_json::from_str(&payload).unwrap_or_default(),
-        status: r.get(7),
-        run_at: r.get(8),
-        attempts: r.get(9),
-        max_attempts: r.get(10),
-        next_attempt_at: r.get(11),
-        last_status_code: r.get(12),
-        last_error: r.get(13),
-        finished_at: r.get(14),
-        created_at: r.get(15),
-        updated_at: r.get(16),
-        trace_id: r.get(17),
-    }
+        status: r.try_get(7)?,
+        run_at: r.try_get(8)?,
+        attempts: r.try_get(9)?,
+        max_attempts: r.try_get(10)?,
+        next_attempt_at: r.try_get(11)?,
+        last_status_code: r.try_get(12)?,
+        last_error: r.try_get(13)?,
+        finished_at: r.try_get(14)?,
+        created_at: r.try_get(15)?,
+        updated_at: r.try_get(16)?,
+        trace_id: r.try_get(17)?,
+    })
 }
 
 /// The row `id` of `table` if it belongs to `app_id`.
@@ -56,14 +56,15 @@ pub(super) fn get_of_app<T>(
     columns: &str,
     app_id: &str,
     id: i64,
-    from_row: impl Fn(&Row) -> T,
+    from_row: impl Fn(&Row) -> Result<T, postgres::Error>,
 ) -> Result<Option<T>, postgres::Error> {
-    Ok(c.query_opt(
+    c.query_opt(
         &format!("SELECT {columns} FROM {table} WHERE app_id = $1 AND id = $2"),
         &[&app_id, &id],
     )?
     .as_ref()
-    .map(from_row))
+    .map(from_row)
+    .transpose()
 }
 
 fn limit_of(limit: usize) -> i64 {
@@ -96,7 +97,7 @@ impl<C: GenericClient> TaskQueries for PgTx<'_, C> {
                 &trace_flags,
             ],
         )?
-        .get(0);
+        .try_get(0)?;
         self.tasks_due();
         Ok(id)
     }
@@ -129,9 +130,7 @@ impl<C: GenericClient> TaskQueries for PgTx<'_, C> {
             .eq("event_id", f.event_id)
             .eq("endpoint_id", f.endpoint_id)
             .eq_known("task_type", f.task_type.as_deref(), &TASK_TYPES);
-        Ok(list_page(c, "tasks", COLUMNS, &filters, page, |r| {
-            Ok(from_row(r))
-        })?)
+        Ok(list_page(c, "tasks", COLUMNS, &filters, page, from_row)?)
     }
 
     fn next_endpoint_with_pending(&mut self, after: i64) -> Result<Option<(i64, i64)>, StoreError> {
@@ -142,7 +141,8 @@ impl<C: GenericClient> TaskQueries for PgTx<'_, C> {
                  ORDER BY endpoint_id, next_attempt_at LIMIT 1",
             &[&after],
         )?
-        .map(|r| (r.get(0), r.get(1))))
+        .map(|r| Ok::<_, postgres::Error>((r.try_get(0)?, r.try_get(1)?)))
+        .transpose()?)
     }
 
     fn in_order_head(&mut self, endpoint_id: i64) -> Result<Option<(i64, i64)>, StoreError> {
@@ -152,7 +152,11 @@ impl<C: GenericClient> TaskQueries for PgTx<'_, C> {
                  WHERE status = 'pending' AND endpoint_id = $1 ORDER BY run_at, id LIMIT 1",
             &[&endpoint_id],
         )?
-        .map(|r| (r.get(0), r.get::<_, Option<i64>>(1).unwrap_or(i64::MAX))))
+        .map(|r| {
+            let due: Option<i64> = r.try_get(1)?;
+            Ok::<_, postgres::Error>((r.try_get(0)?, due.unwrap_or(i64::MAX)))
+        })
+        .transpose()?)
     }
 
     /// Claims for `node` up to `limit` due tasks of one endpoint, earliest due first (ties by id).
@@ -180,7 +184,7 @@ impl<C: GenericClient> TaskQueries for PgTx<'_, C> {
             .query(&sql, &[&endpoint_id, &now_ms, &limit_of(limit), &node])?
             .iter()
             .map(claimed_from)
-            .collect();
+            .collect::<Result<_, _>>()?;
         claimed.sort_by_key(|(due, c)| (*due, c.id));
         Ok(claimed.into_iter().map(|(_, c)| c).collect())
     }
@@ -214,7 +218,8 @@ impl<C: GenericClient> TaskQueries for PgTx<'_, C> {
         );
         let claimed = tx
             .query_opt(&sql, &[&id, &now_ms, &node])?
-            .map(|r| claimed_from(&r).1);
+            .map(|r| claimed_from(&r).map(|(_, claimed)| claimed))
+            .transpose()?;
         tx.commit()?;
         Ok(claimed)
     }
@@ -286,7 +291,8 @@ impl<C: GenericClient> TaskQueries for PgTx<'_, C> {
         let c = &mut *self.c;
         Ok(
             c.query_opt("SELECT app_id FROM tasks WHERE id = $1", &[&id])?
-                .map(|r| r.get(0)),
+                .map(|r| r.try_get(0))
+                .transpose()?,
         )
     }
 
@@ -321,8 +327,8 @@ impl<C: GenericClient> TaskQueries for PgTx<'_, C> {
             &[&node, &ids, &now_ms, &LEASE_MARGIN_MS],
         )?
         .iter()
-        .map(|r| r.get(0))
-        .collect())
+        .map(|r| r.try_get(0))
+        .collect::<Result<_, _>>()?)
     }
 
     /// Running tasks whose lease ended by `now_ms` go back to `pending` (their node died or
@@ -384,8 +390,8 @@ impl<C: GenericClient> TaskQueries for PgTx<'_, C> {
                 &[&app_id, &ids, &now_ms, &default_attempts],
             )?
             .iter()
-            .map(|r| r.get(0))
-            .collect();
+            .map(|r| r.try_get(0))
+            .collect::<Result<_, _>>()?;
         if !retried.is_empty() {
             self.tasks_due();
         }
@@ -420,7 +426,10 @@ impl<C: GenericClient> TaskQueries for PgTx<'_, C> {
             params.len() + 1
         );
         params.push(&limit);
-        Ok(c.query(&sql, &params)?.iter().map(|r| r.get(0)).collect())
+        Ok(c.query(&sql, &params)?
+            .iter()
+            .map(|r| r.try_get(0))
+            .collect::<Result<_, _>>()?)
     }
 
     /// Whether a task of `schedule_id` for `endpoint_id` is still `pending` or `running`.
@@ -435,7 +444,7 @@ impl<C: GenericClient> TaskQueries for PgTx<'_, C> {
                                 AND status IN ('pending', 'running'))",
             &[&schedule_id, &endpoint_id],
         )?
-        .get(0))
+        .try_get(0)?)
     }
 
     /// How many tasks are in each status, over every app.
@@ -444,8 +453,8 @@ impl<C: GenericClient> TaskQueries for PgTx<'_, C> {
         Ok(
             c.query("SELECT status, count(*) FROM tasks GROUP BY status", &[])?
                 .iter()
-                .map(|r| (r.get(0), r.get(1)))
-                .collect(),
+                .map(|r| Ok::<_, postgres::Error>((r.try_get(0)?, r.try_get(1)?)))
+                .collect::<Result<_, _>>()?,
         )
     }
 }
@@ -465,27 +474,27 @@ const CLAIM_RETURNING: &str = "RETURNING t.id, t.endpoint_id, t.schedule_id, t.e
     t.payload, t.attempts + 1, t.max_attempts, t.next_attempt_at,
     coalesce(t.next_attempt_at, t.run_at), t.app_id, t.trace_id, t.trace_parent, t.trace_flags";
 
-fn claimed_from(r: &Row) -> (Option<i64>, Claimed) {
-    (
-        r.get(8),
+fn claimed_from(r: &Row) -> Result<(Option<i64>, Claimed), postgres::Error> {
+    Ok((
+        r.try_get(8)?,
         Claimed {
-            id: r.get(0),
-            endpoint_id: r.get(1),
-            schedule_id: r.get(2),
-            event_id: r.get(3),
-            event_name: r.get(4),
-            payload: r.get(5),
-            attempt: r.get(6),
-            max_attempts: r.get(7),
-            due_at: r.get(9),
-            app_id: r.get(10),
+            id: r.try_get(0)?,
+            endpoint_id: r.try_get(1)?,
+            schedule_id: r.try_get(2)?,
+            event_id: r.try_get(3)?,
+            event_name: r.try_get(4)?,
+            payload: r.try_get(5)?,
+            attempt: r.try_get(6)?,
+            max_attempts: r.try_get(7)?,
+            due_at: r.try_get(9)?,
+            app_id: r.try_get(10)?,
             trace: TaskTrace::from_columns(
-                r.get::<_, Option<&str>>(11),
-                r.get::<_, Option<&str>>(12),
-                r.get(13),
+                r.try_get::<_, Option<&str>>(11)?,
+                r.try_get::<_, Option<&str>>(12)?,
+                r.try_get(13)?,
             ),
         },
-    )
+    ))
 }
 
 /// Which running tasks go back to `pending`: a lease that ended, or none at all (a row no

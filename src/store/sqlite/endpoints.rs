@@ -3,8 +3,8 @@
 use crate::store::Page;
 #[allow(unused_imports)]
 use crate::store::endpoints::*;
-use crate::store::sqlite::Filters;
 use crate::store::sqlite::SqliteTx;
+use crate::store::sqlite::list::{Filters, list_page};
 use crate::store::{EndpointQueries, StoreError};
 use rusqlite::{OptionalExtension, Row, params};
 
@@ -228,7 +228,7 @@ impl EndpointQueries for SqliteTx<'_> {
     ) -> Result<(i64, Vec<Endpoint>), StoreError> {
         let conn = self.0;
         let filters = Filters::app(app_id).eq("status", status.map(str::to_string));
-        Ok(super::list_page(
+        Ok(list_page(
             conn,
             "endpoints",
             COLUMNS,

@@ -3,8 +3,8 @@
 use crate::store::Page;
 #[allow(unused_imports)]
 use crate::store::events::*;
-use crate::store::sqlite::Filters;
 use crate::store::sqlite::SqliteTx;
+use crate::store::sqlite::list::{Filters, list_page};
 use crate::store::{EventQueries, StoreError};
 use rusqlite::{OptionalExtension, Row, params};
 
@@ -79,7 +79,7 @@ impl EventQueries for SqliteTx<'_> {
     ) -> Result<(i64, Vec<Event>), StoreError> {
         let conn = self.0;
         let filters = Filters::app(app_id).eq("event_name", event_name.map(str::to_string));
-        Ok(super::list_page(
+        Ok(list_page(
             conn, "events", COLUMNS, &filters, page, from_row,
         )?)
     }

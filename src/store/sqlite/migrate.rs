@@ -18,6 +18,7 @@ const UPGRADES: &[&str] = &[
     include_str!("../../../migrations/replay_guard.sql"),
     include_str!("../../../migrations/visibility.sql"),
     include_str!("../../../migrations/lease.sql"),
+    include_str!("../../../migrations/key_scopes.sql"),
     include_str!("../../../migrations/traces.sql"),
 ];
 

@@ -3,8 +3,8 @@
 use crate::store::Page;
 #[allow(unused_imports)]
 use crate::store::policies::*;
-use crate::store::sqlite::Filters;
 use crate::store::sqlite::SqliteTx;
+use crate::store::sqlite::list::{Filters, list_page};
 use crate::store::{PolicyQueries, StoreError};
 use rusqlite::{OptionalExtension, Row, params};
 
@@ -95,7 +95,7 @@ impl PolicyQueries for SqliteTx<'_> {
         page: Page,
     ) -> Result<(i64, Vec<Policy>), StoreError> {
         let conn = self.0;
-        Ok(super::list_page(
+        Ok(list_page(
             conn,
             "retry_policies",
             COLUMNS,

@@ -3,8 +3,8 @@
 use crate::store::Page;
 #[allow(unused_imports)]
 use crate::store::schedules::*;
-use crate::store::sqlite::Filters;
 use crate::store::sqlite::SqliteTx;
+use crate::store::sqlite::list::{Filters, list_page};
 use crate::store::{ScheduleQueries, StoreError};
 use rusqlite::{OptionalExtension, Row, params};
 use serde_json::Value;
@@ -144,7 +144,7 @@ impl ScheduleQueries for SqliteTx<'_> {
             status,
             &["active", "paused"],
         );
-        Ok(super::list_page(
+        Ok(list_page(
             conn,
             "schedules",
             COLUMNS,

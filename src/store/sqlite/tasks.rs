@@ -1,8 +1,8 @@
 //! [`TaskQueries`] on SQLite: the SQL of the `tasks` table (records in `store::tasks`).
 
 use crate::store::Page;
-use crate::store::sqlite::Filters;
 use crate::store::sqlite::SqliteTx;
+use crate::store::sqlite::list::{Filters, list_page};
 #[allow(unused_imports)]
 use crate::store::tasks::*;
 use crate::store::{StoreError, TaskQueries};
@@ -106,9 +106,7 @@ impl TaskQueries for SqliteTx<'_> {
             .eq("event_id", f.event_id)
             .eq("endpoint_id", f.endpoint_id)
             .eq_known("task_type", f.task_type.as_deref(), &TASK_TYPES);
-        Ok(super::list_page(
-            conn, "tasks", COLUMNS, &filters, page, from_row,
-        )?)
+        Ok(list_page(conn, "tasks", COLUMNS, &filters, page, from_row)?)
     }
 
     fn next_endpoint_with_pending(&mut self, after: i64) -> Result<Option<(i64, i64)>, StoreError> {
@@ -136,6 +134,8 @@ impl TaskQueries for SqliteTx<'_> {
             .optional()?)
     }
 
+    /// `LIMIT ?3 + 0`, not `LIMIT ?3`: SQLite plans with the value bound to a bare `LIMIT`
+    /// parameter, so rebinding it re-prepares the statement on every run.
     fn claim_endpoint_tasks(
         &mut self,
         endpoint_id: i64,
@@ -257,6 +257,8 @@ impl TaskQueries for SqliteTx<'_> {
         Ok(n == 1)
     }
 
+    /// The ids travel as one JSON array (`json_each`), so one cached statement serves a batch of
+    /// any size.
     fn retry_tasks(
         &mut self,
         app_id: &str,
