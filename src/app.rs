@@ -21,6 +21,8 @@ pub struct App {
     pub delivery_wake: Signal,
     /// Counters served by `GET /metrics`.
     pub metrics: Metrics,
+    /// Span export (`--otlp-endpoint`); off unless `server::start_on` starts it.
+    pub spans: crate::spans::Spans,
 }
 
 impl App {
@@ -34,6 +36,7 @@ impl App {
             scheduler_wake: Signal::default(),
             delivery_wake: Signal::default(),
             metrics: Metrics::default(),
+            spans: crate::spans::Spans::default(),
             config,
         }
     }

@@ -228,6 +228,11 @@ pub struct ServeArgs {
     /// transaction mode); poll every --pg-poll-ms instead.
     #[arg(long, env = "WEBHOOKD_PG_POLL_ONLY", action = ArgAction::SetTrue, value_parser = BoolishValueParser::new())]
     pub pg_poll_only: bool,
+    /// Export spans over OTLP/HTTP (JSON) to URL/v1/traces: one per API request, schedule
+    /// firing, queue wait and delivery attempt, in each task's trace. Off by default; a full
+    /// queue or an unreachable collector drops spans (counted in /metrics), never a request.
+    #[arg(long, env = "WEBHOOKD_OTLP_ENDPOINT", value_name = "URL")]
+    pub otlp_endpoint: Option<String>,
     /// PostgreSQL only: most connections this node keeps in its pool (1-1000; one more listens
     /// for other nodes' changes unless --pg-poll-only). Default: --workers + 8.
     #[arg(long, env = "WEBHOOKD_PG_POOL_SIZE", value_parser = clap::value_parser!(u32).range(1..=1000))]

@@ -68,6 +68,9 @@ pub struct Config {
     pub pg_poll: Duration,
     /// PostgreSQL: never LISTEN; always poll every `pg_poll`.
     pub pg_poll_only: bool,
+    /// `--otlp-endpoint`: where spans are exported over OTLP/HTTP (`<url>/v1/traces`); `None`
+    /// exports nothing (docs/API.md, "Traces").
+    pub otlp_endpoint: Option<String>,
     /// PostgreSQL: pool size, statement time-out (`--pg-pool-size`, `--pg-statement-timeout-ms`).
     pub pg: crate::store::postgres::PgSettings,
 }
@@ -117,6 +120,7 @@ impl Config {
             bulk_retry_max: 100_000,
             pg_poll: Duration::from_millis(1000),
             pg_poll_only: false,
+            otlp_endpoint: None,
             pg: crate::store::postgres::PgSettings::default(),
         }
     }
@@ -184,6 +188,10 @@ impl Config {
                 "--disable-failing-after-hours (WEBHOOKD_DISABLE_FAILING_AFTER_HOURS) must be a number of hours from 0 (never) to 1000000"
                     .into(),
             );
+        }
+        if let Some(url) = &self.otlp_endpoint {
+            check_otlp_endpoint(url)
+                .map_err(|e| format!("--otlp-endpoint (env WEBHOOKD_OTLP_ENDPOINT): {e}"))?;
         }
         Ok(())
     }
@@ -292,5 +300,55 @@ mod tests {
         assert!(!v6.contains("fec0::1".parse().unwrap()));
         assert!("10.0.0.0/33".parse::<Cidr>().is_err());
         assert!("nope".parse::<Cidr>().is_err());
+    }
+}
+
+/// An OTLP/HTTP endpoint is an `http` or `https` URL with a host and no query or fragment,
+/// e.g. `http://127.0.0.1:4318` (spans go to its `/v1/traces`).
+pub fn check_otlp_endpoint(url: &str) -> Result<(), String> {
+    let shape = "give an http(s) URL such as http://127.0.0.1:4318 (spans go to its /v1/traces)";
+    let uri: ureq::http::Uri = url
+        .parse()
+        .map_err(|e| format!("{url:?} is not a URL ({e}); {shape}"))?;
+    match uri.scheme_str() {
+        Some("http" | "https") => {}
+        _ => return Err(format!("{url:?} is not an http or https URL; {shape}")),
+    }
+    if uri.host().is_none_or(str::is_empty) {
+        return Err(format!("{url:?} names no host; {shape}"));
+    }
+    if uri.query().is_some() || url.contains('#') {
+        return Err(format!("{url:?} has a query or fragment; {shape}"));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod otlp_endpoint_tests {
+    use super::check_otlp_endpoint;
+
+    #[test]
+    fn http_and_https_urls_with_a_host() {
+        for good in [
+            "http://127.0.0.1:4318",
+            "https://collector.example.com",
+            "http://[::1]:4318/",
+            "http://otel:4318/prefix",
+        ] {
+            assert_eq!(check_otlp_endpoint(good), Ok(()), "{good}");
+        }
+        for bad in [
+            "",
+            "127.0.0.1:4318",
+            "grpc://127.0.0.1:4317",
+            "ftp://host",
+            "http://",
+            "http://host:4318/?x=1",
+            "http://host#frag",
+            "not a url",
+        ] {
+            let e = check_otlp_endpoint(bad).expect_err(bad);
+            assert!(e.contains("http(s) URL"), "{bad}: {e}");
+        }
     }
 }

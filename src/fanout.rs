@@ -7,10 +7,14 @@ use crate::store::endpoints::Target;
 use crate::store::schedules::{Firing, Overlap};
 use crate::store::tasks::{NewTask, TaskKind};
 use crate::store::{StoreError, Tx};
+use crate::trace::TaskTraces;
 use std::collections::HashMap;
 
 /// An event published by a client: every enabled endpoint of `app_id` whose `filter_events`
-/// takes `event_name` gets an `event` task. Returns the event's id and how many tasks it made.
+/// takes `event_name` gets an `event` task, each in the trace `traces` hands out (the
+/// request's, or one of its own). Returns the event's id and how many tasks it made.
+// The event's fields, the time and the traces: one each, nothing to group.
+#[allow(clippy::too_many_arguments)]
 pub fn event(
     tx: &mut dyn Tx,
     app_id: &str,
@@ -18,6 +22,7 @@ pub fn event(
     event_key: Option<&str>,
     payload: &str,
     now_ms: i64,
+    traces: &mut TaskTraces,
 ) -> Result<(i64, usize), StoreError> {
     publish(
         tx,
@@ -26,12 +31,14 @@ pub fn event(
         event_key,
         payload,
         now_ms,
+        traces,
         |filter| crate::filter::matches(filter, event_name),
     )
 }
 
 /// An operator event (`webhookd.…`, see `operator`): only endpoints that subscribed to it with
-/// a pattern starting with `prefix` get a task, never a catch-all one.
+/// a pattern starting with `prefix` get a task, never a catch-all one. No request or firing
+/// span is their root: each task starts a trace of its own.
 pub fn operator_event(
     tx: &mut dyn Tx,
     app_id: &str,
@@ -40,12 +47,21 @@ pub fn operator_event(
     payload: &str,
     now_ms: i64,
 ) -> Result<(i64, usize), StoreError> {
-    publish(tx, app_id, event_name, None, payload, now_ms, |filter| {
-        crate::filter::matches_prefixed(filter, prefix, event_name)
-    })
+    let mut traces = TaskTraces::new(None, false);
+    publish(
+        tx,
+        app_id,
+        event_name,
+        None,
+        payload,
+        now_ms,
+        &mut traces,
+        |filter| crate::filter::matches_prefixed(filter, prefix, event_name),
+    )
 }
 
 /// The event row and one `event` task per enabled endpoint `subscribed` accepts.
+#[allow(clippy::too_many_arguments)]
 fn publish(
     tx: &mut dyn Tx,
     app_id: &str,
@@ -53,6 +69,7 @@ fn publish(
     event_key: Option<&str>,
     payload: &str,
     now_ms: i64,
+    traces: &mut TaskTraces,
     subscribed: impl Fn(Option<&str>) -> bool,
 ) -> Result<(i64, usize), StoreError> {
     let targets: Vec<_> = tx
@@ -73,6 +90,7 @@ fn publish(
             run_at: now_ms,
             max_attempts: target.max_attempts,
             now_ms,
+            trace: traces.for_task(),
         })?;
     }
     Ok((id, targets.len()))
@@ -88,7 +106,9 @@ pub struct Fired {
 /// A schedule's firing (`task_type` `schedule`, due at `run_at`) or trigger (`manual`): one
 /// pending task per target endpoint of the schedule ([`Targets::resolve`]). A scheduled firing
 /// of a schedule with `overlap: skip` passes over an endpoint that still has an open task of
-/// this schedule (from a firing or a trigger); a trigger always creates its tasks.
+/// this schedule (from a firing or a trigger); a trigger always creates its tasks. Each task
+/// created takes the next trace of `traces` (skipped endpoints take none, so `traces.roots()`
+/// line up with `Fired::ids`).
 pub fn firing(
     tx: &mut dyn Tx,
     targets: &mut Targets,
@@ -96,6 +116,7 @@ pub fn firing(
     task_type: TaskKind,
     run_at: i64,
     now_ms: i64,
+    traces: &mut TaskTraces,
 ) -> Result<Fired, StoreError> {
     let skip_open = task_type == TaskKind::Schedule && firing.overlap == Overlap::Skip;
     let mut out = Fired {
@@ -117,6 +138,7 @@ pub fn firing(
             run_at,
             max_attempts: target.max_attempts,
             now_ms,
+            trace: traces.for_task(),
         })?);
     }
     Ok(out)

@@ -20,7 +20,8 @@
 //!   webhookd publishes when it disables an endpoint, fails a task or pauses a schedule itself.
 //! - `ui`: the dashboard's files under `/ui/`.
 //! - `trace`: W3C `traceparent` parsing and ids (pure), for the trace every delivery carries;
-//!   `otlp`: the bounded, non-blocking OTLP/HTTP span exporter behind `--otlp-endpoint`.
+//!   `otlp`: the bounded, non-blocking OTLP/HTTP span exporter behind `--otlp-endpoint`;
+//!   `spans`: the spans webhookd exports (requests, firings, queue waits, attempts).
 //! - `clock`: the time source, movable in tests; `app`: the state a running server shares;
 //!   `background`: starts and stops the scheduler and the delivery pool together.
 //! - `backup`: scheduled backups of a SQLite database in `serve` (`--backup-dir`).
@@ -56,6 +57,7 @@ pub mod retry;
 pub mod scheduler;
 pub mod server;
 pub mod signing;
+pub mod spans;
 pub mod store;
 pub mod suggest;
 pub mod trace;

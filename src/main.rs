@@ -148,6 +148,7 @@ fn config_from(args: ServeArgs) -> anyhow::Result<Config> {
     });
     config.pg_poll = std::time::Duration::from_millis(args.pg_poll_ms);
     config.pg_poll_only = args.pg_poll_only;
+    config.otlp_endpoint = args.otlp_endpoint.filter(|url| !url.trim().is_empty());
     config.pg = webhookd::store::postgres::PgSettings {
         pool_size: args.pg_pool_size,
         statement_timeout: (args.pg_statement_timeout_ms > 0)

@@ -141,8 +141,13 @@ impl Metrics {
         }
     }
 
-    /// The OpenMetrics text, with the task counts by status read by the caller.
-    pub fn render(&self, tasks_by_status: &[(String, i64)]) -> String {
+    /// The OpenMetrics text, with the task counts by status read by the caller, and what
+    /// became of exported spans when `--otlp-endpoint` is set.
+    pub fn render(
+        &self,
+        tasks_by_status: &[(String, i64)],
+        otlp: Option<&crate::otlp::ExportCounts>,
+    ) -> String {
         let mut registry = Registry::default();
         let tasks = Family::<Labels, Gauge>::default();
         for status in ["pending", "running", "success", "failed", "canceled"] {
@@ -225,11 +230,39 @@ impl Metrics {
             gauge.set(fds);
             registry.register("process_open_fds", "Open file descriptors", gauge);
         }
+        if let Some(otlp) = otlp {
+            register_otlp(&mut registry, otlp);
+        }
         let mut out = String::with_capacity(4096);
         // Writing into a String cannot fail.
         let _ = encode(&mut out, &registry);
         out
     }
+}
+
+/// `webhookd_otlp_spans_exported_total` and `webhookd_otlp_spans_dropped_total{reason}`.
+fn register_otlp(registry: &mut Registry, otlp: &crate::otlp::ExportCounts) {
+    let exported = Counter::<u64>::default();
+    exported.inc_by(otlp.exported.load(Ordering::Relaxed));
+    registry.register(
+        "webhookd_otlp_spans_exported",
+        "Spans the OTLP collector accepted",
+        exported,
+    );
+    let dropped = Family::<Labels, Counter>::default();
+    for (reason, count) in [
+        ("queue_full", &otlp.dropped_queue_full),
+        ("export_failed", &otlp.dropped_export_failed),
+    ] {
+        dropped
+            .get_or_create(&vec![("reason", reason.to_string())])
+            .inc_by(count.load(Ordering::Relaxed));
+    }
+    registry.register(
+        "webhookd_otlp_spans_dropped",
+        "Spans dropped: the export queue was full, or the collector could not be reached or refused them",
+        dropped,
+    );
 }
 
 #[cfg(test)]
@@ -242,7 +275,7 @@ mod tests {
         m.record_delivery(7, DeliveryOutcome::Success, 3);
         m.record_delivery(7, DeliveryOutcome::Success, 40);
         m.record_delivery(8, DeliveryOutcome::NetworkError, 60_000);
-        let text = m.render(&[("pending".into(), 7)]);
+        let text = m.render(&[("pending".into(), 7)], None);
         for line in [
             "webhookd_tasks{status=\"pending\"} 7\n",
             "webhookd_tasks{status=\"failed\"} 0\n",
@@ -268,7 +301,7 @@ mod tests {
         assert!(!text.contains("scheduler_lag"));
         assert!(!text.contains("webhookd_backup"));
         m.backups_enabled();
-        let text = m.render(&[]);
+        let text = m.render(&[], None);
         assert!(
             text.contains("webhookd_backup_last_success_timestamp_seconds 0\n"),
             "{text}"
@@ -280,12 +313,12 @@ mod tests {
         m.backup_succeeded(1_764_000_000);
         m.backup_failed();
         m.backups_enabled();
-        let text = m.render(&[]);
+        let text = m.render(&[], None);
         assert!(text.contains("webhookd_backup_last_success_timestamp_seconds 1764000000\n"));
         assert!(text.contains("webhookd_backup_failures_total 1\n"));
         m.scheduler_lag_ms.store(1500, Ordering::Relaxed);
         assert!(
-            m.render(&[])
+            m.render(&[], None)
                 .contains("webhookd_scheduler_lag_seconds 1.5\n")
         );
     }
@@ -295,5 +328,22 @@ mod tests {
         let (rss, fds) = process_stats();
         assert!(rss.is_some_and(|b| b > 1024 * 1024), "{rss:?}");
         assert!(fds.is_some_and(|n| n >= 3), "{fds:?}");
+    }
+
+    #[test]
+    fn otlp_counts_only_with_export_on() {
+        let m = Metrics::default();
+        assert!(!m.render(&[], None).contains("otlp"));
+        let counts = crate::otlp::ExportCounts::default();
+        counts.exported.store(12, Ordering::Relaxed);
+        counts.dropped_queue_full.store(3, Ordering::Relaxed);
+        let text = m.render(&[], Some(&counts));
+        for line in [
+            "webhookd_otlp_spans_exported_total 12\n",
+            "webhookd_otlp_spans_dropped_total{reason=\"queue_full\"} 3\n",
+            "webhookd_otlp_spans_dropped_total{reason=\"export_failed\"} 0\n",
+        ] {
+            assert!(text.contains(line), "{line} missing from:\n{text}");
+        }
     }
 }

@@ -22,6 +22,7 @@ use crate::fanout;
 use crate::store::schedules::{Catchup, Firing};
 use crate::store::tasks::TaskKind;
 use crate::store::{IdleCap, StoreError, Tx};
+use crate::trace::TaskTraces;
 use chrono::{DateTime, TimeDelta, Utc};
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -113,7 +114,7 @@ const BUSY_ELSEWHERE_PAUSE: Duration = Duration::from_millis(20);
 /// `None` when the batch was full and more may be due already.
 fn tick(app: &App, crons: &mut CronCache, idle: Duration) -> anyhow::Result<Option<Duration>> {
     let now = app.clock.now();
-    let (tasks, lag_ms, full, none_due) = app.store.write(|tx| {
+    let (tasks, lag_ms, full, none_due, firings) = app.store.write(|tx| {
         let due = tx.due_schedules(now.timestamp_millis(), BATCH)?;
         let mut batch = Batch::new(tx, app, now);
         for firing in &due {
@@ -124,8 +125,10 @@ fn tick(app: &App, crons: &mut CronCache, idle: Duration) -> anyhow::Result<Opti
             batch.lag_ms,
             due.len() == BATCH,
             due.is_empty(),
+            batch.firings,
         ))
     })?;
+    firings.into_iter().for_each(|f| f.export(app));
     if tasks > 0 {
         app.delivery_wake.notify();
     }
@@ -160,13 +163,17 @@ pub fn fire_at(app: &App, schedule_id: i64, at: DateTime<Utc>) -> anyhow::Result
     let now = app.clock.now();
     let created = app.store.write(|tx| {
         let Some(firing) = tx.get_active_schedule(schedule_id)? else {
-            return Ok(None);
+            return Ok((None, Vec::new()));
         };
         let cron = CronSchedule::parse(&firing.cron_expr, &firing.timezone)
             .map_err(|e| anyhow::anyhow!("schedule {schedule_id}: {e}"))?;
         let next_run_at = cron.next_after(at.max(now));
-        Ok::<_, anyhow::Error>(Batch::new(tx, app, now).fire(&firing, at, next_run_at, 0)?)
+        let mut batch = Batch::new(tx, app, now);
+        let created = batch.fire(&firing, at, next_run_at, 0)?;
+        Ok::<_, anyhow::Error>((created, batch.firings))
     })?;
+    let (created, firings) = created;
+    firings.into_iter().for_each(|f| f.export(app));
     if created.as_ref().is_some_and(|ids| !ids.is_empty()) {
         app.delivery_wake.notify();
     }
@@ -176,7 +183,14 @@ pub fn fire_at(app: &App, schedule_id: i64, at: DateTime<Utc>) -> anyhow::Result
 /// `POST /schedules/{id}/trigger`: one `manual` task per target endpoint of the schedule, due
 /// now, with `schedule_id` set, in the caller's transaction. Neither `last_run_at` nor
 /// `next_run_at` moves. Returns the new task ids.
-pub fn trigger(tx: &mut dyn Tx, firing: &Firing, now_ms: i64) -> Result<Vec<i64>, StoreError> {
+/// The tasks continue the trigger request's trace (`traces`).
+pub fn trigger(
+    tx: &mut dyn Tx,
+    firing: &Firing,
+    now_ms: i64,
+    traces: &mut TaskTraces,
+) -> Result<Vec<i64>, StoreError> {
+    traces.restart();
     Ok(fanout::firing(
         tx,
         &mut fanout::Targets::default(),
@@ -184,6 +198,7 @@ pub fn trigger(tx: &mut dyn Tx, firing: &Firing, now_ms: i64) -> Result<Vec<i64>
         TaskKind::Manual,
         now_ms,
         now_ms,
+        traces,
     )?
     .ids)
 }
@@ -269,6 +284,34 @@ struct Batch<'a> {
     tasks: usize,
     /// How late the latest firing of the batch was (ms), for `GET /metrics`.
     lag_ms: Option<i64>,
+    /// Whether spans are exported (`--otlp-endpoint`).
+    export: bool,
+    /// The firings' spans, exported once the batch commits (only when `export`).
+    firings: Vec<FiringSpan>,
+}
+
+/// What the span of one firing tells (`spans::Spans::firing`).
+struct FiringSpan {
+    schedule_id: i64,
+    app_id: String,
+    scheduled_at_ms: i64,
+    start_ms: i64,
+    took: Duration,
+    /// The root span of each task's trace, with the task's id.
+    tasks: Vec<(crate::trace::SpanContext, i64)>,
+}
+
+impl FiringSpan {
+    fn export(self, app: &App) {
+        app.spans.firing(
+            self.schedule_id,
+            &self.app_id,
+            self.scheduled_at_ms,
+            self.start_ms,
+            self.took,
+            &self.tasks,
+        );
+    }
 }
 
 impl<'a> Batch<'a> {
@@ -282,6 +325,8 @@ impl<'a> Batch<'a> {
             targets: fanout::Targets::default(),
             tasks: 0,
             lag_ms: None,
+            export: app.spans.on(),
+            firings: Vec::new(),
         }
     }
 
@@ -341,6 +386,9 @@ impl<'a> Batch<'a> {
             let cutoff = at - self.grace - FIRINGS_KEPT;
             self.tx
                 .forget_firings(firing.id, cutoff.timestamp_millis())?;
+            let started = std::time::Instant::now();
+            // A firing has no caller: each of its tasks starts a trace of its own.
+            let mut traces = TaskTraces::new(None, self.export);
             let out = fanout::firing(
                 self.tx,
                 &mut self.targets,
@@ -348,7 +396,23 @@ impl<'a> Batch<'a> {
                 TaskKind::Schedule,
                 at_ms,
                 self.now.timestamp_millis(),
+                &mut traces,
             )?;
+            if self.export {
+                self.firings.push(FiringSpan {
+                    schedule_id: firing.id,
+                    app_id: firing.app_id.clone(),
+                    scheduled_at_ms: at_ms,
+                    start_ms: self.now.timestamp_millis(),
+                    took: started.elapsed(),
+                    tasks: traces
+                        .roots()
+                        .iter()
+                        .copied()
+                        .zip(out.ids.iter().copied())
+                        .collect(),
+                });
+            }
             if out.overlapped > 0 {
                 tracing::info!(
                     schedule_id = firing.id,

@@ -453,7 +453,7 @@ async fn metrics(app: Arc<App>, request_id: &str) -> Reply {
             .store
             .read(|tx| tx.count_tasks_by_status())
             .map_err(|e| e.to_string())?;
-        Ok::<_, String>(app.metrics.render(&counts))
+        Ok::<_, String>(app.metrics.render(&counts, app.spans.counts()))
     })
     .await
     .unwrap_or_else(|e| Err(e.to_string()));
@@ -651,13 +651,57 @@ async fn handle_api(
     (result, BodyLeft::Read)
 }
 
-/// Authenticates (with `caller` when the headers were checked already), routes and runs one
-/// request on a blocking thread.
+/// Runs one request on a blocking thread in its trace (docs/API.md, "Traces"): a valid
+/// `traceparent` makes the request's span the caller's child, and the tasks it makes continue
+/// that trace; its span is exported when export is on. `caller` is the key when the headers
+/// were checked already.
 fn handle_blocking(
     shared: &Shared,
     parts: &hyper::http::request::Parts,
     body: Bytes,
     caller: Option<auth::Caller>,
+) -> ApiResult<Value> {
+    let app = &*shared.app;
+    let started = std::time::Instant::now();
+    let start_ms = app.clock.now_ms();
+    let parent = parts
+        .headers
+        .get("traceparent")
+        .and_then(|v| v.to_str().ok())
+        .and_then(crate::trace::SpanContext::parse);
+    let own = parent.map(|c| c.child());
+    let mut traces = crate::trace::TaskTraces::new(own, app.spans.on());
+    let mut app_id = None;
+    let result = handle_authenticated(shared, parts, body, caller, &mut traces, &mut app_id);
+    if app.spans.on() {
+        let status = match &result {
+            Ok(_) => StatusCode::OK,
+            Err(e) => e.status,
+        };
+        let request = crate::spans::RequestSpan {
+            name: crate::spans::route_name(parts.method.as_str(), parts.uri.path()),
+            caller: parent,
+            own,
+            app_id: app_id.as_deref(),
+            status: status.as_u16(),
+            start_ms,
+            took: started.elapsed(),
+        };
+        app.spans.request(request, &traces);
+    }
+    result
+}
+
+/// Authenticates (with `caller` when the headers were checked already), routes and runs one
+/// request; sets `caller_app` once the caller is known (only when spans are exported: it is the
+/// request span's `webhookd.app`).
+fn handle_authenticated(
+    shared: &Shared,
+    parts: &hyper::http::request::Parts,
+    body: Bytes,
+    caller: Option<auth::Caller>,
+    traces: &mut crate::trace::TaskTraces,
+    caller_app: &mut Option<String>,
 ) -> ApiResult<Value> {
     let app = &*shared.app;
     let now_ms = app.clock.now_ms();
@@ -686,6 +730,9 @@ fn handle_blocking(
         now_ms,
         read_only,
     )?;
+    if app.spans.on() {
+        *caller_app = Some(caller.app_id.clone());
+    }
     app.rate_limit
         .check(&caller.key_id)
         .map_err(ApiError::rate_limited)?;
@@ -705,6 +752,7 @@ fn handle_blocking(
         key_id: &caller.key_id,
         store: &*app.store,
         now_ms,
+        traces,
     };
     api::dispatch(handler, &mut ctx, &request)
 }
@@ -777,7 +825,10 @@ pub async fn start_on(
         crate::connections::raise_fd_limit(),
         config.workers,
     );
-    let app = Arc::new(App::new(config, store, clock));
+    let mut app = App::new(config, store, clock);
+    app.spans = crate::spans::Spans::start(app.config.otlp_endpoint.as_deref())
+        .map_err(|e| anyhow::anyhow!("cannot start the OTLP export thread: {e}"))?;
+    let app = Arc::new(app);
     let background = crate::background::Background::start(app.clone())?;
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
     let served = app.clone();
@@ -796,9 +847,12 @@ pub async fn start_on(
             let _ = background_stopping.await;
             tokio::task::spawn_blocking(move || background.stop()).await
         };
+        let flushed = served.clone();
         let (result, stopped_background) =
             tokio::join!(serve_http(served, listener, caps, stopped), background);
         stopped_background?;
+        // The last spans (the final attempts') go out before the process ends.
+        tokio::task::spawn_blocking(move || flushed.spans.shutdown()).await?;
         result
     });
     tracing::info!(

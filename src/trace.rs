@@ -96,6 +96,108 @@ impl SpanContext {
     }
 }
 
+/// The trace a task's deliveries carry, as stored on the task: its trace id, the span its
+/// spans hang under (the request or firing that made it), and the trace flags.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TaskTrace {
+    pub trace_id: [u8; 16],
+    pub parent_span_id: [u8; 8],
+    pub flags: u8,
+}
+
+impl TaskTrace {
+    /// A task made under `span`: it continues that span's trace, with `span` as parent.
+    pub fn under(span: &SpanContext) -> TaskTrace {
+        TaskTrace {
+            trace_id: span.trace_id,
+            parent_span_id: span.span_id,
+            flags: span.flags,
+        }
+    }
+
+    /// The context of one delivery attempt: the task's trace and flags, a new span id. Its
+    /// header is the `traceparent` the receiver gets.
+    pub fn attempt(&self) -> SpanContext {
+        SpanContext {
+            trace_id: self.trace_id,
+            span_id: nonzero_random(),
+            flags: self.flags,
+        }
+    }
+
+    /// Reads the stored columns back: `None` unless all three are there and valid (tasks made
+    /// before traces have none).
+    pub fn from_columns(
+        trace_id: Option<&str>,
+        parent_span_id: Option<&str>,
+        flags: Option<i64>,
+    ) -> Option<TaskTrace> {
+        Some(TaskTrace {
+            trace_id: parse_trace_id(trace_id?)?,
+            parent_span_id: parse_span_id(parent_span_id?)?,
+            flags: u8::try_from(flags?).ok()?,
+        })
+    }
+
+    /// The stored columns: trace id and parent span id in lowercase hex, flags as a number.
+    pub fn to_columns(&self) -> (String, String, i64) {
+        (
+            hex::encode(self.trace_id),
+            hex::encode(self.parent_span_id),
+            i64::from(self.flags),
+        )
+    }
+}
+
+/// Hands out the traces of the tasks one request or schedule firing makes (docs/API.md,
+/// "Traces"). Under a caller's `traceparent`, every task continues the caller's trace below
+/// the request's own span; otherwise each task starts a trace of its own, whose root span is
+/// a copy of the request's or firing's span. Those roots are remembered only when spans are
+/// exported (`keep_roots`), so that with export off nothing is allocated.
+#[derive(Debug)]
+pub struct TaskTraces {
+    /// The span of the request, when it continues a caller's trace.
+    under: Option<SpanContext>,
+    keep_roots: bool,
+    roots: Vec<SpanContext>,
+}
+
+impl TaskTraces {
+    /// Traces for tasks made under `under` (a request that carried a valid `traceparent`) or,
+    /// with `None`, one new trace per task.
+    pub fn new(under: Option<SpanContext>, keep_roots: bool) -> TaskTraces {
+        TaskTraces {
+            under,
+            keep_roots,
+            roots: Vec::new(),
+        }
+    }
+
+    /// The trace of the next task.
+    pub fn for_task(&mut self) -> TaskTrace {
+        match &self.under {
+            Some(span) => TaskTrace::under(span),
+            None => {
+                let root = SpanContext::new_root();
+                if self.keep_roots {
+                    self.roots.push(root);
+                }
+                TaskTrace::under(&root)
+            }
+        }
+    }
+
+    /// Forgets the roots handed out so far (a transaction that is run again starts over).
+    pub fn restart(&mut self) {
+        self.roots.clear();
+    }
+
+    /// The root spans of the traces started so far (empty unless `keep_roots`).
+    pub fn roots(&self) -> &[SpanContext] {
+        &self.roots
+    }
+}
+
 /// Decodes a stored trace id (32 lowercase hex digits, not all zero).
 pub fn parse_trace_id(text: &str) -> Option<[u8; 16]> {
     decode_lower_hex::<16>(text).filter(|id| *id != [0; 16])
@@ -241,5 +343,75 @@ mod tests {
         assert_eq!(parse_span_id(&root.span_id_hex()), Some(root.span_id));
         assert_eq!(parse_trace_id(&"0".repeat(32)), None);
         assert_eq!(parse_span_id("00F067AA0BA902B7"), None);
+    }
+    #[test]
+    fn task_traces_continue_the_caller_or_start_one_per_task() {
+        let request = SpanContext::parse(VALID).expect("valid").child();
+        let mut under = TaskTraces::new(Some(request), true);
+        let (a, b) = (under.for_task(), under.for_task());
+        assert_eq!(a, b);
+        assert_eq!(a.trace_id, request.trace_id);
+        assert_eq!(a.parent_span_id, request.span_id);
+        assert_eq!(a.flags, 0x01);
+        assert!(under.roots().is_empty());
+
+        let mut own = TaskTraces::new(None, true);
+        let (a, b) = (own.for_task(), own.for_task());
+        assert_ne!(a.trace_id, b.trace_id);
+        assert_eq!(own.roots().len(), 2);
+        assert_eq!(own.roots()[0].trace_id, a.trace_id);
+        assert_eq!(own.roots()[0].span_id, a.parent_span_id);
+        own.restart();
+        assert!(own.roots().is_empty());
+
+        let mut off = TaskTraces::new(None, false);
+        off.for_task();
+        assert!(off.roots().is_empty());
+    }
+
+    #[test]
+    fn each_attempt_is_a_new_span_of_the_task_trace() {
+        let task = TaskTrace {
+            trace_id: [0x4b; 16],
+            parent_span_id: [0x0a; 8],
+            flags: 0x00,
+        };
+        let (first, second) = (task.attempt(), task.attempt());
+        assert_eq!(first.trace_id, task.trace_id);
+        assert_eq!(second.trace_id, task.trace_id);
+        assert_ne!(first.span_id, second.span_id);
+        assert_ne!(first.span_id, task.parent_span_id);
+        assert!(
+            first
+                .header()
+                .starts_with("00-4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b-")
+        );
+        assert!(first.header().ends_with("-00"));
+    }
+
+    #[test]
+    fn task_trace_columns_round_trip() {
+        let task = TaskTrace {
+            trace_id: [0x4b; 16],
+            parent_span_id: [0x0a; 8],
+            flags: 0x03,
+        };
+        let (trace_id, parent, flags) = task.to_columns();
+        assert_eq!(trace_id, "4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b");
+        assert_eq!(parent, "0a0a0a0a0a0a0a0a");
+        assert_eq!(flags, 3);
+        assert_eq!(
+            TaskTrace::from_columns(Some(&trace_id), Some(&parent), Some(flags)),
+            Some(task)
+        );
+        assert_eq!(TaskTrace::from_columns(None, None, None), None);
+        assert_eq!(
+            TaskTrace::from_columns(Some(&trace_id), Some(&parent), Some(256)),
+            None
+        );
+        assert_eq!(
+            TaskTrace::from_columns(Some(&"0".repeat(32)), Some(&parent), Some(1)),
+            None
+        );
     }
 }

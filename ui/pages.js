@@ -876,7 +876,8 @@ async function taskDetail(main, id, ctx) {
       fact("Type", [t.task_type, origin(t, names)]), fact("Endpoint", endpointRef(t.endpoint_id, endpoints)),
       fact("Attempts", `${t.attempts} of ${t.max_attempts}`), fact("Run at", timeCell(t.run_at)),
       fact("Next attempt", timeCell(t.next_attempt_at)), fact("Finished", timeCell(t.finished_at)),
-      t.last_error ? fact("Last error", h("span", { class: "error" }, t.last_error)) : null),
+      t.last_error ? fact("Last error", h("span", { class: "error" }, t.last_error)) : null,
+      fact("Trace id", t.trace_id ? copyable(t.trace_id, ctx) : h("small", null, "none (made before traces)"))),
     h("details", null, h("summary", null, "Payload"), h("pre", null, JSON.stringify(t.payload, null, 2))),
     h("h3", null, `Attempts (${attempts.total})`),
     attempts.items.length ? attempts.items.map((a) => attemptView(a, context)) : h("p", { class: "empty" }, "Not attempted yet."),
@@ -885,6 +886,18 @@ async function taskDetail(main, id, ctx) {
 
 function fact(name, value) {
   return h("div", null, h("dt", null, name), h("dd", null, value));
+}
+
+/** `text` in monospace with a button that copies it (to search a trace viewer or the logs). */
+function copyable(text, ctx) {
+  return [h("code", null, text), " ", button("Copy", async () => {
+    try {
+      await navigator.clipboard.writeText(text);
+      ctx.notify("Copied.", "ok");
+    } catch {
+      ctx.notify("The browser refused the clipboard; select the text to copy it.", "error");
+    }
+  })];
 }
 
 /** A manual task: the endpoint picked by name (`endpointId` preselected). */

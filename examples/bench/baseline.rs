@@ -124,6 +124,7 @@ pub fn sqlite_inserts(batch: usize, duration: Duration) -> anyhow::Result<(f64, 
                     run_at: now_ms,
                     max_attempts: 5,
                     now_ms,
+                    trace: webhookd::trace::TaskTraces::new(None, false).for_task(),
                 })?;
             }
             Ok(())

@@ -9,7 +9,7 @@ use serde_json::{Map, Value};
 
 const METHODS: &[&str] = &["GET", "POST", "PUT", "PATCH", "DELETE"];
 /// Header names webhookd sets itself on deliveries; an endpoint may not override them.
-const RESERVED_HEADERS: &[&str] = &["content-type", "content-length", "host"];
+const RESERVED_HEADERS: &[&str] = &["content-type", "content-length", "host", "traceparent"];
 const RESERVED_PREFIXES: &[&str] = &["x-service-", "webhook-"];
 
 pub fn check_url(url: &str) -> ApiResult<()> {
@@ -427,7 +427,7 @@ pub fn delete(ctx: &mut Ctx<'_>, req: &Request) -> ApiResult<Value> {
 pub fn test(ctx: &mut Ctx<'_>, req: &Request) -> ApiResult<Value> {
     req.no_body()?;
     let endpoint = load(ctx, req.id())?;
-    let probe = crate::delivery::probe::run(ctx.app, &endpoint)
+    let probe = crate::delivery::probe::run(ctx.app, &endpoint, ctx.traces)
         .map_err(|e| ApiError::internal(format!("{e:#}")))?;
     to_data(&probe)
 }

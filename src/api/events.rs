@@ -50,7 +50,9 @@ pub fn publish(ctx: &mut Ctx<'_>, req: &Request) -> ApiResult<Value> {
 
     // Check-then-insert inside one IMMEDIATE transaction: concurrent publishes with the same
     // key are serialized by SQLite's write lock, so only the first creates tasks.
+    let traces = &mut *ctx.traces;
     let (event, created) = ctx.store.write(|tx| -> ApiResult<_> {
+        traces.restart();
         if let Some(key) = &event_key
             && let Some(first) =
                 tx.find_event_by_key(app_id, &event_name, key, now_ms - IDEMPOTENCY_WINDOW_MS)?
@@ -64,6 +66,7 @@ pub fn publish(ctx: &mut Ctx<'_>, req: &Request) -> ApiResult<Value> {
             event_key.as_deref(),
             &payload,
             now_ms,
+            traces,
         )?;
         let event = tx
             .get_event(app_id, id)?

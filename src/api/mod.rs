@@ -103,6 +103,8 @@ pub struct Ctx<'a> {
     pub key_id: &'a str,
     pub store: &'a dyn Store,
     pub now_ms: i64,
+    /// The traces of the tasks this request makes (`trace::TaskTraces`).
+    pub traces: &'a mut crate::trace::TaskTraces,
 }
 
 pub type Handler = fn(&mut Ctx<'_>, &Request) -> ApiResult<Value>;

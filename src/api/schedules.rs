@@ -268,9 +268,10 @@ pub fn trigger(ctx: &mut Ctx<'_>, req: &Request) -> ApiResult<Value> {
     check_has_targets(&schedule, "triggered")?;
     let firing = schedule.firing();
     let now_ms = ctx.now_ms;
+    let traces = &mut *ctx.traces;
     let task_ids = ctx
         .store
-        .write(|tx| crate::scheduler::trigger(tx, &firing, now_ms))?;
+        .write(|tx| crate::scheduler::trigger(tx, &firing, now_ms, traces))?;
     if !task_ids.is_empty() {
         ctx.app.delivery_wake.notify();
     }

@@ -83,9 +83,11 @@ pub fn create(ctx: &mut Ctx<'_>, req: &Request) -> ApiResult<Value> {
 }
 
 /// Inserts a `manual` task to `endpoint` (its `max_attempts` from the endpoint's retry policy
-/// now), wakes the delivery pool, and returns the new record.
+/// now), wakes the delivery pool, and returns the new record. The task continues the request's
+/// `traceparent` when it carried one, else starts a trace of its own (docs/API.md, "Traces"):
+/// a resent task is a new delivery, not a retry of the original's trace.
 fn insert_manual(
-    ctx: &Ctx<'_>,
+    ctx: &mut Ctx<'_>,
     endpoint: &Endpoint,
     schedule_id: Option<i64>,
     event_id: Option<i64>,
@@ -95,7 +97,9 @@ fn insert_manual(
     let policy = ctx
         .store
         .read(|tx| tx.effective_policy(endpoint.retry_policy_id))?;
+    let traces = &mut *ctx.traces;
     let id = ctx.store.write(|tx| {
+        traces.restart();
         tx.insert_task(&NewTask {
             app_id: ctx.app_id,
             schedule_id,
@@ -106,6 +110,7 @@ fn insert_manual(
             run_at,
             max_attempts: i64::from(policy.max_attempts),
             now_ms: ctx.now_ms,
+            trace: traces.for_task(),
         })
     })?;
     ctx.app.delivery_wake.notify();
@@ -131,13 +136,14 @@ pub fn resend(ctx: &mut Ctx<'_>, req: &Request) -> ApiResult<Value> {
             ))
         })?;
     let payload = task.payload.to_string();
+    let now_ms = ctx.now_ms;
     insert_manual(
         ctx,
         &endpoint,
         task.schedule_id,
         task.event_id,
         &payload,
-        ctx.now_ms,
+        now_ms,
     )
 }
 

@@ -60,6 +60,8 @@ struct Job {
 /// A finished attempt waiting to be committed.
 pub(crate) struct Done {
     pub task: Claimed,
+    /// The trace the attempt was sent in (its `traceparent`), for the log lines about it.
+    pub trace_id: [u8; 16],
     pub endpoint_id: i64,
     pub sent: Sent,
     pub verdict: Verdict,
@@ -214,7 +216,12 @@ fn still_ours(app: &App, job: &Job) -> bool {
     match app.store.write(|tx| tx.renew_leases(&[job.task.id], now)) {
         Ok(held) => held.contains(&job.task.id),
         Err(e) => {
-            tracing::warn!(error = %e, task_id = job.task.id, "cannot renew a task's lease; not sending it");
+            tracing::warn!(
+                error = %e,
+                task_id = job.task.id,
+                trace_id = %job.task.trace_id_hex(),
+                "cannot renew a task's lease; not sending it"
+            );
             false
         }
     }
@@ -229,8 +236,24 @@ pub(crate) fn attempt(
     task: Claimed,
     quiet: bool,
 ) -> Done {
+    // Each attempt is a new span of the task's trace; a task made before traces starts one.
+    let span = task
+        .trace
+        .map_or_else(crate::trace::SpanContext::new_root, |t| t.attempt());
     let started_at = app.clock.now_ms();
-    let sent = send::send(agent, target, &task, started_at);
+    if task.attempt == 1 {
+        app.spans.queue_wait(&task, started_at);
+    }
+    let clock = std::time::Instant::now();
+    let sent = send::send(agent, target, &task, started_at, &span.header());
+    app.spans.attempt(crate::spans::AttemptSpan {
+        task: &task,
+        span,
+        start_ms: started_at,
+        took: clock.elapsed(),
+        status: sent.status,
+        error: sent.error.as_deref(),
+    });
     let outcome = match sent.status {
         _ if sent.is_success() => DeliveryOutcome::Success,
         Some(_) => DeliveryOutcome::HttpError,
@@ -245,6 +268,7 @@ pub(crate) fn attempt(
     let verdict = send::judge(&task, &target.policy, &sent, now);
     Done {
         quiet,
+        trace_id: span.trace_id,
         endpoint_id: target.endpoint_id,
         task,
         sent,
@@ -544,9 +568,11 @@ fn log_outcome(d: &Done) {
     };
     let next = next.as_deref();
     let error = d.verdict.error.as_deref().unwrap_or("");
+    let trace_id = hex::encode(d.trace_id);
     match d.sent.status {
         Some(status_code) => tracing::warn!(
             task_id = d.task.id,
+            trace_id = %trace_id,
             endpoint_id = d.endpoint_id,
             attempt = d.task.attempt,
             status_code,
@@ -557,6 +583,7 @@ fn log_outcome(d: &Done) {
         ),
         None => tracing::warn!(
             task_id = d.task.id,
+            trace_id = %trace_id,
             endpoint_id = d.endpoint_id,
             attempt = d.task.attempt,
             error,
@@ -569,6 +596,7 @@ fn log_outcome(d: &Done) {
         tracing::warn!(
             endpoint_id = d.endpoint_id,
             task_id = d.task.id,
+            trace_id = %trace_id,
             reason = "gone: the endpoint answered HTTP 410 Gone",
             "endpoint disabled by webhookd"
         );
@@ -611,7 +639,11 @@ fn targets(
             }
             // Cannot happen: the claim joins on the endpoint in this same transaction. Left
             // `running`, the task is handed back at the next start.
-            None => tracing::error!(task_id = task.id, "claimed a task without an endpoint"),
+            None => tracing::error!(
+                task_id = task.id,
+                trace_id = %task.trace_id_hex(),
+                "claimed a task without an endpoint"
+            ),
         }
     }
     Ok(jobs)

@@ -20,7 +20,11 @@ pub struct Probe {
 /// endpoint's `timeout_ms`. Blocking: call it off the async threads (API handlers run on
 /// blocking threads). A failed test is recorded like any failed attempt (a `410 Gone` disables
 /// the endpoint too) but produces no operator event: its caller sees the result.
-pub fn run(app: &App, endpoint: &Endpoint) -> anyhow::Result<Probe> {
+pub fn run(
+    app: &App,
+    endpoint: &Endpoint,
+    traces: &mut crate::trace::TaskTraces,
+) -> anyhow::Result<Probe> {
     let now_ms = app.clock.now_ms();
     let payload = serde_json::json!({
         "type": "webhookd.test",
@@ -28,6 +32,7 @@ pub fn run(app: &App, endpoint: &Endpoint) -> anyhow::Result<Probe> {
         "sent_at": rfc3339(now_ms),
     })
     .to_string();
+    let trace = traces.for_task();
     let task_id = app.store.write(|tx| {
         let id = tx.insert_task(&store::tasks::NewTask {
             app_id: &endpoint.app_id,
@@ -39,6 +44,7 @@ pub fn run(app: &App, endpoint: &Endpoint) -> anyhow::Result<Probe> {
             run_at: now_ms,
             max_attempts: 1,
             now_ms,
+            trace,
         })?;
         tx.start_task_now(id, now_ms)?;
         Ok::<_, StoreError>(id)
@@ -57,6 +63,9 @@ pub fn run(app: &App, endpoint: &Endpoint) -> anyhow::Result<Probe> {
         payload,
         attempt: 1,
         max_attempts: 1,
+        app_id: endpoint.app_id.clone(),
+        due_at: now_ms,
+        trace: Some(trace),
     };
     let agent = send::agent(&app.config);
     let done: Done = attempt(app, &agent, &target, task, true);

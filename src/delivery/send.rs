@@ -165,9 +165,15 @@ impl Sent {
     }
 }
 
-/// Sends attempt `task.attempt` of a task to its target and waits for the reply (at most the
-/// endpoint's timeout).
-pub fn send(agent: &ureq::Agent, target: &Target, task: &Claimed, started_at: i64) -> Sent {
+/// Sends attempt `task.attempt` of a task to its target with its W3C `traceparent` and waits
+/// for the reply (at most the endpoint's timeout).
+pub fn send(
+    agent: &ureq::Agent,
+    target: &Target,
+    task: &Claimed,
+    started_at: i64,
+    traceparent: &str,
+) -> Sent {
     let body: &[u8] = if target.sends_body() {
         task.payload.as_bytes()
     } else {
@@ -178,12 +184,16 @@ pub fn send(agent: &ureq::Agent, target: &Target, task: &Claimed, started_at: i6
     let mut request = http::Request::builder()
         .method(target.method.as_str())
         .uri(target.url.as_str());
+    // `traceparent` is webhookd's own (refused on new endpoints; skipped on older ones).
     for (name, value) in &target.headers {
-        request = request.header(name.as_str(), value.as_str());
+        if !name.eq_ignore_ascii_case("traceparent") {
+            request = request.header(name.as_str(), value.as_str());
+        }
     }
     for (name, value) in headers {
         request = request.header(name, value);
     }
+    request = request.header("traceparent", traceparent);
     let clock = Instant::now();
     let reply = if target.sends_body() {
         request
@@ -354,6 +364,9 @@ mod tests {
             payload: r#"{"a":1}"#.into(),
             attempt,
             max_attempts,
+            app_id: "default".into(),
+            due_at: 0,
+            trace: None,
         }
     }
 

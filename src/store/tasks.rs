@@ -32,6 +32,9 @@ pub struct Task {
     pub created_at: i64,
     #[serde(serialize_with = "ser_ms")]
     pub updated_at: i64,
+    /// The W3C trace id its deliveries carry (32 hex); `None` for tasks made before traces
+    /// (docs/API.md, "Traces").
+    pub trace_id: Option<String>,
 }
 
 /// What creating a task needs; it starts `pending`, due at `run_at`.
@@ -47,6 +50,8 @@ pub struct NewTask<'a> {
     pub run_at: i64,
     pub max_attempts: i64,
     pub now_ms: i64,
+    /// The trace its deliveries continue (`trace::TaskTraces` hands it out).
+    pub trace: crate::trace::TaskTrace,
 }
 
 crate::store::word::words! {
@@ -106,6 +111,21 @@ pub struct Claimed {
     /// The number of the attempt about to be made (1-based).
     pub attempt: i64,
     pub max_attempts: i64,
+    /// The app it belongs to (for span attributes).
+    pub app_id: String,
+    /// When this attempt became due (ms): the start of its queue wait.
+    pub due_at: i64,
+    /// Its trace; `None` for tasks made before traces (each attempt then starts one).
+    pub trace: Option<crate::trace::TaskTrace>,
+}
+
+impl Claimed {
+    /// Its trace id in hex for log lines; empty for a task made before traces.
+    pub fn trace_id_hex(&self) -> String {
+        self.trace
+            .map(|t| hex::encode(t.trace_id))
+            .unwrap_or_default()
+    }
 }
 
 /// The state an attempt leaves its task in.

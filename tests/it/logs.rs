@@ -13,7 +13,12 @@ const BIN: &str = env!("CARGO_BIN_EXE_webhookd");
 
 /// `webhookd serve` on `db` with stderr into `log`, once it answers `/healthz`: the child and
 /// its base URL.
-fn serve_logging(db: &str, log: &Path, args: &[&str], env: &[(&str, &str)]) -> (Child, String) {
+pub(crate) fn serve_logging(
+    db: &str,
+    log: &Path,
+    args: &[&str],
+    env: &[(&str, &str)],
+) -> (Child, String) {
     let listen = free_local_addr();
     let child = Command::new(BIN)
         .args(["serve", "--db"])
@@ -37,7 +42,7 @@ fn serve_logging(db: &str, log: &Path, args: &[&str], env: &[(&str, &str)]) -> (
 }
 
 /// SIGTERM, then the exit status.
-fn stop(mut child: Child) -> std::process::ExitStatus {
+pub(crate) fn stop(mut child: Child) -> std::process::ExitStatus {
     let _ = Command::new("kill")
         .args(["-TERM", &child.id().to_string()])
         .status();

@@ -40,5 +40,6 @@ mod shutdown;
 mod stranger;
 mod support;
 mod tasks;
+mod traces;
 mod unknown_fields;
 mod visibility;

@@ -49,6 +49,7 @@ fn task(c: &mut impl GenericClient, endpoint_id: i64, run_at: i64) -> i64 {
             run_at,
             max_attempts: 3,
             now_ms: run_at,
+            trace: webhookd::trace::TaskTraces::new(None, false).for_task(),
         })
         .unwrap()
 }

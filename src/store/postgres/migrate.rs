@@ -25,6 +25,7 @@ const UPGRADES: &[&str] = &[
     include_str!("../../../migrations/postgres/visibility.sql"),
     include_str!("../../../migrations/postgres/lease.sql"),
     include_str!("../../../migrations/postgres/key_scopes.sql"),
+    include_str!("../../../migrations/postgres/traces.sql"),
 ];
 
 /// The schema version this binary writes.

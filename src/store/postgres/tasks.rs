@@ -13,6 +13,7 @@ use crate::store::postgres::PgTx;
 use crate::store::tasks::{AfterAttempt, Claimed, NewTask, RetryFilter, STATUSES, TASK_TYPES};
 use crate::store::tasks::{Task, TaskFilter};
 use crate::store::{StoreError, TaskQueries};
+use crate::trace::TaskTrace;
 use postgres::GenericClient;
 use postgres::Row;
 use postgres::types::ToSql;
@@ -22,7 +23,7 @@ use postgres::types::ToSql;
 /// being delivered.
 pub const LEASE_MARGIN_MS: i64 = 30_000;
 
-const COLUMNS: &str = "id, app_id, schedule_id, event_id, endpoint_id, task_type, payload, status, run_at, attempts, max_attempts, next_attempt_at, last_status_code, last_error, finished_at, created_at, updated_at";
+const COLUMNS: &str = "id, app_id, schedule_id, event_id, endpoint_id, task_type, payload, status, run_at, attempts, max_attempts, next_attempt_at, last_status_code, last_error, finished_at, created_at, updated_at, trace_id";
 
 fn from_row(r: &Row) -> Result<Task, postgres::Error> {
     let payload: String = r.try_get(6)?;
@@ -44,6 +45,7 @@ fn from_row(r: &Row) -> Result<Task, postgres::Error> {
         finished_at: r.try_get(14)?,
         created_at: r.try_get(15)?,
         updated_at: r.try_get(16)?,
+        trace_id: r.try_get(17)?,
     })
 }
 
@@ -73,10 +75,12 @@ impl<C: GenericClient> TaskQueries for PgTx<'_, C> {
     /// Inserts a pending task and returns its id.
     fn insert_task(&mut self, t: &NewTask<'_>) -> Result<i64, StoreError> {
         let c = &mut *self.c;
+        let (trace_id, trace_parent, trace_flags) = t.trace.to_columns();
         let id: i64 = c.query_one(
             "INSERT INTO tasks (app_id, schedule_id, event_id, endpoint_id, task_type, payload, status, run_at,
-                                attempts, max_attempts, next_attempt_at, created_at, updated_at)
-             VALUES ($1, $2, $3, $4, $5, $6, 'pending', $7, 0, $8, $7, $9, $9)
+                                attempts, max_attempts, next_attempt_at, created_at, updated_at,
+                                trace_id, trace_parent, trace_flags)
+             VALUES ($1, $2, $3, $4, $5, $6, 'pending', $7, 0, $8, $7, $9, $9, $10, $11, $12)
              RETURNING id",
             &[
                 &t.app_id,
@@ -88,6 +92,9 @@ impl<C: GenericClient> TaskQueries for PgTx<'_, C> {
                 &t.run_at,
                 &t.max_attempts,
                 &t.now_ms,
+                &trace_id,
+                &trace_parent,
+                &trace_flags,
             ],
         )?
         .try_get(0)?;
@@ -464,7 +471,8 @@ fn claim_set(node: usize, now: usize) -> String {
 /// What a claim returns of each task; `claimed_from` reads it in this order.
 const CLAIM_RETURNING: &str = "RETURNING t.id, t.endpoint_id, t.schedule_id, t.event_id,
     (SELECT event_name FROM events WHERE events.id = t.event_id),
-    t.payload, t.attempts + 1, t.max_attempts, t.next_attempt_at";
+    t.payload, t.attempts + 1, t.max_attempts, t.next_attempt_at,
+    coalesce(t.next_attempt_at, t.run_at), t.app_id, t.trace_id, t.trace_parent, t.trace_flags";
 
 fn claimed_from(r: &Row) -> Result<(Option<i64>, Claimed), postgres::Error> {
     Ok((
@@ -478,6 +486,13 @@ fn claimed_from(r: &Row) -> Result<(Option<i64>, Claimed), postgres::Error> {
             payload: r.try_get(5)?,
             attempt: r.try_get(6)?,
             max_attempts: r.try_get(7)?,
+            due_at: r.try_get(9)?,
+            app_id: r.try_get(10)?,
+            trace: TaskTrace::from_columns(
+                r.try_get::<_, Option<&str>>(11)?,
+                r.try_get::<_, Option<&str>>(12)?,
+                r.try_get(13)?,
+            ),
         },
     ))
 }

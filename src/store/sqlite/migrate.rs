@@ -19,6 +19,7 @@ const UPGRADES: &[&str] = &[
     include_str!("../../../migrations/visibility.sql"),
     include_str!("../../../migrations/lease.sql"),
     include_str!("../../../migrations/key_scopes.sql"),
+    include_str!("../../../migrations/traces.sql"),
 ];
 
 /// The schema version this binary writes.

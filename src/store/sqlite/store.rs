@@ -400,6 +400,7 @@ mod tests {
                     run_at: 1,
                     max_attempts: 1,
                     now_ms: 1,
+                    trace: crate::trace::TaskTraces::new(None, false).for_task(),
                 })
             })
             .unwrap();

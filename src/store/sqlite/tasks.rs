@@ -6,9 +6,10 @@ use crate::store::sqlite::list::{Filters, list_page};
 #[allow(unused_imports)]
 use crate::store::tasks::*;
 use crate::store::{StoreError, TaskQueries};
+use crate::trace::TaskTrace;
 use rusqlite::{OptionalExtension, Row, params};
 
-pub const COLUMNS: &str = "id, app_id, schedule_id, event_id, endpoint_id, task_type, payload, status, run_at, attempts, max_attempts, next_attempt_at, last_status_code, last_error, finished_at, created_at, updated_at";
+pub const COLUMNS: &str = "id, app_id, schedule_id, event_id, endpoint_id, task_type, payload, status, run_at, attempts, max_attempts, next_attempt_at, last_status_code, last_error, finished_at, created_at, updated_at, trace_id";
 
 pub fn from_row(r: &Row<'_>) -> rusqlite::Result<Task> {
     let payload: String = r.get(6)?;
@@ -30,6 +31,7 @@ pub fn from_row(r: &Row<'_>) -> rusqlite::Result<Task> {
         finished_at: r.get(14)?,
         created_at: r.get(15)?,
         updated_at: r.get(16)?,
+        trace_id: r.get(17)?,
     })
 }
 
@@ -47,10 +49,12 @@ impl TaskQueries for SqliteTx<'_> {
 
     fn insert_task(&mut self, t: &NewTask<'_>) -> Result<i64, StoreError> {
         let conn = self.0;
+        let (trace_id, trace_parent, trace_flags) = t.trace.to_columns();
         conn.prepare_cached(
             "INSERT INTO tasks (app_id, schedule_id, event_id, endpoint_id, task_type, payload, status, run_at,
-                                attempts, max_attempts, next_attempt_at, created_at, updated_at)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, 'pending', ?7, 0, ?8, ?7, ?9, ?9)",
+                                attempts, max_attempts, next_attempt_at, created_at, updated_at,
+                                trace_id, trace_parent, trace_flags)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, 'pending', ?7, 0, ?8, ?7, ?9, ?9, ?10, ?11, ?12)",
         )?
         .execute(params![
             t.app_id,
@@ -61,7 +65,10 @@ impl TaskQueries for SqliteTx<'_> {
             t.payload,
             t.run_at,
             t.max_attempts,
-            t.now_ms
+            t.now_ms,
+            trace_id,
+            trace_parent,
+            trace_flags
         ])?;
         Ok(conn.last_insert_rowid())
     }
@@ -335,7 +342,8 @@ impl TaskQueries for SqliteTx<'_> {
 /// What a claim returns of each task; `claimed_from` reads it in this order.
 const CLAIM_RETURNING: &str = "RETURNING id, endpoint_id, schedule_id, event_id,
     (SELECT event_name FROM events WHERE events.id = tasks.event_id),
-    payload, attempts + 1, max_attempts, next_attempt_at, run_at";
+    payload, attempts + 1, max_attempts, next_attempt_at, run_at,
+    app_id, trace_id, trace_parent, trace_flags";
 
 fn claimed_from(r: &Row<'_>) -> rusqlite::Result<((i64, i64), Claimed)> {
     Ok((
@@ -349,6 +357,14 @@ fn claimed_from(r: &Row<'_>) -> rusqlite::Result<((i64, i64), Claimed)> {
             payload: r.get(5)?,
             attempt: r.get(6)?,
             max_attempts: r.get(7)?,
+            app_id: r.get(10)?,
+            due_at: r.get(8)?,
+            // Read in place: a claim allocates nothing for the trace.
+            trace: TaskTrace::from_columns(
+                r.get_ref(11)?.as_str_or_null()?,
+                r.get_ref(12)?.as_str_or_null()?,
+                r.get(13)?,
+            ),
         },
     ))
 }
