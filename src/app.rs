@@ -21,6 +21,8 @@ pub struct App {
     pub delivery_wake: Signal,
     /// Counters served by `GET /metrics`.
     pub metrics: Metrics,
+    /// Test deliveries (`POST /endpoints/{id}/test`) handed to the delivery pool.
+    pub probes: crate::delivery::probe::Probes,
 }
 
 impl App {
@@ -34,6 +36,7 @@ impl App {
             scheduler_wake: Signal::default(),
             delivery_wake: Signal::default(),
             metrics: Metrics::default(),
+            probes: Default::default(),
             config,
         }
     }

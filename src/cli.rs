@@ -91,9 +91,19 @@ pub struct ServeArgs {
     /// Largest accepted request body, in bytes.
     #[arg(long, env = "WEBHOOKD_MAX_BODY_BYTES", default_value_t = 1024 * 1024)]
     pub max_body_bytes: usize,
-    /// Delivery worker threads.
+    /// Delivery senders kept ready while idle (more start on demand, up to --max-in-flight);
+    /// a quarter of it is the default per-endpoint cap.
     #[arg(long, env = "WEBHOOKD_WORKERS", default_value_t = 16)]
     pub workers: usize,
+    /// Most deliveries in flight at once over all apps; each send under way has its own small
+    /// thread, so a receiver that never answers holds one socket, not the pool.
+    #[arg(long, env = "WEBHOOKD_MAX_IN_FLIGHT", default_value_t = 1024)]
+    pub max_in_flight: usize,
+    /// Deliveries one app may have in flight before its endpoints are held to their fair part
+    /// of this share (one app never holds more than twice it); 0 = a quarter of
+    /// --max-in-flight.
+    #[arg(long, env = "WEBHOOKD_APP_MAX_IN_FLIGHT", default_value_t = 0)]
+    pub app_max_in_flight: usize,
     /// Most deliveries to one endpoint at once unless the endpoint sets `max_in_flight`;
     /// 0 = a quarter of --workers (at least 1).
     #[arg(long, env = "WEBHOOKD_ENDPOINT_MAX_IN_FLIGHT", default_value_t = 0)]

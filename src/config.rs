@@ -12,8 +12,15 @@ pub struct Config {
     pub max_skew_secs: u64,
     /// Larger request bodies get 413.
     pub max_body_bytes: usize,
-    /// Delivery worker threads.
+    /// Delivery senders kept ready while idle; more are started on demand, up to
+    /// `max_in_flight`. A quarter of it is the default per-endpoint cap.
     pub workers: usize,
+    /// Most deliveries claimed at once, over all apps (each send under way has its own small
+    /// sender thread, so a hanging receiver costs a socket and a thread, never the pool).
+    pub max_in_flight: usize,
+    /// Most deliveries one app has claimed at once before its endpoints are held to their fair
+    /// part of it (see `delivery::fair`); 0 means a quarter of `max_in_flight`.
+    pub app_max_in_flight: usize,
     /// Most deliveries to one endpoint at once, for endpoints without their own
     /// `max_in_flight`; 0 means a quarter of the workers (at least 1). Keeps one slow receiver
     /// from holding every worker.
@@ -64,6 +71,8 @@ impl Config {
             max_skew_secs: 300,
             max_body_bytes: 1024 * 1024,
             workers: 16,
+            max_in_flight: 1024,
+            app_max_in_flight: 0,
             endpoint_max_in_flight: 0,
             misfire_grace_secs: 3600,
             shutdown_grace_secs: 10,
@@ -89,10 +98,31 @@ impl Config {
         }
     }
 
+    /// The share of `max_in_flight` one app fills before its endpoints are held to their fair
+    /// part of it.
+    pub fn app_share(&self) -> usize {
+        match self.app_max_in_flight {
+            0 => (self.max_in_flight / 4).max(1),
+            n => n,
+        }
+    }
+
     /// Checks ranges; the error names the flag to change.
     pub fn validate(&self) -> Result<(), String> {
         if self.workers == 0 || self.workers > 1024 {
             return Err("--workers (env WEBHOOKD_WORKERS) must be between 1 and 1024".into());
+        }
+        if !(self.workers..=65_536).contains(&self.max_in_flight) {
+            return Err(format!(
+                "--max-in-flight (env WEBHOOKD_MAX_IN_FLIGHT) must be between --workers ({}) and 65536",
+                self.workers
+            ));
+        }
+        if self.app_max_in_flight > self.max_in_flight {
+            return Err(format!(
+                "--app-max-in-flight (env WEBHOOKD_APP_MAX_IN_FLIGHT) must be between 0 (a quarter of --max-in-flight) and --max-in-flight ({})",
+                self.max_in_flight
+            ));
         }
         if self.endpoint_max_in_flight > 1000 {
             return Err(
