@@ -99,9 +99,9 @@ pub struct ServeArgs {
     /// thread, so a receiver that never answers holds one socket, not the pool.
     #[arg(long, env = "WEBHOOKD_MAX_IN_FLIGHT", default_value_t = 1024)]
     pub max_in_flight: usize,
-    /// Deliveries one app may have in flight before its endpoints are held to their fair part
-    /// of this share (one app never holds more than twice it); 0 = a quarter of
-    /// --max-in-flight.
+    /// Deliveries one app may have in flight; beyond it, as many again as a reserve from which
+    /// each endpoint with nothing in flight may start one (so one app holds at most twice
+    /// this); 0 = a quarter of --max-in-flight.
     #[arg(long, env = "WEBHOOKD_APP_MAX_IN_FLIGHT", default_value_t = 0)]
     pub app_max_in_flight: usize,
     /// Most deliveries to one endpoint at once unless the endpoint sets `max_in_flight`;

@@ -9,11 +9,10 @@
 //!   that many sends at once, which the senders enforce, and as many claimed behind them so one
 //!   busy endpoint is not held to one batch per round;
 //! - **app share**: an app may have `--app-max-in-flight` tasks claimed (a quarter of
-//!   `--max-in-flight` by default). Beyond that, each of its endpoints may still hold its *fair
-//!   part*, the share divided by the app's endpoints with something in flight (at least 1), so
-//!   that an endpoint with nothing in flight can always start one: endpoints that never answer
-//!   cannot shut out a healthy sibling, and one app never holds more than twice its share, the
-//!   rest of `--max-in-flight` staying free for the other apps;
+//!   `--max-in-flight` by default). Beyond that comes its reserve, as large again: an endpoint
+//!   of it with nothing in flight may still start one, so endpoints that never answer cannot
+//!   shut out a healthy sibling; one app never holds more than twice its share (half of
+//!   `--max-in-flight` by default), the rest staying free for the other apps;
 //! - **rate**: `rate_limit_per_sec` through a `governor` GCRA limiter per endpoint, burst 1;
 //! - **order**: with `max_in_flight: 1` only the head (first due, ties by id) may go, and only
 //!   once it is due itself, so a head waiting to retry holds the rest back.
@@ -54,8 +53,6 @@ struct EndpointState {
 struct AppState {
     /// Claimed tasks of its endpoints whose result is not recorded yet.
     in_flight: usize,
-    /// Its endpoints with something in flight.
-    active: usize,
 }
 
 /// The result of one walk.
@@ -73,8 +70,8 @@ pub struct Walk {
 pub struct Gate {
     clock: Arc<dyn Clock>,
     default_cap: usize,
-    /// `--app-max-in-flight`: what one app fills before its endpoints are held to their fair
-    /// part.
+    /// `--app-max-in-flight`: what one app fills before only its endpoints with nothing in
+    /// flight may start one.
     app_share: usize,
     /// The endpoint id the last walk stopped after; the next walk starts after it.
     cursor: i64,
@@ -111,12 +108,8 @@ impl Gate {
             return;
         }
         state.in_flight -= 1;
-        let now_idle = state.in_flight == 0;
         if let Some(app) = state.app.as_ref().and_then(|a| self.apps.get_mut(a)) {
             app.in_flight = app.in_flight.saturating_sub(1);
-            if now_idle {
-                app.active = app.active.saturating_sub(1);
-            }
         }
     }
 
@@ -302,17 +295,19 @@ impl Gate {
 }
 
 /// How many more tasks an endpoint may have claimed as far as its app is concerned: what is
-/// left of the app's share, or else what is left of the endpoint's fair part of it (the share
-/// over the app's endpoints with something in flight, this one included; at least 1).
+/// left of the app's share; once that is used, one from the app's reserve (as large as the
+/// share) if the endpoint has nothing in flight.
 fn room_in_app(apps: &HashMap<Arc<str>, AppState>, state: &EndpointState, share: usize) -> usize {
     let Some(app) = state.app.as_ref().and_then(|a| apps.get(a)) else {
         return share;
     };
-    let active = app.active + usize::from(state.in_flight == 0);
-    let fair = (share / active.max(1)).max(1);
-    share
-        .saturating_sub(app.in_flight)
-        .max(fair.saturating_sub(state.in_flight))
+    if app.in_flight < share {
+        share - app.in_flight
+    } else if app.in_flight < share.saturating_mul(2) && state.in_flight == 0 {
+        1
+    } else {
+        0
+    }
 }
 
 /// Counts `n` new claims of an endpoint in it and in its app.
@@ -326,11 +321,7 @@ fn count_claims(
         return;
     }
     if let Some(app_id) = &state.app {
-        let app = apps.entry(app_id.clone()).or_default();
-        app.in_flight += n;
-        if state.in_flight == 0 {
-            app.active += 1;
-        }
+        apps.entry(app_id.clone()).or_default().in_flight += n;
     }
     state.in_flight += n;
     state.last_claim_ms = now_ms;

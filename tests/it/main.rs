@@ -17,6 +17,7 @@ mod durability;
 mod events;
 mod fuzz;
 mod health;
+mod isolation;
 mod logs;
 mod migrate;
 mod multinode;
