@@ -352,6 +352,59 @@ mod tests {
     use chrono::TimeZone;
 
     #[test]
+    fn an_app_fills_its_share_then_each_idle_endpoint_may_start_one_up_to_twice_the_share() {
+        let mut apps = HashMap::new();
+        let app: Arc<str> = Arc::from("a");
+        let endpoint = |in_flight| EndpointState {
+            in_flight,
+            app: Some(app.clone()),
+            ..EndpointState::default()
+        };
+        assert_eq!(
+            room_in_app(&apps, &endpoint(0), 8),
+            8,
+            "an app not seen yet"
+        );
+        for (app_in_flight, endpoint_in_flight, room) in [
+            (0, 0, 8),
+            (5, 5, 3),
+            (8, 8, 0),
+            (8, 0, 1),
+            (15, 0, 1),
+            (15, 1, 0),
+            (16, 0, 0),
+        ] {
+            apps.insert(
+                app.clone(),
+                AppState {
+                    in_flight: app_in_flight,
+                },
+            );
+            assert_eq!(
+                room_in_app(&apps, &endpoint(endpoint_in_flight), 8),
+                room,
+                "app {app_in_flight}, endpoint {endpoint_in_flight}"
+            );
+        }
+    }
+
+    #[test]
+    fn claims_and_releases_are_counted_per_endpoint_and_per_app() {
+        let clock = Arc::new(ManualClock::new(
+            chrono::Utc.timestamp_opt(1_700_000_000, 0).unwrap(),
+        ));
+        let mut gate = Gate::new(clock, 4, 8);
+        assert_eq!(gate.admit(1, "a", None, 0), Some(4));
+        assert_eq!(gate.admit(2, "a", Some(1), 0), Some(1));
+        assert_eq!(gate.admit(2, "a", Some(1), 0), None, "its own cap of 1");
+        assert_eq!(gate.apps[&Arc::from("a")].in_flight, 2);
+        gate.release(2);
+        gate.release(2);
+        assert_eq!(gate.apps[&Arc::from("a")].in_flight, 1, "released once");
+        assert_eq!(gate.endpoints[&2].in_flight, 0);
+    }
+
+    #[test]
     fn the_limiter_spaces_starts_by_the_period_with_a_burst_of_one() {
         let clock = Arc::new(ManualClock::new(
             chrono::Utc.timestamp_opt(1_700_000_000, 0).unwrap(),

@@ -879,3 +879,91 @@ fn drain_at_shutdown(shared: &Shared) {
         tracing::error!(error = %e, "delivery pool: cannot hand running tasks back; the next start will");
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn job(endpoint_id: i64, task_id: i64, cap: usize) -> Job {
+        let target = Target {
+            endpoint_id,
+            url: "http://127.0.0.1:9/".into(),
+            method: "POST".into(),
+            headers: Vec::new(),
+            secret: None,
+            previous_secret: None,
+            timeout: Duration::from_secs(1),
+            policy: crate::retry::RetryPolicy::DEFAULT,
+        };
+        Job {
+            task: Claimed {
+                id: task_id,
+                endpoint_id,
+                schedule_id: None,
+                event_id: None,
+                event_name: None,
+                payload: "{}".into(),
+                attempt: 1,
+                max_attempts: 1,
+            },
+            claimed_at: 0,
+            target: Arc::new(target),
+            cap,
+            reply: None,
+        }
+    }
+
+    fn take(queue: &mut JobQueue) -> Option<(i64, i64)> {
+        queue.take().map(|j| (j.target.endpoint_id, j.task.id))
+    }
+
+    #[test]
+    fn lanes_take_turns_within_their_caps() {
+        let mut queue = JobQueue::default();
+        for (endpoint, task) in [(1, 10), (1, 11), (1, 12), (2, 20), (2, 21)] {
+            queue.push(job(endpoint, task, 2));
+        }
+        assert_eq!((queue.sendable, queue.queued), (4, 5));
+        assert_eq!(take(&mut queue), Some((1, 10)));
+        assert_eq!(take(&mut queue), Some((2, 20)));
+        assert_eq!(take(&mut queue), Some((1, 11)));
+        assert_eq!(take(&mut queue), Some((2, 21)));
+        assert_eq!(
+            take(&mut queue),
+            None,
+            "endpoint 1 has its 2 sends under way"
+        );
+        assert_eq!((queue.sendable, queue.queued), (0, 1));
+        queue.sent(2);
+        assert_eq!(take(&mut queue), None, "endpoint 2 has nothing left");
+        queue.sent(1);
+        assert_eq!(queue.sendable, 1);
+        assert_eq!(take(&mut queue), Some((1, 12)));
+        let mut test = job(1, 13, 2);
+        test.reply = Some(std::sync::mpsc::channel().0);
+        queue.push(job(1, 14, 2));
+        queue.push(test);
+        queue.sent(1);
+        assert_eq!(
+            take(&mut queue),
+            Some((1, 13)),
+            "a test delivery goes first in its lane"
+        );
+    }
+
+    #[test]
+    fn senders_are_woken_before_new_ones_start_and_never_beyond_the_bound() {
+        let cond = Condvar::new();
+        let mut queue = JobQueue::default();
+        for task in 0..6 {
+            queue.push(job(task, task, 1));
+        }
+        queue.idle = 2;
+        assert_eq!(queue.senders_wanted(5, &cond), 4, "2 woken, 4 started");
+        assert_eq!(queue.coming, 6);
+        assert_eq!(queue.senders_wanted(5, &cond), 0, "all on their way");
+        queue.coming = 0;
+        queue.idle = 0;
+        assert_eq!(queue.senders_wanted(5, &cond), 1, "the bound of 5 senders");
+    }
+}
