@@ -97,7 +97,7 @@ pub struct ServeArgs {
     pub workers: usize,
     /// Most deliveries in flight at once over all apps; each send under way has its own small
     /// thread, so a receiver that never answers holds one socket, not the pool.
-    #[arg(long, env = "WEBHOOKD_MAX_IN_FLIGHT", default_value_t = 1024)]
+    #[arg(long, env = "WEBHOOKD_MAX_IN_FLIGHT", default_value_t = 2048)]
     pub max_in_flight: usize,
     /// Deliveries one app may have in flight; beyond it, as many again as a reserve from which
     /// each endpoint with nothing in flight may start one (so one app holds at most twice

@@ -72,7 +72,7 @@ impl Config {
             max_skew_secs: 300,
             max_body_bytes: 1024 * 1024,
             workers: 16,
-            max_in_flight: 1024,
+            max_in_flight: 2048,
             app_max_in_flight: 0,
             endpoint_max_in_flight: 0,
             misfire_grace_secs: 3600,

@@ -6,8 +6,8 @@
 //! limits allow:
 //! - **in flight**: at most `max_in_flight` of its tasks claimed and not yet recorded (the
 //!   endpoint's own value); under the server's default cap (a quarter of `--workers`) at most
-//!   that many sends at once, which the senders enforce, and as many claimed behind them so one
-//!   busy endpoint is not held to one batch per round;
+//!   that many sends at once, which the senders enforce, and three times as many claimed behind
+//!   them so one busy endpoint is not held to one batch per round;
 //! - **app share**: an app may have `--app-max-in-flight` tasks claimed (a quarter of
 //!   `--max-in-flight` by default). Beyond that comes its reserve, as large again: an endpoint
 //!   of it with nothing in flight may still start one, so endpoints that never answer cannot
@@ -80,8 +80,9 @@ pub struct Gate {
 }
 
 /// How many tasks an endpoint under the default cap may have claimed, per send it may have
-/// under way: one waiting behind each send, taken by the sender as soon as it is free.
-const DEFAULT_QUEUE_FACTOR: usize = 2;
+/// under way: three waiting behind each send, taken by a sender as soon as one is free (a
+/// smaller queue cost a third of one busy endpoint's throughput: it waits for more rounds).
+const DEFAULT_QUEUE_FACTOR: usize = 4;
 
 /// Idle endpoint state (nothing in flight, no claim this long) is dropped; a rate limit's slot
 /// is never longer than 100 s (0.01/s), so nothing is lost by forgetting it.

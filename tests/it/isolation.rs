@@ -79,8 +79,8 @@ fn server() -> TestServer {
     })
 }
 
-/// `n` endpoints of `c`'s app at the hanging listener, each given enough tasks to stay at its
-/// cap (4 sends and 4 claimed behind them) with more pending. Returns how many sends they hold
+/// `n` endpoints of `c`'s app at the hanging listener, each given enough tasks to fill its
+/// cap of 4 sends, the rest claimed behind them. Returns how many sends they hold
 /// once all started.
 fn hang(c: &Client, hanging: &Hanging, n: usize) -> usize {
     for _ in 0..n {
