@@ -246,6 +246,22 @@ mod tests {
     }
 
     #[test]
+    fn in_flight_bounds_name_their_flags() {
+        let mut config = Config::new("x.sqlite");
+        assert_eq!(config.app_share(), 512, "a quarter of 2048");
+        config.max_in_flight = 15;
+        let e = config.validate().unwrap_err();
+        assert!(e.contains("--max-in-flight") && e.contains("(16)"), "{e}");
+        config.max_in_flight = 64;
+        config.app_max_in_flight = 65;
+        let e = config.validate().unwrap_err();
+        assert!(e.contains("--app-max-in-flight"), "{e}");
+        config.app_max_in_flight = 64;
+        assert!(config.validate().is_ok());
+        assert_eq!(config.app_share(), 64);
+    }
+
+    #[test]
     fn cidr_contains() {
         let link_local: Cidr = "169.254.0.0/16".parse().unwrap();
         assert!(link_local.contains("169.254.169.254".parse().unwrap()));
