@@ -16,6 +16,6 @@ if ! "$VENV/bin/python" -c "import playwright.sync_api" 2>/dev/null; then
   PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD=1 "$VENV/bin/pip" install -q playwright
 fi
 echo "== dashboard browser test"
-if command -v node >/dev/null; then node tests/browser/vectors.mjs; fi
+if command -v node >/dev/null; then node tests/browser/vectors.mjs && node tests/browser/words.mjs; fi
 CI=true WEBHOOKD_BROWSER_PYTHON="$VENV/bin/python" CHROMIUM="$(command -v chromium)" \
   cargo test --test it dashboard -- --nocapture

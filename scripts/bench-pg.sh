@@ -20,7 +20,11 @@
 # Usage: scripts/bench-pg.sh [OUT_DIR]
 # Env: CONFIGS="sqlite pg1 pg3", SCENARIOS="publish1 publish10 api schedules",
 #      EVENTS1 (fan-out 1 events, default 20000), EVENTS10 (default 5000), API_SECS (10),
-#      SCHEDULES (10000), SYNC (on), WORKERS (webhookd's default when unset).
+#      SCHEDULES (10000), SYNC (on), WORKERS (webhookd's default when unset),
+#      ROUNDTRIPS=1 (PostgreSQL configs through scripts/pg-roundtrips.py, which counts the
+#      round trips; slower, so its rates are not comparable).
+# Counts per run (docs/scaling.md): WAL bytes (pg_current_wal_lsn before and after), statements
+# (pg_stat_statements), transactions and peak connections of the run's database (sampled).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # 24-hour times in the samples, whatever the locale.
@@ -87,10 +91,26 @@ jit = off
 fsync = on
 full_page_writes = on
 synchronous_commit = $SYNC
+shared_preload_libraries = 'pg_stat_statements'
+pg_stat_statements.track = all
+pg_stat_statements.max = 10000
 EOF
 "${RUN[@]}" "$PGBIN/pg_ctl" -D "$PGDIR/data" -l "$PGDIR/server.log" -w -t 60 start >/dev/null
 "${RUN[@]}" "$PGBIN/psql" -h "$PGDIR" -p "$PORT" -U webhookd -d postgres -qc 'CREATE DATABASE bench'
+"${RUN[@]}" "$PGBIN/psql" -h "$PGDIR" -p "$PORT" -U webhookd -d bench -qc 'CREATE EXTENSION pg_stat_statements'
 URL="postgres://webhookd:$PASSWORD@127.0.0.1:$PORT/bench"
+# One line of SQL on the bench server's socket, unaligned.
+q() { "${RUN[@]}" "$PGBIN/psql" -h "$PGDIR" -p "$PORT" -U webhookd -d bench -AtXqc "$1"; }
+# The run's own database is the one the harness makes: bench_b<pid>_<n>.
+RUN_DB="datname LIKE 'bench\_b%'"
+if [ "${ROUNDTRIPS:-0}" = 1 ]; then
+    PROXY_PORT=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+    python3 scripts/pg-roundtrips.py "$PROXY_PORT" "$PORT" "$OUT/roundtrips.json" &
+    PROXY_PID=$!
+    trap 'kill $PROXY_PID 2>/dev/null || true; cleanup' EXIT
+    sleep 1
+    URL="postgres://webhookd:$PASSWORD@127.0.0.1:$PROXY_PORT/bench?sslmode=disable"
+fi
 PGPID=$(head -1 "$PGDIR/data/postmaster.pid")
 echo "== PostgreSQL $("$PGBIN/postgres" --version | awk '{print $3}') on port $PORT: fsync=on, synchronous_commit=$SYNC" >&2
 
@@ -129,10 +149,35 @@ for config in $CONFIGS; do
         # Whose samples count: the harness, its nodes, and this server's processes (other
         # programs on the machine may run webhookd or PostgreSQL too).
         echo "$pid_bench $PGPID" >"$OUT/$name.pids"
+        wal0=$(q "SELECT pg_current_wal_lsn()")
+        q "SELECT pg_stat_statements_reset()" >/dev/null
+        trips0=$(cat "$OUT/roundtrips.json" 2>/dev/null || echo '{}')
+        peak=0 xacts=0
         while kill -0 "$pid_bench" 2>/dev/null; do
             ps -o pid= --ppid "$pid_bench" --ppid "$PGPID" >>"$OUT/$name.pids" || true
+            if [ "$config" != sqlite ]; then
+                conns=$(q "SELECT count(*) FROM pg_stat_activity WHERE $RUN_DB") || conns=0
+                [ "$conns" -gt "$peak" ] && peak=$conns
+                x=$(q "SELECT coalesce(sum(xact_commit + xact_rollback), 0) FROM pg_stat_database WHERE $RUN_DB") || x=0
+                [ "$x" -gt 0 ] && xacts=$x
+            fi
             sleep 0.5
         done
+        if [ "$config" != sqlite ]; then
+            wal=$(q "SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), '$wal0')::bigint")
+            others="dbid NOT IN (SELECT oid FROM pg_database WHERE datname IN ('bench', 'postgres'))"
+            stmts=$(q "SELECT coalesce(sum(calls), 0) FROM pg_stat_statements WHERE $others AND query NOT IN ('BEGIN', 'START TRANSACTION', 'COMMIT', 'ROLLBACK')")
+            utility=$(q "SELECT coalesce(sum(calls), 0) FROM pg_stat_statements WHERE $others AND query IN ('BEGIN', 'START TRANSACTION', 'COMMIT', 'ROLLBACK')")
+            q "SELECT calls, rows, left(regexp_replace(query, '\s+', ' ', 'g'), 160) FROM pg_stat_statements WHERE $others ORDER BY calls DESC LIMIT 40" >"$OUT/$name.statements"
+            trips1=$(cat "$OUT/roundtrips.json" 2>/dev/null || echo '{}')
+            jq -n --argjson wal "$wal" --argjson stmts "$stmts" --argjson utility "$utility" \
+                --argjson xacts "$xacts" --argjson peak "$peak" --argjson t0 "$trips0" --argjson t1 "$trips1" \
+                '{wal_bytes: $wal, statements: $stmts, begin_commit: $utility, transactions: $xacts,
+                  peak_connections: $peak,
+                  round_trips: (if $t1.query then ($t1.query + $t1.parse + $t1.execute) - (($t0.query // 0) + ($t0.parse // 0) + ($t0.execute // 0)) else null end),
+                  connections_opened: (if $t1.connections then $t1.connections - ($t0.connections // 0) else null end)}' \
+                >"$OUT/$name.counts"
+        fi
         if ! wait "$pid_bench"; then
             echo "bench-pg: $name failed:" >&2
             tail -5 "$OUT/$name.log" | sed "s/$PASSWORD/***/g" >&2
@@ -219,5 +264,26 @@ for scenario in scenarios:
         errs = [k for k in r if k.endswith("errors") and r[k]]
         print(f"| {config} | " + " | ".join(vals) + f" | {c} ({n} s) | {busy:.0f} | "
               + (", ".join(f"{k}={r[k]}" for k in errs) + " " if errs else "") + notes + " |")
+print("\n### per delivery (counts do not depend on load; CPU-ms do)\n")
+print("| run | deliveries | WAL bytes | statements | BEGIN+COMMIT | transactions | round trips | CPU-ms webhookd / postgres | peak connections |")
+print("|---|---|---|---|---|---|---|---|---|")
+for config in configs:
+    for scenario in scenarios:
+        name = f"{config}-{scenario}"
+        try:
+            counts = json.load(open(os.path.join(out, name + ".counts")))
+            r = [json.loads(l) for l in open(os.path.join(out, name + ".json")) if l.strip()][-1]
+        except (FileNotFoundError, IndexError, ValueError):
+            continue
+        # Both phases: full rate, then half rate, paced.
+        n = (r.get("deliveries_received") or 0) + (r.get("half_deliveries_received") or 0)
+        if not n:
+            continue
+        per = lambda v: "—" if v is None else f"{v / n:.2f}"
+        secs, _, _ = cpu(name)
+        print(f"| {name} | {n:,.0f} | {per(counts['wal_bytes'])} | {per(counts['statements'])} | "
+              f"{per(counts['begin_commit'])} | {per(counts['transactions'])} | {per(counts['round_trips'])} | "
+              f"{secs.get('webhookd', 0) * 1000 / n:.2f} / {secs.get('postgres', 0) * 1000 / n:.2f} | "
+              f"{counts['peak_connections']} |")
 PY
 echo "(raw JSON, logs and samples in $OUT)" >&2

@@ -12,6 +12,17 @@ pub struct Config {
     pub max_skew_secs: u64,
     /// Larger request bodies get 413.
     pub max_body_bytes: usize,
+    /// A request body must arrive whole within this (else 408 and the connection closes).
+    pub body_timeout: Duration,
+    /// After its first seconds, a request body must arrive at least this fast on average, in
+    /// bytes a second (else 408); 0 means only `body_timeout` applies.
+    pub body_min_rate: u64,
+    /// Most connections served at once; 0 means derived from the file-descriptor limit
+    /// (`connections::Caps::derive`).
+    pub max_connections: usize,
+    /// Most connections served at once from one peer address; 0 means a quarter of
+    /// `max_connections` (at least 8).
+    pub max_connections_per_peer: usize,
     /// Delivery senders kept ready while idle; more are started on demand, up to
     /// `max_in_flight`. A quarter of it is the default per-endpoint cap.
     pub workers: usize,
@@ -53,11 +64,33 @@ pub struct Config {
     /// checkpoint): once half of it is written, a checkpoint briefly holds the writers and the
     /// WAL is rewound (PASSIVE checkpoints alone cannot bound it under steady load).
     pub wal_limit_bytes: u64,
+    /// SQLite `synchronous`: `Full` (the default) fsyncs the WAL at every commit, so a 200 means
+    /// the write is on disk; `Normal` (`--sqlite-sync normal`) may lose the last commits on a
+    /// power loss or a file system error, for cheaper commits (docs/operations.md, "Storage
+    /// and durability").
+    pub sqlite_sync: SqliteSync,
+    /// Scheduled backups (`--backup-dir`, `--backup-every`, `--backup-keep`); `None`: off.
+    pub backup: Option<crate::backup::BackupConfig>,
     /// PostgreSQL: the cap on the scheduler's and delivery pool's idle sleep while no LISTEN
-    /// connection brings other nodes' changes (`store::postgres::listen::IdleCap`).
+    /// connection brings other nodes' changes (`store::IdleCap`).
     pub pg_poll: Duration,
     /// PostgreSQL: never LISTEN; always poll every `pg_poll`.
     pub pg_poll_only: bool,
+    /// PostgreSQL: pool size, statement time-out (`--pg-pool-size`, `--pg-statement-timeout-ms`).
+    pub pg: crate::store::postgres::PgSettings,
+}
+
+/// `--sqlite-sync`: when a SQLite commit is made durable.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+pub enum SqliteSync {
+    /// A write returns once its commit is fsynced: an acknowledged write survives a power loss
+    /// or a file system error (`synchronous=FULL`'s promise). Commits queued behind one fsync
+    /// share the next (group commit); BENCHMARKS.md has the cost.
+    #[default]
+    Full,
+    /// The WAL is fsynced only at checkpoints: a crash of the process loses nothing, a power
+    /// loss or a file system error may lose the last commits (never corrupts the file).
+    Normal,
 }
 
 /// `--wal-limit-mb`'s default, 64 MiB.
@@ -71,6 +104,10 @@ impl Config {
             listen: SocketAddr::from(([127, 0, 0, 1], 8080)),
             max_skew_secs: 300,
             max_body_bytes: 1024 * 1024,
+            body_timeout: Duration::from_secs(30),
+            body_min_rate: 1024,
+            max_connections: 0,
+            max_connections_per_peer: 0,
             workers: 16,
             max_in_flight: 2048,
             app_max_in_flight: 0,
@@ -85,9 +122,12 @@ impl Config {
             disable_failing_after_hours: 120.0,
             max_idle: Duration::from_secs(60),
             wal_limit_bytes: DEFAULT_WAL_LIMIT_BYTES,
+            sqlite_sync: SqliteSync::Full,
+            backup: None,
             bulk_retry_max: 100_000,
             pg_poll: Duration::from_millis(1000),
             pg_poll_only: false,
+            pg: crate::store::postgres::PgSettings::default(),
         }
     }
 
@@ -136,6 +176,15 @@ impl Config {
                 "--max-body-bytes (env WEBHOOKD_MAX_BODY_BYTES) must be at least 1024".into(),
             );
         }
+        if !(Duration::from_millis(100)..=Duration::from_secs(3600)).contains(&self.body_timeout) {
+            return Err(
+                "--body-timeout-secs (env WEBHOOKD_BODY_TIMEOUT_SECS) must be between 1 and 3600"
+                    .into(),
+            );
+        }
+        if self.max_connections > 1_000_000 || self.max_connections_per_peer > 1_000_000 {
+            return Err("--max-connections and --max-connections-per-peer (env WEBHOOKD_MAX_CONNECTIONS, WEBHOOKD_MAX_CONNECTIONS_PER_PEER) must be at most 1000000 (0: derived from the file-descriptor limit)".into());
+        }
         if self.wal_limit_bytes < 1024 * 1024 {
             return Err("--wal-limit-mb must be at least 1".into());
         }
@@ -146,6 +195,19 @@ impl Config {
             return Err(
                 "--pg-poll-ms (env WEBHOOKD_PG_POLL_MS) must be between 10 and 3600000".into(),
             );
+        }
+        if let Some(backup) = &self.backup {
+            if crate::store::postgres::is_url(&self.db) {
+                return Err("--backup-dir (env WEBHOOKD_BACKUP_DIR) copies SQLite databases only; back up PostgreSQL with pg_dump (e.g. pg_dump --format=custom --file webhookd.dump <url>) or with point-in-time recovery (continuous WAL archiving)".into());
+            }
+            if backup.keep == 0 {
+                return Err("--backup-keep (env WEBHOOKD_BACKUP_KEEP) must be at least 1".into());
+            }
+            if backup.every < crate::backup::MIN_EVERY {
+                return Err(
+                    "--backup-every (env WEBHOOKD_BACKUP_EVERY) must be at least 10s".into(),
+                );
+            }
         }
         let hours = self.disable_failing_after_hours;
         if !hours.is_finite() || !(0.0..=1_000_000.0).contains(&hours) {

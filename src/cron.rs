@@ -373,9 +373,13 @@ fn parse_timezone(timezone: &str) -> Result<Tz, String> {
             "timezone: must not be empty (an IANA name such as 'Europe/Berlin' or 'UTC')".into(),
         );
     }
-    timezone
-        .parse::<Tz>()
-        .map_err(|_| format!("timezone: unknown time zone '{}'", clip(timezone)))
+    timezone.parse::<Tz>().map_err(|_| {
+        let unknown = format!("timezone: unknown time zone '{}'", clip(timezone));
+        match crate::suggest::time_zone(timezone) {
+            Some(meant) => format!("{unknown}; did you mean '{meant}'?"),
+            None => format!("{unknown} (an IANA name such as 'Europe/Berlin' or 'UTC')"),
+        }
+    })
 }
 
 /// Expands a shorthand and splits the expression into its five fields (upper-cased).
@@ -1230,7 +1234,17 @@ mod tests {
             (
                 "0 0 * * *",
                 "europe/berlin",
-                "timezone: unknown time zone 'europe/berlin'",
+                "timezone: unknown time zone 'europe/berlin'; did you mean 'Europe/Berlin'?",
+            ),
+            (
+                "0 0 * * *",
+                "Berlin",
+                "timezone: unknown time zone 'Berlin'; did you mean 'Europe/Berlin'?",
+            ),
+            (
+                "0 0 * * *",
+                "Europe/Berln",
+                "timezone: unknown time zone 'Europe/Berln'; did you mean 'Europe/Berlin'?",
             ),
             (
                 "0 0 * * *",

@@ -72,6 +72,18 @@ impl ApiError {
         )
     }
 
+    /// 40102 too: the key exists but its `expires_at` has passed.
+    pub fn auth_expired_key(expired_at: i64) -> Self {
+        Self::new(
+            StatusCode::UNAUTHORIZED,
+            40102,
+            format!(
+                "X-Key-ID: this API key expired at {}; make a new one",
+                crate::clock::rfc3339(expired_at)
+            ),
+        )
+    }
+
     pub fn auth_bad_signature() -> Self {
         Self::new(
             StatusCode::UNAUTHORIZED,
@@ -90,6 +102,11 @@ impl ApiError {
             40105,
             "X-Signature: this signature was already used; sign each request anew",
         )
+    }
+
+    /// 40301: the request is outside its key's scope (docs/design.md §17).
+    pub fn forbidden(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::FORBIDDEN, 40301, message)
     }
 
     /// 40401: no such route, or no such record in the caller's app.
@@ -116,6 +133,12 @@ impl ApiError {
             41301,
             format!("request body is larger than the limit of {limit} bytes"),
         )
+    }
+
+    /// 40801: the request body did not arrive in time (`--body-timeout-secs`,
+    /// `--body-min-rate`); the connection closes.
+    pub fn body_timeout(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::REQUEST_TIMEOUT, 40801, message)
     }
 
     /// 42901: the key sent more requests than `--rate-limit` allows.
@@ -151,6 +174,15 @@ impl ApiError {
     /// the file deleted or replaced while running, I/O errors); the message says which.
     pub fn unwritable(message: impl Into<String>) -> Self {
         Self::new(StatusCode::SERVICE_UNAVAILABLE, 50302, message)
+    }
+
+    /// 50303: too many connections (overall or from the caller's address); retry later.
+    pub fn too_many_connections(why: &str) -> Self {
+        Self::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            50303,
+            format!("too many connections: {why}; retry later, or reuse one connection"),
+        )
     }
 
     /// 50001: logs the detail, answers nothing secret.

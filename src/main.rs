@@ -5,8 +5,8 @@ use clap::{CommandFactory, FromArgMatches};
 use std::path::Path;
 use std::process::ExitCode;
 use std::sync::Arc;
-use webhookd::cli::{ApiArgs, Cli, Command, KeysCommand, MigrateArgs, ServeArgs};
-use webhookd::clock::{Clock, SystemClock};
+use webhookd::cli::{ApiArgs, Cli, Command, KeysCommand, MigrateArgs, ReceiveArgs, ServeArgs};
+use webhookd::clock::{Clock, SystemClock, rfc3339};
 use webhookd::config::{Cidr, Config};
 use webhookd::store;
 
@@ -24,7 +24,7 @@ impl std::error::Error for UsageError {}
 
 fn main() -> ExitCode {
     let cli = parse_cli();
-    init_logs(cli.log_format);
+    init_logs(cli.log_format, cli.log_level);
     let json_logs = cli.log_format == webhookd::cli::LogFormat::Json;
     match try_main(cli) {
         Ok(code) => code,
@@ -77,13 +77,14 @@ fn env_of(command: &clap::Command, flag: &str) -> Option<String> {
         .or_else(|| command.get_subcommands().find_map(|sub| env_of(sub, flag)))
 }
 
-/// Log lines go to stderr, filtered by `WEBHOOKD_LOG` (default `info`). Text lines carry colour
-/// codes only when stderr is a terminal (and `NO_COLOR` is unset); JSON lines are one object
-/// each, with the event's fields flattened next to `timestamp`, `level` and `message`.
-fn init_logs(format: webhookd::cli::LogFormat) {
+/// Log lines go to stderr, filtered by `WEBHOOKD_LOG` (a filter in `RUST_LOG`'s syntax) when it
+/// is set, else by `--log-level`. Text lines carry colour codes only when stderr is a terminal
+/// (and `NO_COLOR` is unset); JSON lines are one object each, with the event's fields
+/// flattened next to `timestamp`, `level` and `message`.
+fn init_logs(format: webhookd::cli::LogFormat, level: webhookd::cli::LogLevel) {
     use std::io::IsTerminal;
     let filter = tracing_subscriber::EnvFilter::try_from_env("WEBHOOKD_LOG")
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(level.directive()));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr);
@@ -100,14 +101,24 @@ fn init_logs(format: webhookd::cli::LogFormat) {
 }
 
 fn try_main(cli: Cli) -> anyhow::Result<ExitCode> {
+    let json_logs = cli.log_format == webhookd::cli::LogFormat::Json;
     match cli.command {
-        Command::Serve(args) => serve(args).map(|()| ExitCode::SUCCESS),
+        Command::Serve(args) => serve(args, json_logs).map(|()| ExitCode::SUCCESS),
         Command::Keys(command) => keys(command).map(|()| ExitCode::SUCCESS),
         Command::Api(args) => api(args),
         Command::Healthcheck { url } => healthcheck(&url).map(|()| ExitCode::SUCCESS),
         Command::Backup { db, out } => backup(&db, &out).map(|()| ExitCode::SUCCESS),
         Command::Migrate(args) => migrate(args).map(|()| ExitCode::SUCCESS),
+        Command::Receive(args) => receive(args).map(|()| ExitCode::SUCCESS),
     }
+}
+
+fn receive(args: ReceiveArgs) -> anyhow::Result<()> {
+    webhookd::receive::run(webhookd::receive::ReceiveOptions {
+        listen: std::net::SocketAddr::new(args.host, args.port),
+        secret: args.secret,
+        tolerance_secs: i64::from(args.tolerance_secs),
+    })
 }
 
 fn config_from(args: ServeArgs) -> anyhow::Result<Config> {
@@ -115,6 +126,10 @@ fn config_from(args: ServeArgs) -> anyhow::Result<Config> {
     config.listen = args.listen;
     config.max_skew_secs = args.max_skew_secs;
     config.max_body_bytes = args.max_body_bytes;
+    config.body_timeout = std::time::Duration::from_secs(args.body_timeout_secs);
+    config.body_min_rate = args.body_min_rate;
+    config.max_connections = args.max_connections;
+    config.max_connections_per_peer = args.max_connections_per_peer;
     config.workers = args.workers;
     config.max_in_flight = args.max_in_flight;
     config.app_max_in_flight = args.app_max_in_flight;
@@ -127,8 +142,20 @@ fn config_from(args: ServeArgs) -> anyhow::Result<Config> {
     config.rate_limit_per_sec = args.rate_limit;
     config.disable_failing_after_hours = args.disable_failing_after_hours;
     config.wal_limit_bytes = args.wal_limit_mb.saturating_mul(1024 * 1024);
+    config.sqlite_sync = args.sqlite_sync;
+    config.backup = args.backup_dir.map(|dir| webhookd::backup::BackupConfig {
+        dir,
+        every: args.backup_every,
+        keep: args.backup_keep,
+    });
     config.pg_poll = std::time::Duration::from_millis(args.pg_poll_ms);
     config.pg_poll_only = args.pg_poll_only;
+    config.pg = webhookd::store::postgres::PgSettings {
+        pool_size: args.pg_pool_size,
+        statement_timeout: (args.pg_statement_timeout_ms > 0)
+            .then(|| std::time::Duration::from_millis(args.pg_statement_timeout_ms)),
+        pgbouncer: args.pg_poll_only,
+    };
     config.allow_targets = args
         .allow_targets
         .iter()
@@ -142,7 +169,7 @@ fn config_from(args: ServeArgs) -> anyhow::Result<Config> {
 
 /// Starts the server. The listener is bound before the database is opened and the first-start
 /// key made: a start that fails (port taken, bad file) creates and prints no key.
-fn serve(args: ServeArgs) -> anyhow::Result<()> {
+fn serve(args: ServeArgs, json_logs: bool) -> anyhow::Result<()> {
     let config = config_from(args)?;
     let clock = Arc::new(SystemClock);
     let listener = std::net::TcpListener::bind(config.listen).map_err(|e| {
@@ -163,10 +190,26 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
             } else {
                 config.db.clone()
             };
-            eprintln!(
-                "webhookd: first start — created API key for app 'default':\n  key id: {}\n  secret: {}\nIt is shown only this once. Make more with: webhookd keys create --db {db} --app APP --name NAME",
-                key.key_id, key.secret
-            );
+            let more = format!("webhookd keys create --db {db} --app APP --name NAME");
+            if json_logs {
+                // One line of the JSON log stream, written whatever the log level: the secret
+                // is shown only this once.
+                let line = serde_json::json!({
+                    "timestamp": chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Micros, true),
+                    "level": "WARN",
+                    "message": "first start: created an API key for app 'default'; its secret is shown only this once",
+                    "key_id": key.key_id,
+                    "secret": key.secret,
+                    "app_id": key.app_id,
+                    "more_keys": more,
+                });
+                eprintln!("{line}");
+            } else {
+                eprintln!(
+                    "webhookd: first start — created API key for app 'default':\n  key id: {}\n  secret: {}\nIt is shown only this once. Make more with: {more}",
+                    key.key_id, key.secret
+                );
+            }
         }
     }
     let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -235,6 +278,8 @@ fn keys(command: KeysCommand) -> anyhow::Result<()> {
             db,
             app,
             name,
+            scope,
+            expires_in,
             json,
         } => {
             if app.trim().is_empty() || app.len() > 200 {
@@ -250,7 +295,11 @@ fn keys(command: KeysCommand) -> anyhow::Result<()> {
                 .into());
             }
             let store = open_for_keys(&db, true)?;
-            let key = store.write(|tx| tx.create_key(&app, &name, SystemClock.now_ms()))?;
+            let now_ms = SystemClock.now_ms();
+            let expires_at = expires_in
+                .map(|d| now_ms.saturating_add(i64::try_from(d.as_millis()).unwrap_or(i64::MAX)));
+            let key =
+                store.write(|tx| tx.create_scoped_key(&app, &name, scope, expires_at, now_ms))?;
             if json {
                 println!("{}", serde_json::to_string(&key)?);
             } else {
@@ -264,21 +313,47 @@ fn keys(command: KeysCommand) -> anyhow::Result<()> {
             let store = open_for_keys(&db, false)?;
             let keys = store.read(|tx| tx.list_keys())?;
             let text = if json {
-                serde_json::to_string(&keys)?
-            } else {
-                keys.iter()
+                // The key records of the API, plus `key_id` and `revoked` as this list showed
+                // them before keys had scopes.
+                let shown = keys
+                    .iter()
                     .map(|k| {
-                        let state = if k.revoked { "revoked" } else { "active" };
-                        format!(
-                            "{}\t{}\t{}\t{}\t{}",
-                            k.key_id, k.app_id, k.name, k.created_at, state
-                        )
+                        let mut v = serde_json::to_value(k)?;
+                        v["key_id"] = k.id.clone().into();
+                        v["revoked"] = k.revoked_at.is_some().into();
+                        Ok(v)
                     })
+                    .collect::<serde_json::Result<Vec<_>>>()?;
+                serde_json::to_string(&shown)?
+            } else if keys.is_empty() {
+                String::new()
+            } else {
+                std::iter::once("KEY ID\tAPP\tNAME\tSCOPE\tCREATED\tEXPIRES\tSTATE".to_string())
+                    .chain(keys.iter().map(|k| {
+                        let state = match (k.revoked_at, k.expires_at) {
+                            (Some(_), _) => "revoked",
+                            (None, Some(t)) if t <= SystemClock.now_ms() => "expired",
+                            _ => "active",
+                        };
+                        let expires = k.expires_at.map_or("never".into(), rfc3339);
+                        format!(
+                            "{}\t{}\t{}\t{}\t{}\t{}\t{}",
+                            k.id,
+                            k.app_id,
+                            k.name,
+                            k.scope.as_str(),
+                            rfc3339(k.created_at),
+                            expires,
+                            state
+                        )
+                    }))
                     .collect::<Vec<_>>()
                     .join("\n")
             };
             if !text.is_empty() {
                 print_out(&text)?;
+            } else if !json {
+                eprintln!("no keys yet (create one with `webhookd keys create`)");
             }
         }
         KeysCommand::Revoke { db, key_id } => {

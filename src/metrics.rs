@@ -59,6 +59,11 @@ pub struct Metrics {
     /// How late (ms) the scheduler fired its last due schedule; set by the scheduler, -1 until
     /// it has fired anything (the gauge is left out until then).
     pub scheduler_lag_ms: AtomicI64,
+    /// Unix time (s) of the newest good scheduled backup: -1 while backups are off (the metrics
+    /// are left out), 0 until the first one.
+    backup_last_success: AtomicI64,
+    /// Scheduled backups that failed.
+    backup_failures: Counter,
 }
 
 impl Default for Metrics {
@@ -73,6 +78,8 @@ impl Default for Metrics {
             endpoint_deliveries: Family::default(),
             latency: Histogram::new(LATENCY_BUCKETS_MS.iter().map(|ms| *ms as f64 / 1000.0)),
             scheduler_lag_ms: AtomicI64::new(-1),
+            backup_last_success: AtomicI64::new(-1),
+            backup_failures: Counter::default(),
         }
     }
 }
@@ -106,6 +113,32 @@ impl Metrics {
             ])
             .inc();
         self.latency.observe(duration_ms as f64 / 1000.0);
+    }
+
+    /// Scheduled backups are on: their metrics are shown from now on.
+    pub fn backups_enabled(&self) {
+        let _ =
+            self.backup_last_success
+                .compare_exchange(-1, 0, Ordering::Relaxed, Ordering::Relaxed);
+    }
+
+    /// A good backup was made at `unix_secs`.
+    pub fn backup_succeeded(&self, unix_secs: i64) {
+        self.backup_last_success.store(unix_secs, Ordering::Relaxed);
+    }
+
+    /// A scheduled backup failed.
+    pub fn backup_failed(&self) {
+        self.backup_failures.inc();
+    }
+
+    /// `None` while backups are off; `Some(None)` before the first good one; else its Unix time.
+    pub fn last_backup(&self) -> Option<Option<i64>> {
+        match self.backup_last_success.load(Ordering::Relaxed) {
+            -1 => None,
+            0 => Some(None),
+            at => Some(Some(at)),
+        }
     }
 
     /// The OpenMetrics text, with the task counts by status read by the caller.
@@ -147,6 +180,20 @@ impl Metrics {
                 "How late the last schedule firing was",
                 prometheus_client::registry::Unit::Seconds,
                 gauge,
+            );
+        }
+        if let Some(last) = self.last_backup() {
+            let gauge = Gauge::<i64>::default();
+            gauge.set(last.unwrap_or(0));
+            registry.register(
+                "webhookd_backup_last_success_timestamp_seconds",
+                "Unix time of the newest good scheduled backup (0: none yet)",
+                gauge,
+            );
+            registry.register(
+                "webhookd_backup_failures",
+                "Scheduled backups that failed",
+                self.backup_failures.clone(),
             );
         }
         let build = Family::<Labels, Gauge>::default();
@@ -219,6 +266,23 @@ mod tests {
         assert!(text.contains("process_resident_memory_bytes "));
         assert!(text.ends_with("# EOF\n"));
         assert!(!text.contains("scheduler_lag"));
+        assert!(!text.contains("webhookd_backup"));
+        m.backups_enabled();
+        let text = m.render(&[]);
+        assert!(
+            text.contains("webhookd_backup_last_success_timestamp_seconds 0\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("webhookd_backup_failures_total 0\n"),
+            "{text}"
+        );
+        m.backup_succeeded(1_764_000_000);
+        m.backup_failed();
+        m.backups_enabled();
+        let text = m.render(&[]);
+        assert!(text.contains("webhookd_backup_last_success_timestamp_seconds 1764000000\n"));
+        assert!(text.contains("webhookd_backup_failures_total 1\n"));
         m.scheduler_lag_ms.store(1500, Ordering::Relaxed);
         assert!(
             m.render(&[])

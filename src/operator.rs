@@ -114,15 +114,8 @@ pub fn publish(
     event: &OperatorEvent,
     now_ms: i64,
 ) -> Result<(i64, usize), StoreError> {
-    let name = event.name();
-    let targets: Vec<_> = tx
-        .list_enabled_targets(app_id)?
-        .into_iter()
-        .filter(|t| crate::filter::matches_prefixed(t.filter_events.as_deref(), PREFIX, name))
-        .collect();
     let payload = event.payload().to_string();
-    let id = tx.insert_event_with_tasks(app_id, name, None, &payload, &targets, now_ms)?;
-    Ok((id, targets.len()))
+    crate::fanout::operator_event(tx, app_id, PREFIX, event.name(), &payload, now_ms)
 }
 
 #[cfg(test)]

@@ -3,35 +3,15 @@
 
 use chrono::{DateTime, NaiveDateTime, Utc};
 
-/// How the delay grows from one failed attempt to the next.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Backoff {
-    /// Always `initial_delay_sec`.
-    Fixed,
-    /// `initial_delay_sec × n`.
-    Linear,
-    /// `initial_delay_sec × 2^(n−1)`.
-    Exponential,
-}
-
-impl Backoff {
-    /// Parses the stored / API spelling (`fixed`, `linear`, `exponential`; exact, lowercase).
-    pub fn parse(s: &str) -> Option<Backoff> {
-        match s {
-            "fixed" => Some(Backoff::Fixed),
-            "linear" => Some(Backoff::Linear),
-            "exponential" => Some(Backoff::Exponential),
-            _ => None,
-        }
-    }
-
-    /// The stored / API spelling; round-trips through [`Backoff::parse`].
-    pub fn as_str(&self) -> &'static str {
-        match self {
-            Backoff::Fixed => "fixed",
-            Backoff::Linear => "linear",
-            Backoff::Exponential => "exponential",
-        }
+crate::store::word::words! {
+    /// How the delay grows from one failed attempt to the next.
+    Backoff, "back-off type" {
+        /// Always `initial_delay_sec`.
+        Fixed = "fixed",
+        /// `initial_delay_sec × n`.
+        Linear = "linear",
+        /// `initial_delay_sec × 2^(n−1)`.
+        Exponential = "exponential",
     }
 }
 
@@ -139,15 +119,21 @@ mod tests {
     }
 
     #[test]
-    fn backoff_parse_and_as_str_round_trip() {
+    fn backoff_words_round_trip() {
+        use crate::store::Word;
         for b in [Backoff::Fixed, Backoff::Linear, Backoff::Exponential] {
-            assert_eq!(Backoff::parse(b.as_str()), Some(b));
+            assert_eq!(Backoff::from_word(b.word()), Some(b));
+            assert_eq!(serde_json::to_value(b).unwrap(), b.word());
         }
-        assert_eq!(Backoff::parse("exponential"), Some(Backoff::Exponential));
-        assert_eq!(Backoff::parse("Exponential"), None);
-        assert_eq!(Backoff::parse(" fixed"), None);
-        assert_eq!(Backoff::parse(""), None);
-        assert_eq!(Backoff::parse("random"), None);
+        assert_eq!(Backoff::ALL.len(), 3);
+        assert_eq!(
+            Backoff::from_word("exponential"),
+            Some(Backoff::Exponential)
+        );
+        assert_eq!(Backoff::from_word("Exponential"), None);
+        assert_eq!(Backoff::from_word(" fixed"), None);
+        assert_eq!(Backoff::from_word(""), None);
+        assert_eq!(Backoff::from_word("random"), None);
     }
 
     #[test]

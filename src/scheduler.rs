@@ -18,7 +18,10 @@
 use crate::app::App;
 use crate::clock::{from_ms, rfc3339};
 use crate::cron::CronSchedule;
-use crate::store::{IdleCap, StoreError, Tx, endpoints::Target, schedules::Firing, tasks::NewTask};
+use crate::fanout;
+use crate::store::schedules::{Catchup, Firing};
+use crate::store::tasks::TaskKind;
+use crate::store::{IdleCap, StoreError, Tx};
 use chrono::{DateTime, TimeDelta, Utc};
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -174,38 +177,15 @@ pub fn fire_at(app: &App, schedule_id: i64, at: DateTime<Utc>) -> anyhow::Result
 /// now, with `schedule_id` set, in the caller's transaction. Neither `last_run_at` nor
 /// `next_run_at` moves. Returns the new task ids.
 pub fn trigger(tx: &mut dyn Tx, firing: &Firing, now_ms: i64) -> Result<Vec<i64>, StoreError> {
-    Ok(fan_out(
+    Ok(fanout::firing(
         tx,
-        &mut Targets::default(),
+        &mut fanout::Targets::default(),
         firing,
-        "manual",
+        TaskKind::Manual,
         now_ms,
         now_ms,
     )?
     .ids)
-}
-
-/// What a schedule does with runs missed while the server was down (its `catchup` field).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Catchup {
-    /// Fire once, for the latest missed instant within the grace.
-    Latest,
-    /// Fire none of them; only a run found on time fires.
-    None,
-    /// Fire each missed instant within the grace, oldest first, the latest
-    /// [`MAX_CATCHUP_RUNS`] at most.
-    All,
-}
-
-impl Catchup {
-    /// The stored value; anything unknown reads as the default, `latest`.
-    pub fn parse(value: &str) -> Catchup {
-        match value {
-            "none" => Catchup::None,
-            "all" => Catchup::All,
-            _ => Catchup::Latest,
-        }
-    }
 }
 
 /// What the scheduler does with a schedule whose `next_run_at` (`due`) has come.
@@ -284,7 +264,7 @@ struct Batch<'a> {
     tx: &'a mut dyn Tx,
     now: DateTime<Utc>,
     grace: TimeDelta,
-    targets: Targets,
+    targets: fanout::Targets,
     /// Tasks created so far.
     tasks: usize,
     /// How late the latest firing of the batch was (ms), for `GET /metrics`.
@@ -299,7 +279,7 @@ impl<'a> Batch<'a> {
             tx,
             now,
             grace,
-            targets: Targets::default(),
+            targets: fanout::Targets::default(),
             tasks: 0,
             lag_ms: None,
         }
@@ -312,8 +292,9 @@ impl<'a> Batch<'a> {
             return self.tx.advance_schedule(firing.id, None, None, 0);
         };
         let due = firing.next_run_at.map_or(self.now, from_ms);
-        let catchup = Catchup::parse(&firing.catchup);
-        let plan = plan(due, self.now, self.grace, catchup, |t| cron.next_after(t));
+        let plan = plan(due, self.now, self.grace, firing.catchup, |t| {
+            cron.next_after(t)
+        });
         let skipped = i64::try_from(plan.skipped).unwrap_or(i64::MAX);
         let Some(latest) = plan.fire.last() else {
             tracing::warn!(
@@ -360,11 +341,11 @@ impl<'a> Batch<'a> {
             let cutoff = at - self.grace - FIRINGS_KEPT;
             self.tx
                 .forget_firings(firing.id, cutoff.timestamp_millis())?;
-            let out = fan_out(
+            let out = fanout::firing(
                 self.tx,
                 &mut self.targets,
                 firing,
-                "schedule",
+                TaskKind::Schedule,
                 at_ms,
                 self.now.timestamp_millis(),
             )?;
@@ -396,89 +377,6 @@ impl<'a> Batch<'a> {
         self.tx
             .advance_schedule(firing.id, fired_at, next, skipped)?;
         Ok(created)
-    }
-}
-
-/// The tasks one firing made.
-struct FanOut {
-    ids: Vec<i64>,
-    /// Target endpoints that got no task because of `overlap: skip`.
-    overlapped: usize,
-}
-
-/// Creates one pending task per target endpoint of a schedule. A scheduled firing of a
-/// schedule with `overlap: skip` passes over an endpoint that still has an open task of this
-/// schedule (from a firing or a trigger); a trigger (`manual`) always creates its tasks.
-fn fan_out(
-    tx: &mut dyn Tx,
-    targets: &mut Targets,
-    firing: &Firing,
-    task_type: &str,
-    run_at: i64,
-    now_ms: i64,
-) -> Result<FanOut, StoreError> {
-    let skip_open = task_type == "schedule" && firing.overlap == "skip";
-    let mut out = FanOut {
-        ids: Vec::new(),
-        overlapped: 0,
-    };
-    for target in targets.resolve(tx, &firing.app_id, &firing.endpoint_ids)? {
-        if skip_open && tx.schedule_task_open(firing.id, target.id)? {
-            out.overlapped += 1;
-            continue;
-        }
-        out.ids.push(tx.insert_task(&NewTask {
-            app_id: &firing.app_id,
-            schedule_id: Some(firing.id),
-            event_id: None,
-            endpoint_id: target.id,
-            task_type,
-            payload: &firing.payload,
-            run_at,
-            max_attempts: target.max_attempts,
-            now_ms,
-        })?);
-    }
-    Ok(out)
-}
-
-/// The enabled endpoints of each app, looked up once per transaction: the schedules of a
-/// batch share them.
-#[derive(Default)]
-struct Targets(HashMap<String, AppTargets>);
-
-struct AppTargets {
-    enabled: Vec<Target>,
-    /// Endpoint id → index in `enabled`.
-    by_id: HashMap<i64, usize>,
-}
-
-impl Targets {
-    /// The enabled endpoints among `endpoint_ids` (in that order), or every enabled endpoint of
-    /// the app when the list is empty. Missing and disabled endpoints are skipped.
-    fn resolve(
-        &mut self,
-        tx: &mut dyn Tx,
-        app_id: &str,
-        endpoint_ids: &[i64],
-    ) -> Result<Vec<Target>, StoreError> {
-        let app = match self.0.get(app_id) {
-            Some(app) => app,
-            None => {
-                let enabled = tx.list_enabled_targets(app_id)?;
-                let by_id = enabled.iter().enumerate().map(|(i, t)| (t.id, i)).collect();
-                self.0
-                    .entry(app_id.to_string())
-                    .or_insert(AppTargets { enabled, by_id })
-            }
-        };
-        if endpoint_ids.is_empty() {
-            return Ok(app.enabled.clone());
-        }
-        Ok(endpoint_ids
-            .iter()
-            .filter_map(|id| app.by_id.get(id).map(|&i| app.enabled[i].clone()))
-            .collect())
     }
 }
 

@@ -3,7 +3,8 @@
 
 use crate::api::{self, Ctx, Request, input::Query};
 use crate::app::App;
-use crate::auth::{self, SignedParts};
+use crate::auth;
+use crate::connections::{Admission, Caps, Gate, LogEvery, Reserved, Slot};
 use crate::error::{ApiError, ApiResult};
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
@@ -16,57 +17,108 @@ use serde::Serialize;
 use serde_json::Value;
 use std::future::Future;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::Duration;
-use tokio::net::TcpListener;
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::Semaphore;
 
 type Reply = Response<Full<Bytes>>;
 
+/// What a server's connections share besides the [`App`].
+struct Shared {
+    app: Arc<App>,
+    /// Replay records of reads served while the store refuses writes (`auth::guard_replay`).
+    replay: auth::ReplayMemory,
+    /// Blocking threads that API requests may hold at once (see [`API_THREADS`]).
+    api_threads: Arc<Semaphore>,
+    /// Bodies cut for arriving too slowly, logged once per interval.
+    slow_bodies: LogEvery,
+}
+
+/// Blocking threads API requests may hold at once: tokio's pool has 512, and the 64 left over
+/// stay free for `/healthz`, `/metrics` and the server's own work, whatever the API waits on.
+const API_THREADS: usize = 448;
+
+/// A request body gets this long before `--body-min-rate` applies (a client may pause while it
+/// starts; a body of a byte every ten seconds is cut soon after).
+const BODY_GRACE: Duration = Duration::from_secs(5);
+
+/// The longest an accept loop pauses after failed accepts (out of file descriptors): it
+/// starts at 10 ms and doubles, and goes back to none at the next accepted connection.
+const ACCEPT_BACKOFF_MAX: Duration = Duration::from_secs(1);
+
+/// A reserved connection (beyond a connection cap) must send its request head within this.
+const RESERVED_HEADER_TIMEOUT: Duration = Duration::from_secs(2);
+
 /// Serves the API on `listener` until `shutdown` completes, then stops accepting and lets open
-/// connections finish their current request (up to the shutdown grace).
+/// connections finish their current request (up to the shutdown grace). Connections are
+/// capped overall and per peer address (`connections::Gate`); the accept loop never stops,
+/// backing off while accepts fail.
 pub async fn serve_http(
     app: Arc<App>,
     listener: TcpListener,
+    caps: Caps,
     shutdown: impl Future<Output = ()>,
 ) -> anyhow::Result<()> {
+    let gate = Gate::new(caps);
+    let shared = Arc::new(Shared {
+        app: app.clone(),
+        replay: auth::ReplayMemory::default(),
+        api_threads: Arc::new(Semaphore::new(API_THREADS)),
+        slow_bodies: LogEvery::new(LOG_INTERVAL),
+    });
     let graceful = hyper_util::server::graceful::GracefulShutdown::new();
     let mut http = hyper::server::conn::http1::Builder::new();
     http.timer(hyper_util::rt::TokioTimer::new())
         .keep_alive(true)
         .header_read_timeout(Duration::from_secs(30));
+    let mut reserved_http = http.clone();
+    reserved_http
+        .keep_alive(false)
+        .header_read_timeout(RESERVED_HEADER_TIMEOUT);
+    let (accept_errors, refusals) = (LogEvery::new(LOG_INTERVAL), LogEvery::new(LOG_INTERVAL));
+    let mut backoff = Duration::ZERO;
     tokio::pin!(shutdown);
     loop {
-        tokio::select! {
-            accepted = listener.accept() => {
-                let (stream, _) = match accepted {
-                    Ok(conn) => conn,
-                    Err(e) => {
-                        tracing::warn!(error = %e, "accept failed");
-                        tokio::time::sleep(Duration::from_millis(50)).await;
-                        continue;
-                    }
-                };
-                let _ = stream.set_nodelay(true);
-                let (stream, head_request) = crate::wire::Enveloped::new(stream);
-                let app = app.clone();
-                let service = service_fn(move |req: hyper::Request<Incoming>| {
-                    let app = app.clone();
-                    head_request.store(req.method() == Method::HEAD, Ordering::SeqCst);
-                    let path = req.uri().path().to_string();
-                    async move {
-                        let reply = with_allow(handle(app, req).await, &path);
-                        Ok::<_, std::convert::Infallible>(reply)
-                    }
-                });
-                let conn = http.serve_connection(TokioIo::new(stream), service);
-                let conn = graceful.watch(conn);
-                tokio::spawn(async move {
-                    if let Err(e) = conn.await {
-                        tracing::debug!(error = %e, "connection ended with an error");
-                    }
-                });
-            }
+        let accepted = tokio::select! {
+            accepted = listener.accept() => accepted,
             _ = &mut shutdown => break,
+        };
+        let (stream, peer) = match accepted {
+            Ok(conn) => {
+                backoff = Duration::ZERO;
+                conn
+            }
+            Err(e) => {
+                backoff = (backoff * 2).clamp(Duration::from_millis(10), ACCEPT_BACKOFF_MAX);
+                accept_errors.hit(|failed| {
+                    tracing::warn!(
+                        error = %e,
+                        failed,
+                        "accept failed; retrying with a back-off (out of file descriptors: lower --max-connections or raise the limit)"
+                    )
+                });
+                tokio::select! {
+                    _ = tokio::time::sleep(backoff) => continue,
+                    _ = &mut shutdown => break,
+                }
+            }
+        };
+        let _ = stream.set_nodelay(true);
+        match gate.admit(peer.ip()) {
+            Admission::Normal(slot) => {
+                serve_connection(&graceful, &http, &shared, stream, slot, None);
+            }
+            Admission::Reserved(slot, reserved) => {
+                let how = (&reserved_http, reserved);
+                serve_connection(&graceful, &http, &shared, stream, slot, Some(how));
+            }
+            Admission::Refused(why) => {
+                refusals.hit(|refused| {
+                    tracing::warn!(peer = %peer.ip(), refused, "connections refused: {why}")
+                });
+                refuse(&stream, why);
+            }
         }
     }
     drop(listener);
@@ -80,13 +132,73 @@ pub async fn serve_http(
     Ok(())
 }
 
-static REQUEST_COUNTER: AtomicU64 = AtomicU64::new(0);
-static REQUEST_PREFIX: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+/// How often a flood's log line (failed accepts, refusals, cut bodies) is written at most.
+const LOG_INTERVAL: Duration = Duration::from_secs(10);
 
-pub(crate) fn next_request_id() -> String {
-    let prefix = REQUEST_PREFIX.get_or_init(|| format!("{:08x}", rand::random::<u32>()));
-    let n = REQUEST_COUNTER.fetch_add(1, Ordering::Relaxed);
-    format!("req_{prefix}{n:010x}")
+/// Why a reserved connection answers only `/healthz` and `/metrics`.
+const RESERVED_WHY: &str = "the server or your address is at its connection cap";
+
+/// Serves one admitted connection on its own task; `slot` is given back when it ends. A
+/// reserved connection (`reserved`: its own builder and state) answers `/healthz` and
+/// `/metrics` only, and ends early when the gate evicts it for a newer one.
+fn serve_connection(
+    graceful: &hyper_util::server::graceful::GracefulShutdown,
+    http: &hyper::server::conn::http1::Builder,
+    shared: &Arc<Shared>,
+    stream: TcpStream,
+    slot: Slot,
+    reserved: Option<(&hyper::server::conn::http1::Builder, Arc<Reserved>)>,
+) {
+    let (stream, head_request) = crate::wire::Enveloped::new(stream);
+    let shared = shared.clone();
+    let state = reserved.as_ref().map(|(_, state)| state.clone());
+    let service = service_fn(move |req: hyper::Request<Incoming>| {
+        let shared = shared.clone();
+        head_request.store(req.method() == Method::HEAD, Ordering::SeqCst);
+        if let Some(state) = &state {
+            state.head_received.store(true, Ordering::SeqCst);
+        }
+        let why = state.is_some().then_some(RESERVED_WHY);
+        let path = req.uri().path().to_string();
+        async move {
+            let reply = with_allow(handle(shared, req, why).await, &path);
+            Ok::<_, std::convert::Infallible>(reply)
+        }
+    });
+    let http = reserved.as_ref().map_or(http, |(builder, _)| *builder);
+    let conn = graceful.watch(http.serve_connection(TokioIo::new(stream), service));
+    let evicted = reserved.map(|(_, state)| state);
+    tokio::spawn(async move {
+        let _slot = slot;
+        let evicted = async {
+            match &evicted {
+                Some(state) => state.evicted().await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            ended = conn => {
+                if let Err(e) = ended {
+                    tracing::debug!(error = %e, "connection ended with an error");
+                }
+            }
+            _ = evicted => {}
+        }
+    });
+}
+
+/// Answers a connection beyond every cap with a 503 at once, without reading its request, and
+/// closes it (the client may see the reply or only the close).
+fn refuse(stream: &TcpStream, why: &str) {
+    let request_id = crate::request_id::next();
+    let (_, body) = envelope_body(&request_id, Err(ApiError::too_many_connections(why)));
+    let mut reply = format!(
+        "HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\ncontent-length: {}\r\nx-request-id: {request_id}\r\nretry-after: 1\r\nconnection: close\r\n\r\n",
+        body.len()
+    )
+    .into_bytes();
+    reply.extend_from_slice(&body);
+    let _ = stream.try_write(&reply);
 }
 
 #[derive(Serialize)]
@@ -125,8 +237,8 @@ fn with_allow(mut reply: Reply, path: &str) -> Reply {
     reply
 }
 
-/// Wraps a handler's result in the envelope.
-fn envelope(request_id: &str, result: ApiResult<Value>) -> Reply {
+/// A handler's result as the envelope's bytes, with its status.
+fn envelope_body(request_id: &str, result: ApiResult<Value>) -> (StatusCode, Vec<u8>) {
     let (status, code, message, data) = match &result {
         Ok(data) => (StatusCode::OK, 0, "success", data),
         Err(e) => (e.status, e.code, e.message.as_str(), &Value::Null),
@@ -138,12 +250,38 @@ fn envelope(request_id: &str, result: ApiResult<Value>) -> Reply {
         data,
     })
     .unwrap_or_default();
+    (status, body)
+}
+
+/// Wraps a handler's result in the envelope.
+fn envelope(request_id: &str, result: ApiResult<Value>) -> Reply {
+    let (status, body) = envelope_body(request_id, result);
     json_reply(status, request_id, body)
 }
 
-async fn handle(app: Arc<App>, req: hyper::Request<Incoming>) -> Reply {
-    let request_id = next_request_id();
+/// Answers one request. On a reserved connection (`reserved`: why it is one), only `/healthz`
+/// and `/metrics` are answered; anything else gets 503 and the connection closes.
+async fn handle(
+    shared: Arc<Shared>,
+    req: hyper::Request<Incoming>,
+    reserved: Option<&'static str>,
+) -> Reply {
+    let app = shared.app.clone();
+    let request_id = crate::request_id::next();
+    let deadline = BodyDeadline::new(&app.config);
     let path = req.uri().path().to_string();
+    if let Some(why) = reserved {
+        let probe = matches!(req.method(), &Method::GET | &Method::HEAD)
+            && (path == "/healthz" || path == "/metrics");
+        if !probe {
+            let mut reply = envelope(&request_id, Err(ApiError::too_many_connections(why)));
+            reply
+                .headers_mut()
+                .insert(hyper::header::RETRY_AFTER, HeaderValue::from_static("1"));
+            close_after(&mut reply);
+            return reply;
+        }
+    }
     let early = match (req.method(), path.as_str()) {
         (&Method::GET | &Method::HEAD, "/healthz") => {
             Some(health(app.clone(), &request_id).await.into())
@@ -170,23 +308,47 @@ async fn handle(app: Arc<App>, req: hyper::Request<Incoming>) -> Reply {
         Early::Reply(reply) => reply,
         Early::Error(e) => envelope(&request_id, Err(e)),
     });
-    if let Some(reply) = early {
+    if let Some(mut reply) = early {
+        if reserved.is_some() {
+            close_after(&mut reply);
+            return reply;
+        }
         // Answered without looking at the body: read what the client sends anyway, so the
         // connection can carry its next request, or say that it closes.
         let limit = app.config.max_body_bytes;
-        return finish_unread(reply, req.into_body(), limit).await;
+        return finish_unread(&shared, reply, req.into_body(), limit, deadline).await;
     }
-    let (result, body_unread) = handle_api(app, req).await;
+    let (result, body) = handle_api(&shared, req, deadline).await;
     if let Err(e) = &result
         && e.status.is_server_error()
     {
         tracing::warn!(request_id, code = e.code, "request failed");
     }
     let mut reply = envelope(&request_id, result);
-    if body_unread {
-        close_after(&mut reply);
+    match body {
+        BodyLeft::Read => reply,
+        BodyLeft::Unread(body) => {
+            finish_unread(&shared, reply, body, REFUSED_BODY_DRAIN, deadline).await
+        }
+        BodyLeft::Broken => {
+            close_after(&mut reply);
+            reply
+        }
     }
-    reply
+}
+
+/// A body refused before it was read (bad credentials) is still read and dropped up to this
+/// size, so that a small request's connection carries on; a larger one is not read at all.
+const REFUSED_BODY_DRAIN: usize = 64 * 1024;
+
+/// What became of a request's body.
+enum BodyLeft {
+    /// Read to its end.
+    Read,
+    /// Refused before it was read: drain a small one, close on a large one.
+    Unread(Incoming),
+    /// Read in part (too slow, too large, broken): the connection closes.
+    Broken,
 }
 
 /// A reply given before the body was read: a finished reply, or an error to wrap.
@@ -207,10 +369,16 @@ impl From<ApiError> for Early {
     }
 }
 
-/// Reads and discards a body the reply did not need, up to `limit` bytes; a longer (or broken)
-/// one gets `Connection: close` instead, since hyper would otherwise close the connection
-/// without saying so.
-async fn finish_unread(mut reply: Reply, mut body: Incoming, limit: usize) -> Reply {
+/// Reads and discards a body the reply did not need, up to `limit` bytes and within the body
+/// deadline; a longer, slower (or broken) one gets `Connection: close` instead, since hyper
+/// would otherwise close the connection without saying so.
+async fn finish_unread(
+    shared: &Shared,
+    mut reply: Reply,
+    mut body: Incoming,
+    limit: usize,
+    deadline: BodyDeadline,
+) -> Reply {
     use hyper::body::Body;
     if body.size_hint().lower() > limit as u64 {
         close_after(&mut reply);
@@ -218,19 +386,19 @@ async fn finish_unread(mut reply: Reply, mut body: Incoming, limit: usize) -> Re
     }
     let mut seen = 0usize;
     while !body.is_end_stream() {
-        match body.frame().await {
-            Some(Ok(frame)) => {
+        match deadline.frame(shared, &mut body, seen).await {
+            Ok(Some(frame)) => {
                 seen += frame.data_ref().map_or(0, |d| d.len());
                 if seen > limit {
                     close_after(&mut reply);
                     break;
                 }
             }
-            Some(Err(_)) => {
+            Err(_) => {
                 close_after(&mut reply);
                 break;
             }
-            None => break,
+            Ok(None) => break,
         }
     }
     reply
@@ -246,12 +414,13 @@ fn close_after(reply: &mut Reply) {
 /// `GET`/`HEAD /healthz` (contract §10): 200 with the version when the database can be read
 /// and written, else 503 with the reason (what to fix). No signature needed.
 async fn health(app: Arc<App>, request_id: &str) -> Reply {
+    let served = app.clone();
     let result = tokio::task::spawn_blocking(move || {
         app.store.health(app.clock.now_ms()).map_err(ApiError::from)
     })
     .await
     .unwrap_or_else(|e| Err(ApiError::internal(format!("health check panicked: {e}"))));
-    let (status, body) = match result {
+    let (status, mut body) = match result {
         Ok(()) => (
             StatusCode::OK,
             serde_json::json!({"status": "ok", "version": env!("CARGO_PKG_VERSION")}),
@@ -261,6 +430,9 @@ async fn health(app: Arc<App>, request_id: &str) -> Reply {
             serde_json::json!({"status": "unavailable", "reason": e.message}),
         ),
     };
+    if let Some(backup) = crate::backup::health_detail(&served.metrics) {
+        body["backup"] = backup;
+    }
     json_reply(status, request_id, body.to_string().into_bytes())
 }
 
@@ -300,20 +472,97 @@ async fn metrics(app: Arc<App>, request_id: &str) -> Reply {
     }
 }
 
-/// Reads the body up to the limit. An oversized body is still read to its end (up to a cap) and
-/// thrown away, so that the client, which is still sending, gets the 413 instead of a reset.
-async fn read_body(app: &App, mut body: Incoming, declared_len: Option<u64>) -> ApiResult<Bytes> {
+/// When a request body must have arrived: whole within `--body-timeout-secs` of the request
+/// head, and after the first [`BODY_GRACE`] at least `--body-min-rate` bytes a second on
+/// average (docs/API.md, "Limits").
+#[derive(Debug, Clone, Copy)]
+struct BodyDeadline {
+    start: tokio::time::Instant,
+    total: Duration,
+    min_rate: u64,
+}
+
+impl BodyDeadline {
+    fn new(config: &crate::config::Config) -> Self {
+        BodyDeadline {
+            start: tokio::time::Instant::now(),
+            total: config.body_timeout,
+            min_rate: config.body_min_rate,
+        }
+    }
+
+    /// How long after the head the body may take with `received` bytes in; and whether the
+    /// total time limit (rather than the rate) is what sets it.
+    fn allowed(&self, received: usize) -> (Duration, bool) {
+        if self.min_rate == 0 {
+            return (self.total, true);
+        }
+        let earned_ms = (received as u64).saturating_mul(1000) / self.min_rate;
+        let by_rate = BODY_GRACE
+            .min(self.total)
+            .saturating_add(Duration::from_millis(earned_ms));
+        if by_rate < self.total {
+            (by_rate, false)
+        } else {
+            (self.total, true)
+        }
+    }
+
+    /// The body's next frame, or 408 when the deadline for `received` bytes passes first (the
+    /// cut is counted and logged once per interval).
+    async fn frame(
+        &self,
+        shared: &Shared,
+        body: &mut Incoming,
+        received: usize,
+    ) -> ApiResult<Option<hyper::body::Frame<Bytes>>> {
+        let (allowed, by_total) = self.allowed(received);
+        match tokio::time::timeout_at(self.start + allowed, body.frame()).await {
+            Ok(Some(Ok(frame))) => Ok(Some(frame)),
+            Ok(Some(Err(e))) => Err(ApiError::bad_json(format!("body: could not be read ({e})"))),
+            Ok(None) => Ok(None),
+            Err(_) => {
+                shared.slow_bodies.hit(|cut| {
+                    tracing::warn!(
+                        cut,
+                        "request bodies cut for arriving too slowly (--body-timeout-secs, --body-min-rate)"
+                    )
+                });
+                Err(ApiError::body_timeout(if by_total {
+                    format!(
+                        "body: not received within {} s (--body-timeout-secs); send the body with the request",
+                        self.total.as_secs_f64()
+                    )
+                } else {
+                    format!(
+                        "body: arriving slower than {} bytes a second (--body-min-rate); {received} bytes came in {} s",
+                        self.min_rate,
+                        allowed.as_secs()
+                    )
+                }))
+            }
+        }
+    }
+}
+
+/// Reads the body up to the limit, within the body deadline. An oversized body is still read
+/// to its end (up to a cap) and thrown away, so that the client, which is still sending, gets
+/// the 413 instead of a reset.
+async fn read_body(
+    shared: &Shared,
+    mut body: Incoming,
+    declared_len: Option<u64>,
+    deadline: BodyDeadline,
+) -> ApiResult<Bytes> {
     const DRAIN_CAP: usize = 64 * 1024 * 1024;
-    let limit = app.config.max_body_bytes;
+    let limit = shared.app.config.max_body_bytes;
     let mut collected = Vec::new();
     let mut seen = 0usize;
     let mut too_large = declared_len.is_some_and(|len| len > limit as u64);
     if declared_len.is_some_and(|len| len > DRAIN_CAP as u64) {
         return Err(ApiError::too_large(limit));
     }
-    while let Some(frame) = body.frame().await {
-        let frame =
-            frame.map_err(|e| ApiError::bad_json(format!("body: could not be read ({e})")))?;
+    while let Some(frame) = deadline.frame(shared, &mut body, seen).await? {
         let Ok(data) = frame.into_data() else {
             continue;
         };
@@ -335,57 +584,113 @@ async fn read_body(app: &App, mut body: Incoming, declared_len: Option<u64>) -> 
     Ok(Bytes::from(collected))
 }
 
-/// Reads the body, then authenticates, routes and runs the request on a blocking thread. The
-/// flag is true when the body was not read to its end (the connection must close).
-async fn handle_api(app: Arc<App>, req: hyper::Request<Incoming>) -> (ApiResult<Value>, bool) {
+/// Runs `work` on a blocking thread, at most [`API_THREADS`] at once (the permit is held by
+/// the thread, so a client that goes away does not free it early).
+async fn on_api_thread<T: Send + 'static>(
+    shared: &Arc<Shared>,
+    work: impl FnOnce(&Shared) -> T + Send + 'static,
+) -> ApiResult<T> {
+    let permit = shared
+        .api_threads
+        .clone()
+        .acquire_owned()
+        .await
+        .map_err(ApiError::internal)?;
+    let shared = shared.clone();
+    tokio::task::spawn_blocking(move || {
+        let _permit = permit;
+        work(&shared)
+    })
+    .await
+    .map_err(|e| ApiError::internal(format!("handler panicked: {e}")))
+}
+
+/// Authenticates, reads the body, then routes and runs the request on a blocking thread. A
+/// request with a body is authenticated from its headers first (key, timestamp, signature
+/// format), so that a stranger is refused before the server reads what it sends.
+async fn handle_api(
+    shared: &Arc<Shared>,
+    req: hyper::Request<Incoming>,
+    deadline: BodyDeadline,
+) -> (ApiResult<Value>, BodyLeft) {
+    use hyper::body::Body;
     let (parts, body) = req.into_parts();
     let declared_len = parts
         .headers
         .get(CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.parse::<u64>().ok());
-    let body = match read_body(&app, body, declared_len).await {
-        Ok(body) => body,
-        Err(e) => return (Err(e), true),
+    let (parts, caller) = if body.is_end_stream() {
+        (parts, None)
+    } else {
+        let checked = on_api_thread(shared, move |shared| {
+            let app = &shared.app;
+            let caller = auth::check_headers(
+                &*app.store,
+                app.clock.now_ms(),
+                app.config.max_skew_secs,
+                &parts.headers,
+            );
+            (parts, caller)
+        })
+        .await;
+        match checked {
+            Ok((parts, Ok(caller))) => (parts, Some(caller)),
+            Ok((_, Err(e))) | Err(e) => return (Err(e), BodyLeft::Unread(body)),
+        }
     };
-    let result = tokio::task::spawn_blocking(move || handle_blocking(&app, &parts, body))
-        .await
-        .unwrap_or_else(|e| Err(ApiError::internal(format!("handler panicked: {e}"))));
-    (result, false)
+    let body = match read_body(shared, body, declared_len, deadline).await {
+        Ok(body) => body,
+        Err(e) => return (Err(e), BodyLeft::Broken),
+    };
+    let result = on_api_thread(shared, move |shared| {
+        handle_blocking(shared, &parts, body, caller)
+    })
+    .await
+    .and_then(|result| result);
+    (result, BodyLeft::Read)
 }
 
-/// Authenticates, routes and runs one request on a blocking thread.
+/// Authenticates (with `caller` when the headers were checked already), routes and runs one
+/// request on a blocking thread.
 fn handle_blocking(
-    app: &App,
+    shared: &Shared,
     parts: &hyper::http::request::Parts,
     body: Bytes,
+    caller: Option<auth::Caller>,
 ) -> ApiResult<Value> {
+    let app = &*shared.app;
     let now_ms = app.clock.now_ms();
     let path_and_query = parts
         .uri
         .path_and_query()
         .map(|pq| pq.as_str())
         .unwrap_or("/");
-    let app_id = auth::authenticate(
+    let caller = match caller {
+        Some(caller) => caller,
+        None => auth::check_headers(
+            &*app.store,
+            now_ms,
+            app.config.max_skew_secs,
+            &parts.headers,
+        )?,
+    };
+    caller.verify(parts.method.as_str(), path_and_query, &body)?;
+    // A read is served while the store refuses writes; its replay record is then kept in
+    // memory (docs/API.md, "Limits").
+    let read_only = parts.method == Method::GET;
+    auth::guard_replay(
         &*app.store,
+        Some(&shared.replay),
+        &caller,
         now_ms,
-        app.config.max_skew_secs,
-        &SignedParts {
-            headers: &parts.headers,
-            method: parts.method.as_str(),
-            path_and_query,
-            body: &body,
-        },
+        read_only,
     )?;
-    let key_id = parts
-        .headers
-        .get("X-Key-ID")
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or_default();
     app.rate_limit
-        .check(key_id)
+        .check(&caller.key_id)
         .map_err(ApiError::rate_limited)?;
     let (handler, ids) = api::resolve(parts.method.as_str(), parts.uri.path())?;
+    auth::check_scope(&caller, parts.method.as_str(), parts.uri.path())?;
     let request = Request {
         method: parts.method.to_string(),
         path: parts.uri.path().to_string(),
@@ -396,7 +701,8 @@ fn handle_blocking(
     };
     let mut ctx = Ctx {
         app,
-        app_id: &app_id,
+        app_id: &caller.app_id,
+        key_id: &caller.key_id,
         store: &*app.store,
         now_ms,
     };
@@ -454,6 +760,8 @@ pub async fn start_on(
     let options = crate::store::OpenOptions {
         pool_size,
         wal_limit_bytes: config.wal_limit_bytes,
+        sqlite_sync: config.sqlite_sync,
+        pg: config.pg,
         ..Default::default()
     };
     let store = tokio::task::spawn_blocking(move || {
@@ -463,6 +771,12 @@ pub async fn start_on(
     })
     .await??;
     let addr = listener.local_addr()?;
+    let caps = Caps::derive(
+        config.max_connections,
+        config.max_connections_per_peer,
+        crate::connections::raise_fd_limit(),
+        config.workers,
+    );
     let app = Arc::new(App::new(config, store, clock));
     let background = crate::background::Background::start(app.clone())?;
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
@@ -483,11 +797,18 @@ pub async fn start_on(
             tokio::task::spawn_blocking(move || background.stop()).await
         };
         let (result, stopped_background) =
-            tokio::join!(serve_http(served, listener, stopped), background);
+            tokio::join!(serve_http(served, listener, caps, stopped), background);
         stopped_background?;
         result
     });
-    tracing::info!(%addr, store = %app.store.describe(), "webhookd listening");
+    tracing::info!(
+        %addr,
+        store = %app.store.describe(),
+        max_connections = caps.total,
+        max_connections_per_peer = caps.per_peer,
+        reserved_for_health = caps.reserve,
+        "webhookd listening"
+    );
     Ok(Running {
         addr,
         app,

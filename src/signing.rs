@@ -1,5 +1,6 @@
 //! HMAC-SHA256 signing: the inbound `X-Signature` / outbound `X-Service-Signature` hex scheme
-//! (CONTRACT.md §2 and §6) and the Standard Webhooks `webhook-signature` header (§6).
+//! and the Standard Webhooks `webhook-signature` header (docs/API.md, "Authentication" and
+//! "Signatures on deliveries"), and the receiver's side: [`verify_delivery`].
 
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD as BASE64;
@@ -72,6 +73,75 @@ pub fn standard_webhooks_signature(
     mac.update(b".");
     mac.update(body);
     format!("v1,{}", BASE64.encode(mac.finalize().into_bytes()))
+}
+
+/// Whether the Standard Webhooks header `header` (`v1,<base64>`, several space-separated
+/// during a secret rotation) holds a signature made with `secret`. Compared in constant time.
+pub fn verify_standard_webhooks(
+    secret: &str,
+    msg_id: &str,
+    timestamp: i64,
+    body: &[u8],
+    header: &str,
+) -> bool {
+    let expected = standard_webhooks_signature(secret, msg_id, timestamp, body);
+    header
+        .split(' ')
+        .filter(|candidate| !candidate.is_empty())
+        .fold(false, |found, candidate| {
+            found | constant_time_eq(candidate.as_bytes(), expected.as_bytes())
+        })
+}
+
+/// Compares without an early exit, so timing does not reveal how much of a guess was right.
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+/// What a receiver checks on a delivery signed with `secret`, given a lookup of its headers
+/// (case-insensitive names) and the body bytes as received:
+/// - `X-Service-Timestamp` is within `tolerance_secs` of `now_secs` (a captured delivery cannot
+///   be replayed later) and `webhook-timestamp` equals it;
+/// - `X-Service-Signature` holds a hex HMAC-SHA256 keyed with the secret's UTF-8 bytes *as
+///   written* (a `whsec_` prefix included) over `timestamp + "\n" + body`;
+/// - `webhook-signature` holds a Standard Webhooks signature over
+///   `webhook-id + "." + timestamp + "." + body` keyed with the decoded `whsec_` bytes.
+///
+/// Either header may carry several signatures during a rotation's overlap (`,`-separated hex,
+/// space-separated `v1,…`): one made with `secret` is enough. `Err` says what failed.
+pub fn verify_delivery<'h>(
+    secret: &str,
+    header: impl Fn(&str) -> Option<&'h str>,
+    body: &[u8],
+    now_secs: i64,
+    tolerance_secs: i64,
+) -> Result<(), String> {
+    let timestamp = header("X-Service-Timestamp").ok_or("no X-Service-Timestamp header")?;
+    let sent: i64 = timestamp
+        .parse()
+        .map_err(|_| format!("X-Service-Timestamp {timestamp:?} is not Unix seconds"))?;
+    if now_secs.abs_diff(sent) > tolerance_secs.unsigned_abs() {
+        return Err(format!(
+            "X-Service-Timestamp {sent} is more than {tolerance_secs} s from this clock ({now_secs}): \
+             a replay, or a clock to set right"
+        ));
+    }
+    if header("webhook-timestamp") != Some(timestamp) {
+        return Err("webhook-timestamp is missing or differs from X-Service-Timestamp".into());
+    }
+    let hex = header("X-Service-Signature").ok_or("no X-Service-Signature header")?;
+    let hex_ok = hex.split(',').fold(false, |found, candidate| {
+        found | verify_hex(secret.as_bytes(), timestamp, body, candidate.trim())
+    });
+    if !hex_ok {
+        return Err("X-Service-Signature does not verify with this secret".into());
+    }
+    let msg_id = header("webhook-id").ok_or("no webhook-id header")?;
+    let standard = header("webhook-signature").ok_or("no webhook-signature header")?;
+    if !verify_standard_webhooks(secret, msg_id, sent, body, standard) {
+        return Err("webhook-signature does not verify with this secret".into());
+    }
+    Ok(())
 }
 
 /// Checks a secret given by a user: one that starts with `whsec_` must have valid base64 (the
@@ -241,6 +311,108 @@ mod tests {
             standard_webhooks_signature("whsec_!!!notbase64", "task_7", 1700000000, b"{}"),
             "v1,0r3KcAUKrOMMnJHBZhX0/VbafLV3WqHAzUZF6detwaA="
         );
+    }
+
+    /// The worked example of docs/API.md ("Signatures on deliveries"): the same secret,
+    /// timestamp, message id and body, and the same two values, so the guide cannot drift.
+    /// Computed independently with Python's `hmac`, `hashlib` and `base64`.
+    #[test]
+    fn the_worked_example_of_the_api_guide() {
+        let secret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
+        let body = br#"{"order":42}"#;
+        let service = "c6f1a45477c353b346dbd2e9978f30a10b184e92072cdf1d371d28328c5dfbc9";
+        let standard = "v1,FJCJ2oktKYB2K2aT1xlRxgzsxEjcj3LD0EzthHT/CW0=";
+        // X-Service-Signature: keyed with the secret as written, prefix included.
+        assert_eq!(hmac_hex(secret.as_bytes(), "1764000000", body), service);
+        // webhook-signature: keyed with the 24 bytes the base64 after `whsec_` decodes to.
+        assert_eq!(
+            standard_webhooks_signature(secret, "task_42", 1_764_000_000, body),
+            standard
+        );
+        // The mistake the guide warns about: keying the hex scheme with the decoded bytes.
+        let decoded = BASE64.decode("MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw").unwrap();
+        assert_eq!(
+            hmac_hex(&decoded, "1764000000", body),
+            "267b76ae1ba63ad7443f54c84fda2d6d520fe2623e78cd3dd554ae01f70a29ad"
+        );
+        assert_ne!(hmac_hex(&decoded, "1764000000", body), service);
+
+        let headers = [
+            ("X-Service-Timestamp", "1764000000"),
+            ("webhook-timestamp", "1764000000"),
+            ("webhook-id", "task_42"),
+            ("X-Service-Signature", service),
+            ("webhook-signature", standard),
+        ];
+        let lookup = |name: &str| {
+            headers
+                .iter()
+                .find(|(k, _)| k.eq_ignore_ascii_case(name))
+                .map(|(_, v)| *v)
+        };
+        assert_eq!(
+            verify_delivery(secret, lookup, body, 1_764_000_100, 300),
+            Ok(())
+        );
+    }
+
+    #[test]
+    fn verify_delivery_refuses_what_it_should() {
+        let secret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
+        let old = "an old plain secret";
+        let body = br#"{"order":42}"#;
+        let sign = |s: &str| {
+            (
+                hmac_hex(s.as_bytes(), "1764000000", body),
+                standard_webhooks_signature(s, "task_42", 1_764_000_000, body),
+            )
+        };
+        let (new_hex, new_v1) = sign(secret);
+        let (old_hex, old_v1) = sign(old);
+        let check = |hex: &str, v1: &str, body: &[u8], now: i64, secret: &str| {
+            let headers = [
+                ("x-service-timestamp", "1764000000"),
+                ("webhook-timestamp", "1764000000"),
+                ("webhook-id", "task_42"),
+                ("x-service-signature", hex),
+                ("webhook-signature", v1),
+            ];
+            let lookup = |name: &str| {
+                headers
+                    .iter()
+                    .find(|(k, _)| k.eq_ignore_ascii_case(name))
+                    .map(|(_, v)| *v)
+            };
+            verify_delivery(secret, lookup, body, now, 300)
+        };
+        let now = 1_764_000_000;
+        assert_eq!(check(&new_hex, &new_v1, body, now, secret), Ok(()));
+        // A rotation's overlap: either secret verifies the pair of signatures.
+        let both_hex = format!("{new_hex},{old_hex}");
+        let both_v1 = format!("{new_v1} {old_v1}");
+        assert_eq!(check(&both_hex, &both_v1, body, now, secret), Ok(()));
+        assert_eq!(check(&both_hex, &both_v1, body, now, old), Ok(()));
+        // A tampered body, another secret, a stale or future timestamp.
+        let tampered = br#"{"order":43}"#;
+        assert!(
+            check(&new_hex, &new_v1, tampered, now, secret)
+                .unwrap_err()
+                .contains("X-Service-Signature")
+        );
+        assert!(check(&new_hex, &new_v1, body, now, old).is_err());
+        assert!(
+            check(&new_hex, &new_v1, body, now + 301, secret)
+                .unwrap_err()
+                .contains("more than 300 s")
+        );
+        assert!(check(&new_hex, &new_v1, body, now - 301, secret).is_err());
+        // One header right and the other wrong is refused.
+        assert!(
+            check(&new_hex, &old_v1, body, now, secret)
+                .unwrap_err()
+                .contains("webhook-signature")
+        );
+        assert!(check(&old_hex, &new_v1, body, now, secret).is_err());
     }
 
     #[test]

@@ -37,6 +37,7 @@ static ASSETS: &[Asset] = &[
     asset!("dom.js", "dom.js", "text/javascript; charset=utf-8"),
     asset!("pages.js", "pages.js", "text/javascript; charset=utf-8"),
     asset!("sha256.js", "sha256.js", "text/javascript; charset=utf-8"),
+    asset!("words.js", "words.js", "text/javascript; charset=utf-8"),
     asset!("favicon.svg", "favicon.svg", "image/svg+xml"),
 ];
 

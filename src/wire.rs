@@ -119,7 +119,7 @@ fn protocol_error_reply(status: &str, head: &str) -> Option<Vec<u8>> {
         ),
         _ => return None,
     };
-    let request_id = crate::server::next_request_id();
+    let request_id = crate::request_id::next();
     let body = serde_json::json!({
         "code": error.code,
         "message": error.message,

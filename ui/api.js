@@ -34,16 +34,53 @@ export function signOut() {
   sessionStorage.removeItem(STORE);
 }
 
-/** Checks the credentials with one signed call, then keeps them for this tab. */
+/** Checks the credentials with one signed call, learns the key's scope, then keeps them for this tab. */
 export async function signIn(keyId, secret) {
   credentials = { keyId, secret };
   try {
     await api("GET", "/v1/endpoints", { page_size: 1 });
+    await learnScope();
   } catch (e) {
     credentials = null;
     throw e;
   }
-  sessionStorage.setItem(STORE, JSON.stringify(credentials));
+}
+
+/**
+ * Reads the signed-in key's own record (every scope may: docs/API.md, "Keys") and keeps its
+ * scope with the credentials. A server without the keys routes (404/405) predates scopes: every
+ * key may do everything there, and `scope` stays null.
+ */
+export async function learnScope() {
+  const creds = loadCredentials();
+  if (!creds) return;
+  try {
+    const key = await api("GET", "/v1/keys/" + encodeURIComponent(creds.keyId));
+    creds.scope = key.scope;
+  } catch (e) {
+    if (e.status !== 404 && e.status !== 405) throw e;
+    creds.scope = null;
+  }
+  sessionStorage.setItem(STORE, JSON.stringify(creds));
+}
+
+const RANK = { read: 0, write: 1, admin: 2 };
+
+/** The least scope a request needs: the server's rule (`auth::required_scope`). */
+function needs(method, path, keyId) {
+  if (path === "/v1/keys" || path.startsWith("/v1/keys/")) {
+    return method === "GET" && path === "/v1/keys/" + keyId ? "read" : "admin";
+  }
+  return method === "GET" || (method === "POST" && path === "/v1/cron/preview") ? "read" : "write";
+}
+
+/** Why the signed-in key may not send `method path`, or null when it may (or its scope is unknown). */
+export function denied(method, path) {
+  const creds = loadCredentials();
+  const scope = creds && creds.scope;
+  if (!(scope in RANK)) return null;
+  if (RANK[scope] >= RANK[needs(method, path, creds.keyId)]) return null;
+  return `key scope "${scope}" does not allow ${method} ${path}`;
 }
 
 /** Milliseconds since the epoch, strictly increasing: the replay rule refuses a reused signature. */

@@ -1,6 +1,6 @@
 // The dashboard's shell: sign-in, navigation, and a hash router (`#/tasks?status=failed`),
 // so that every view has a link and the back button works.
-import { loadCredentials, signIn, signOut } from "./api.js";
+import { loadCredentials, signIn, signOut, learnScope, denied } from "./api.js";
 import { h, fill } from "./dom.js";
 import { PAGES } from "./pages.js";
 
@@ -12,7 +12,21 @@ const NAV = [
   ["tasks", "Tasks"],
   ["events", "Events"],
   ["policies", "Retry policies"],
+  ["keys", "Keys"],
 ];
+
+/** What a key of each scope is told, under the navigation, when it is not admin. */
+const SCOPE_NOTES = {
+  write: "This key's scope is write: it can do everything but manage API keys.",
+  read: "This key's scope is read: it can look but not change anything. Greyed-out actions say why.",
+};
+
+/** A navigation link, or for a page the key's scope cannot read, a greyed-out label saying why. */
+function navItem(id, label, page) {
+  const reason = id === "keys" ? denied("GET", "/v1/keys") : null;
+  if (reason) return h("span", { class: "denied", title: reason, "data-denied": reason, "aria-disabled": "true" }, label);
+  return h("a", { href: "#/" + id, class: id === page ? "active" : "", "aria-current": id === page ? "page" : null }, label);
+}
 
 /** A success message to show again after the re-render that follows the action it reports. */
 let carried = null;
@@ -64,7 +78,9 @@ function signInView(message) {
       await signIn(keyId.value.trim(), secret.value);
       render();
     } catch (err) {
-      error.textContent = err.code === 40102 || err.code === 40103
+      // An expired key is told so (the server tells only the secret's holder); an unknown key or a
+      // wrong secret gets one message, so that the form does not tell which was wrong.
+      error.textContent = (err.code === 40102 && !/expired/.test(err.message)) || err.code === 40103
         ? "Unknown key id or wrong secret."
         : err.message;
     }
@@ -82,16 +98,28 @@ async function render() {
   document.body.removeAttribute("data-ready");
   const creds = loadCredentials();
   if (!creds) return signInView();
+  if (creds.scope === undefined) {
+    // Signed in by an older page: learn the scope once.
+    try {
+      await learnScope();
+    } catch (err) {
+      if (err.status === 401) {
+        signOut();
+        return signInView("Signed out: " + err.message);
+      }
+    }
+  }
   const r = route();
   const page = PAGES[r.name] ? r.name : "overview";
   const main = h("main", { id: "main" });
   fill(root,
     h("header", null,
       h("a", { class: "brand", href: "#/overview" }, "webhookd"),
-      h("nav", null, NAV.map(([id, label]) =>
-        h("a", { href: "#/" + id, class: id === page ? "active" : "", "aria-current": id === page ? "page" : null }, label))),
+      h("nav", null, NAV.map(([id, label]) => navItem(id, label, page))),
       h("span", { class: "who" }, h("span", null, creds.keyId),
+        creds.scope ? h("span", { class: "badge scope", title: "this key's scope" }, creds.scope) : null,
         h("button", { type: "button", class: "link", onclick: () => { signOut(); render(); } }, "Sign out"))),
+    SCOPE_NOTES[creds.scope] ? h("p", { class: "scope-note", role: "note" }, SCOPE_NOTES[creds.scope]) : null,
     h("div", { id: "notice" }),
     main);
   if (carried) notify(...carried);

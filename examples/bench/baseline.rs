@@ -9,7 +9,7 @@ use serde_json::json;
 use std::collections::HashSet;
 use std::time::{Duration, Instant};
 use webhookd::clock::{Clock, SystemClock};
-use webhookd::store::{self, tasks::NewTask};
+use webhookd::store::{self, TaskQueries, tasks::NewTask};
 
 /// An HTTP agent like the ones webhookd's delivery workers and the signing client use:
 /// keep-alive, no redirects, statuses as values.
@@ -112,22 +112,19 @@ pub fn sqlite_inserts(batch: usize, duration: Duration) -> anyhow::Result<(f64, 
     let mut transactions = 0u64;
     while start.elapsed() < duration {
         let now_ms = SystemClock.now_ms();
-        store::sqlite::write_tx(&mut conn, |tx| -> rusqlite::Result<()> {
+        store::sqlite::write_tx(&mut conn, |tx| -> Result<(), store::StoreError> {
             for _ in 0..batch {
-                store::sqlite::tasks::insert(
-                    tx,
-                    &NewTask {
-                        app_id: "bench",
-                        schedule_id: None,
-                        event_id: Some(1),
-                        endpoint_id: 1,
-                        task_type: "event",
-                        payload: &payload,
-                        run_at: now_ms,
-                        max_attempts: 5,
-                        now_ms,
-                    },
-                )?;
+                store::sqlite::SqliteTx(tx).insert_task(&NewTask {
+                    app_id: "bench",
+                    schedule_id: None,
+                    event_id: Some(1),
+                    endpoint_id: 1,
+                    task_type: store::tasks::TaskKind::Event,
+                    payload: &payload,
+                    run_at: now_ms,
+                    max_attempts: 5,
+                    now_ms,
+                })?;
             }
             Ok(())
         })?;

@@ -12,6 +12,7 @@ use webhookd::client::Client;
 use webhookd::clock::{Clock, SystemClock};
 use webhookd::config::Config;
 use webhookd::server::Running;
+use webhookd::store::KeyQueries;
 
 /// The app every harness key belongs to.
 const APP: &str = "bench";
@@ -301,7 +302,7 @@ fn create_app_keys(db: &Path, app: &str, n: usize) -> anyhow::Result<Vec<(String
     let now_ms = SystemClock.now_ms();
     (0..n)
         .map(|_| {
-            let key = webhookd::store::sqlite::keys::create(&conn, app, "bench", now_ms)?;
+            let key = webhookd::store::sqlite::SqliteTx(&conn).create_key(app, "bench", now_ms)?;
             Ok((key.key_id, key.secret))
         })
         .collect()

@@ -187,10 +187,17 @@ pub fn create(ctx: &mut Ctx<'_>, req: &Request) -> ApiResult<Value> {
     let method = check_method(&body.str("method")?.unwrap_or_else(|| "POST".into()))?;
     let headers = body.object("headers")?.unwrap_or_default();
     check_headers(&headers)?;
-    let secret = body.str("secret")?.filter(|s| !s.is_empty());
-    if let Some(secret) = &secret {
-        check_secret(secret)?;
-    }
+    // Signed by default (docs/API.md, "Signed by default"): no `secret` → a new random one;
+    // an explicit `null` (or "") → an unsigned endpoint.
+    let secret = match body.patch_str("secret")? {
+        Patch::Absent => Some(crate::signing::new_whsec()),
+        Patch::Null => None,
+        Patch::Value(secret) if secret.is_empty() => None,
+        Patch::Value(secret) => {
+            check_secret(&secret)?;
+            Some(secret)
+        }
+    };
     let timeout_ms = body.int("timeout_ms")?.unwrap_or(30_000);
     check_range("timeout_ms", timeout_ms, 1..=300_000)?;
     let retry_policy_id = body.int("retry_policy_id")?;

@@ -57,23 +57,18 @@ pub fn publish(ctx: &mut Ctx<'_>, req: &Request) -> ApiResult<Value> {
         {
             return Ok((first, false));
         }
-        let targets: Vec<_> = tx
-            .list_enabled_targets(app_id)?
-            .into_iter()
-            .filter(|t| crate::filter::matches(t.filter_events.as_deref(), &event_name))
-            .collect();
-        let id = tx.insert_event_with_tasks(
+        let (id, tasks) = crate::fanout::event(
+            tx,
             app_id,
             &event_name,
             event_key.as_deref(),
             &payload,
-            &targets,
             now_ms,
         )?;
         let event = tx
             .get_event(app_id, id)?
             .ok_or_else(|| ApiError::internal("event vanished inside its transaction"))?;
-        Ok((event, !targets.is_empty()))
+        Ok((event, tasks > 0))
     })?;
     if created {
         ctx.app.delivery_wake.notify();

@@ -193,13 +193,30 @@ impl Body {
     }
 
     pub fn required_str(&self, field: &str) -> ApiResult<String> {
-        self.str(field)?
-            .ok_or_else(|| ApiError::validation(format!("{field}: is required")))
+        self.str(field)?.ok_or_else(|| self.missing(field))
     }
 
     pub fn required_int(&self, field: &str) -> ApiResult<i64> {
-        self.int(field)?
-            .ok_or_else(|| ApiError::validation(format!("{field}: is required")))
+        self.int(field)?.ok_or_else(|| self.missing(field))
+    }
+
+    /// 40001 for a required `field` left out, naming the body's field that looks like a typo
+    /// of it: `name: is required (the body has "nmae"; did you mean "name"?)`.
+    pub fn missing(&self, field: &str) -> ApiError {
+        let typo = self
+            .fields
+            .keys()
+            .filter(|k| k.as_str() != field)
+            .find(|k| crate::suggest::nearest(k, [field]).is_some());
+        match typo {
+            Some(k) => {
+                let shown: String = k.chars().take(100).collect();
+                ApiError::validation(format!(
+                    "{field}: is required (the body has {shown:?}; did you mean {field:?}?)"
+                ))
+            }
+            None => ApiError::validation(format!("{field}: is required")),
+        }
     }
 
     /// A PATCH field that cannot be cleared: left out → `None`; `null` → 40001.
@@ -402,36 +419,16 @@ impl Query {
 /// `unknown field "filter_event"; did you mean "filter_events"?`: the suggestion is the known
 /// name nearest by edit distance, when it is close: at most a third of the name's length (and
 /// at least 1) edits away, or one name holding the other (`max_delay` → `max_delay_sec`).
-fn unknown_message<'a>(what: &str, name: &str, known: impl Iterator<Item = &'a str>) -> String {
-    let limit = (name.chars().count() / 3).max(1);
-    let holds = |k: &str| name.len().min(k.len()) >= 4 && (k.contains(name) || name.contains(k));
-    let nearest = known
-        .map(|k| (edit_distance(name, k), k))
-        .filter(|(d, k)| *d <= limit || holds(k))
-        .min();
+pub(crate) fn unknown_message<'a>(
+    what: &str,
+    name: &str,
+    known: impl Iterator<Item = &'a str>,
+) -> String {
     let shown: String = name.chars().take(100).collect();
-    match nearest {
-        Some((_, k)) => format!("unknown {what} {shown:?}; did you mean {k:?}?"),
+    match crate::suggest::nearest(name, known) {
+        Some(k) => format!("unknown {what} {shown:?}; did you mean {k:?}?"),
         None => format!("unknown {what} {shown:?}"),
     }
-}
-
-/// Levenshtein distance over characters (case-sensitive; a case slip counts as one edit).
-fn edit_distance(a: &str, b: &str) -> usize {
-    let b: Vec<char> = b.chars().collect();
-    let mut row: Vec<usize> = (0..=b.len()).collect();
-    for (i, ca) in a.chars().enumerate() {
-        let mut diagonal = row[0];
-        row[0] = i + 1;
-        for (j, cb) in b.iter().enumerate() {
-            let above = row[j + 1];
-            row[j + 1] = (above + 1)
-                .min(row[j] + 1)
-                .min(diagonal + usize::from(ca != *cb));
-            diagonal = above;
-        }
-    }
-    row[b.len()]
 }
 
 fn percent_decode(text: &str) -> String {
@@ -590,13 +587,5 @@ mod tests {
         let q = Query::parse(Some("page=2"));
         q.page().unwrap();
         assert!(q.finish().is_ok());
-    }
-
-    #[test]
-    fn edit_distances() {
-        assert_eq!(edit_distance("filter_event", "filter_events"), 1);
-        assert_eq!(edit_distance("", "abc"), 3);
-        assert_eq!(edit_distance("kitten", "sitting"), 3);
-        assert_eq!(edit_distance("same", "same"), 0);
     }
 }

@@ -5,6 +5,7 @@
 pub mod endpoints;
 pub mod events;
 pub mod input;
+pub mod keys;
 pub mod policies;
 pub mod schedules;
 pub mod tasks;
@@ -49,6 +50,15 @@ impl Request {
         self.json()?.finish()
     }
 
+    /// The last segment of the path: the `{key_id}` of a keys route.
+    pub fn segment(&self) -> &str {
+        self.path
+            .trim_end_matches('/')
+            .rsplit('/')
+            .next()
+            .unwrap_or_default()
+    }
+
     fn body_is_blank(&self) -> bool {
         self.body.iter().all(u8::is_ascii_whitespace)
     }
@@ -89,13 +99,16 @@ pub fn dispatch(handler: Handler, ctx: &mut Ctx<'_>, req: &Request) -> ApiResult
 pub struct Ctx<'a> {
     pub app: &'a App,
     pub app_id: &'a str,
+    /// The key that signed the request (`whk_…`).
+    pub key_id: &'a str,
     pub store: &'a dyn Store,
     pub now_ms: i64,
 }
 
 pub type Handler = fn(&mut Ctx<'_>, &Request) -> ApiResult<Value>;
 
-/// One route: a method and a path pattern under `/v1`, where `{id}` stands for an integer.
+/// One route: a method and a path pattern under `/v1`, where `{id}` stands for an integer and
+/// `{key_id}` for any one segment (an API key id, which the handler reads: [`Request::segment`]).
 struct Route {
     method: &'static str,
     pattern: &'static str,
@@ -148,6 +161,11 @@ static ROUTES: &[Route] = &[
     route("GET", "tasks/{id}/attempts", tasks::attempts),
     route("POST", "tasks/{id}/cancel", tasks::cancel),
     route("POST", "tasks/{id}/retry", tasks::retry),
+    route("POST", "tasks/{id}/resend", tasks::resend),
+    route("POST", "keys", keys::create),
+    route("GET", "keys", keys::list),
+    route("GET", "keys/{key_id}", keys::get),
+    route("DELETE", "keys/{key_id}", keys::revoke),
 ];
 
 /// The routes of the table as (method, path) pairs, paths with the `/v1/` prefix
@@ -178,47 +196,57 @@ pub fn resolve(method: &str, path: &str) -> ApiResult<(Handler, Vec<i64>)> {
     let rest = path
         .strip_prefix("/v1/")
         .ok_or_else(|| ApiError::not_found(format!("no route {path}")))?;
-    let segments: Vec<&str> = rest.trim_end_matches('/').split('/').collect();
-    // `GET /tasks/retry`: when a literal route (`tasks/retry`) names the path, a non-integer
-    // `{id}` is not a path of `tasks/{id}`, so the answer is 405, not a bad id.
-    let literal_named = ROUTES.iter().any(|r| {
-        !r.pattern.contains("{id}")
-            && pattern_matches(&r.pattern.split('/').collect::<Vec<_>>(), &segments)
-    });
-    let mut path_matched = false;
-    for r in ROUTES {
-        let pattern: Vec<&str> = r.pattern.split('/').collect();
-        if !pattern_matches(&pattern, &segments) {
-            continue;
-        }
-        let bad_id = pattern
-            .iter()
-            .zip(&segments)
-            .any(|(p, s)| *p == "{id}" && s.parse::<i64>().is_err());
-        if literal_named && bad_id {
-            continue;
-        }
-        path_matched = true;
-        if r.method != method {
-            continue;
-        }
-        let ids = pattern
-            .iter()
-            .zip(&segments)
-            .filter(|(p, _)| **p == "{id}")
-            .map(|(_, s)| {
-                s.parse::<i64>().map_err(|_| {
-                    ApiError::validation(format!("id: path segment '{s}' must be an integer"))
-                })
+    let segments = split_path(rest);
+    let named = routes_naming(&segments);
+    let Some(r) = named.iter().find(|r| r.method == method) else {
+        return Err(if named.is_empty() {
+            ApiError::not_found(format!("no route {method} {path}"))
+        } else {
+            ApiError::method_not_allowed(method, path)
+        });
+    };
+    let ids = r
+        .pattern
+        .split('/')
+        .zip(&segments)
+        .filter(|(p, _)| *p == "{id}")
+        .map(|(_, s)| {
+            s.parse::<i64>().map_err(|_| {
+                ApiError::validation(format!("id: path segment '{s}' must be an integer"))
             })
-            .collect::<ApiResult<Vec<i64>>>()?;
-        return Ok((r.handler, ids));
-    }
-    if path_matched {
-        Err(ApiError::method_not_allowed(method, path))
-    } else {
-        Err(ApiError::not_found(format!("no route {method} {path}")))
-    }
+        })
+        .collect::<ApiResult<Vec<i64>>>()?;
+    Ok((r.handler, ids))
+}
+
+/// A path under `/v1/` as segments (a trailing slash ignored).
+fn split_path(rest: &str) -> Vec<&str> {
+    rest.trim_end_matches('/').split('/').collect()
+}
+
+/// The routes whose pattern names the path, whatever their method: what decides between 404
+/// and 405 in [`resolve`] and what `Allow` lists, so the two always agree. When a literal route
+/// names the path (`tasks/retry`), a pattern that would need a non-integer `{id}` there
+/// (`tasks/{id}`) does not: `GET /tasks/retry` is a 405 whose `Allow` is `POST`, not a bad id.
+fn routes_naming(segments: &[&str]) -> Vec<&'static Route> {
+    let matching =
+        |r: &&Route| pattern_matches(&r.pattern.split('/').collect::<Vec<_>>(), segments);
+    let literal_named = ROUTES
+        .iter()
+        .filter(matching)
+        .any(|r| !r.pattern.contains("{id}"));
+    ROUTES
+        .iter()
+        .filter(matching)
+        .filter(|r| {
+            let bad_id = r
+                .pattern
+                .split('/')
+                .zip(segments)
+                .any(|(p, s)| p == "{id}" && s.parse::<i64>().is_err());
+            !(literal_named && bad_id)
+        })
+        .collect()
 }
 
 fn pattern_matches(pattern: &[&str], segments: &[&str]) -> bool {
@@ -226,7 +254,7 @@ fn pattern_matches(pattern: &[&str], segments: &[&str]) -> bool {
         && pattern
             .iter()
             .zip(segments)
-            .all(|(p, s)| *p == "{id}" || p == s)
+            .all(|(p, s)| *p == "{id}" || (*p == "{key_id}" && !s.is_empty()) || p == s)
 }
 
 /// The methods a path answers to, for the `Allow` header of a 405 (RFC 9110 §15.5.6).
@@ -237,10 +265,8 @@ pub fn allowed_methods(path: &str) -> Vec<&'static str> {
         .map(|(m, _)| *m)
         .collect();
     if let Some(rest) = path.strip_prefix("/v1/") {
-        let segments: Vec<&str> = rest.trim_end_matches('/').split('/').collect();
-        for r in ROUTES {
-            let pattern: Vec<&str> = r.pattern.split('/').collect();
-            if pattern_matches(&pattern, &segments) && !methods.contains(&r.method) {
+        for r in routes_naming(&split_path(rest)) {
+            if !methods.contains(&r.method) {
                 methods.push(r.method);
             }
         }
@@ -274,11 +300,32 @@ mod tests {
             let path = "/v1/endpoints/9223372036854775808";
             assert_eq!(resolve(method, path).unwrap_err().code, 40001, "{method}");
         }
-        assert_eq!(resolve("GET", "/v1/tasks/retry").unwrap_err().code, 40501);
         assert_eq!(resolve("GET", "/v2/endpoints").unwrap_err().code, 40401);
         assert_eq!(resolve("GET", "/v1/tasks/retry").unwrap_err().code, 40501);
         assert!(resolve("POST", "/v1/tasks/retry").is_ok());
         assert_eq!(resolve("POST", "/v1/tasks/7/retry").unwrap().1, vec![7]);
+    }
+
+    /// Every path of the table answers 405 with an `Allow` that names exactly the methods
+    /// `resolve` accepts there (checked on a concrete path of each pattern).
+    #[test]
+    fn allow_agrees_with_resolve_on_every_route() {
+        const METHODS: [&str; 5] = ["GET", "POST", "PATCH", "DELETE", "PUT"];
+        for r in ROUTES {
+            let path = format!("/v1/{}", r.pattern.replace("{id}", "7"));
+            let accepted: Vec<&str> = METHODS
+                .into_iter()
+                .filter(|m| resolve(m, &path).is_ok())
+                .collect();
+            let mut allowed = allowed_methods(&path);
+            allowed.sort_unstable();
+            let mut accepted_sorted = accepted.clone();
+            accepted_sorted.sort_unstable();
+            assert_eq!(allowed, accepted_sorted, "{path}");
+            for m in METHODS.into_iter().filter(|m| !accepted.contains(m)) {
+                assert_eq!(resolve(m, &path).unwrap_err().code, 40501, "{m} {path}");
+            }
+        }
     }
 
     #[test]
@@ -289,6 +336,11 @@ mod tests {
             vec!["GET", "PATCH", "DELETE"]
         );
         assert_eq!(allowed_methods("/healthz"), vec!["GET", "HEAD"]);
+        // A literal route takes its path from `{id}` patterns (issue #19): POST only.
+        assert_eq!(allowed_methods("/v1/tasks/retry"), vec!["POST"]);
+        assert_eq!(allowed_methods("/v1/tasks/7"), vec!["GET"]);
+        assert_eq!(allowed_methods("/v1/tasks/7/retry"), vec!["POST"]);
+        assert_eq!(allowed_methods("/v1/tasks/"), vec!["POST", "GET"]);
         assert_eq!(allowed_methods(OPENAPI_PATH), vec!["GET"]);
         assert!(allowed_methods("/v1/nothing").is_empty());
     }

@@ -4,17 +4,16 @@ use super::input::{Body, check_name, check_range, page_object};
 use super::{Ctx, Request, missing, to_data};
 use crate::error::{ApiError, ApiResult};
 use crate::retry::Backoff;
+use crate::store::Word;
 use crate::store::policies::Policy;
 use serde_json::Value;
 
-fn parse_backoff(text: &str) -> ApiResult<String> {
-    Backoff::parse(text)
-        .map(|b| b.as_str().to_string())
-        .ok_or_else(|| {
-            ApiError::validation(format!(
-                "backoff_type: '{text}' is not one of fixed, exponential, linear"
-            ))
-        })
+fn parse_backoff(text: &str) -> ApiResult<Backoff> {
+    Backoff::from_word(text).ok_or_else(|| {
+        ApiError::validation(format!(
+            "backoff_type: '{text}' is not one of fixed, exponential, linear"
+        ))
+    })
 }
 
 /// Range checks over the whole (created or patched) policy.

@@ -9,7 +9,8 @@ use super::{Ctx, Request, missing, to_data};
 use crate::clock::{from_ms, is_expressible, parse_instant, rfc3339};
 use crate::cron::CronSchedule;
 use crate::error::{ApiError, ApiResult};
-use crate::store::schedules::{CATCHUP, OVERLAP, Schedule};
+use crate::store::Word;
+use crate::store::schedules::{Catchup, Overlap, Schedule};
 use chrono::Datelike;
 use serde_json::{Value, json};
 
@@ -22,16 +23,18 @@ fn parse_cron(cron_expr: &str, timezone: &str) -> ApiResult<CronSchedule> {
 }
 
 /// An enum field of create and PATCH (`catchup`, `overlap`): left out → `None`; `null` or a
-/// value not in `allowed` → 40001 naming the field and the values it takes.
-fn choice(body: &Body, field: &str, allowed: &[&str]) -> ApiResult<Option<String>> {
-    let value = body.update_str(field)?;
-    match value {
-        Some(v) if !allowed.contains(&v.as_str()) => Err(ApiError::validation(format!(
+/// word not in `T`'s set → 40001 naming the field and the values it takes.
+fn choice<T: Word>(body: &Body, field: &str) -> ApiResult<Option<T>> {
+    let Some(v) = body.update_str(field)? else {
+        return Ok(None);
+    };
+    T::from_word(&v).map(Some).ok_or_else(|| {
+        let allowed: Vec<_> = T::ALL.iter().map(Word::word).collect();
+        ApiError::validation(format!(
             "{field}: must be one of {}, not \"{v}\"",
             allowed.join(", ")
-        ))),
-        other => Ok(other),
-    }
+        ))
+    })
 }
 
 /// The first fire instant after `now_ms`, in store milliseconds.
@@ -113,8 +116,8 @@ pub fn create(ctx: &mut Ctx<'_>, req: &Request) -> ApiResult<Value> {
             .into_option()
             .unwrap_or_default(),
     )?;
-    let catchup = choice(&body, "catchup", &CATCHUP)?.unwrap_or_else(|| CATCHUP[0].into());
-    let overlap = choice(&body, "overlap", &OVERLAP)?.unwrap_or_else(|| OVERLAP[0].into());
+    let catchup = choice(&body, "catchup")?.unwrap_or(Catchup::Latest);
+    let overlap = choice(&body, "overlap")?.unwrap_or(Overlap::Allow);
     let schedule = Schedule {
         id: 0,
         app_id: ctx.app_id.to_string(),
@@ -182,10 +185,10 @@ fn apply_patch(ctx: &Ctx<'_>, s: &mut Schedule, body: &Body) -> ApiResult<()> {
         s.endpoint_ids = check_targets(ctx, ids)?;
         s.paused_reason = None;
     }
-    if let Some(catchup) = choice(body, "catchup", &CATCHUP)? {
+    if let Some(catchup) = choice(body, "catchup")? {
         s.catchup = catchup;
     }
-    if let Some(overlap) = choice(body, "overlap", &OVERLAP)? {
+    if let Some(overlap) = choice(body, "overlap")? {
         s.overlap = overlap;
     }
     Ok(())

@@ -1,10 +1,13 @@
-//! `/v1/tasks`: list and read tasks and their attempts, create manual tasks, cancel and retry.
+//! `/v1/tasks`: list and read tasks and their attempts, create manual tasks, cancel, retry
+//! and resend.
 
 use super::input::{Body, check_range, page_object};
 use super::{Ctx, Request, missing, to_data};
 use crate::clock::parse_instant;
 use crate::error::{ApiError, ApiResult};
-use crate::store::{self, tasks::NewTask, tasks::RetryFilter, tasks::Task, tasks::TaskFilter};
+use crate::store::endpoints::Endpoint;
+use crate::store::tasks::{NewTask, RetryFilter, Task, TaskFilter, TaskKind, TaskStatus};
+use crate::store::{self};
 use serde_json::{Value, json};
 
 fn load(ctx: &Ctx<'_>, id: i64) -> ApiResult<Task> {
@@ -75,18 +78,31 @@ pub fn create(ctx: &mut Ctx<'_>, req: &Request) -> ApiResult<Value> {
                 "endpoint_id: no endpoint {endpoint_id} in this app"
             ))
         })?;
+    body.finish_ignoring(READ_ONLY)?;
+    insert_manual(ctx, &endpoint, None, None, &payload, run_at)
+}
+
+/// Inserts a `manual` task to `endpoint` (its `max_attempts` from the endpoint's retry policy
+/// now), wakes the delivery pool, and returns the new record.
+fn insert_manual(
+    ctx: &Ctx<'_>,
+    endpoint: &Endpoint,
+    schedule_id: Option<i64>,
+    event_id: Option<i64>,
+    payload: &str,
+    run_at: i64,
+) -> ApiResult<Value> {
     let policy = ctx
         .store
         .read(|tx| tx.effective_policy(endpoint.retry_policy_id))?;
-    body.finish_ignoring(READ_ONLY)?;
     let id = ctx.store.write(|tx| {
         tx.insert_task(&NewTask {
             app_id: ctx.app_id,
-            schedule_id: None,
-            event_id: None,
-            endpoint_id,
-            task_type: "manual",
-            payload: &payload,
+            schedule_id,
+            event_id,
+            endpoint_id: endpoint.id,
+            task_type: TaskKind::Manual,
+            payload,
             run_at,
             max_attempts: i64::from(policy.max_attempts),
             now_ms: ctx.now_ms,
@@ -94,6 +110,35 @@ pub fn create(ctx: &mut Ctx<'_>, req: &Request) -> ApiResult<Value> {
     })?;
     ctx.app.delivery_wake.notify();
     to_data(&load(ctx, id)?)
+}
+
+/// `POST /tasks/{id}/resend`: a new `manual` task, due now, to the same endpoint with the same
+/// payload, whatever the original's status; the original is left as it is. The copy keeps
+/// the original's `schedule_id` and `event_id`, so it is listed with them and is sent with the
+/// same `X-Service-Event` / `X-Service-Schedule-Id` header (docs/API.md, "Resending a task").
+/// 409 when the endpoint has been deleted since.
+pub fn resend(ctx: &mut Ctx<'_>, req: &Request) -> ApiResult<Value> {
+    req.no_body()?;
+    let id = req.id();
+    let task = load(ctx, id)?;
+    let endpoint = ctx
+        .store
+        .read(|tx| tx.get_endpoint(ctx.app_id, task.endpoint_id))?
+        .ok_or_else(|| {
+            ApiError::conflict(format!(
+                "task {id} cannot be resent: its endpoint {} was deleted",
+                task.endpoint_id
+            ))
+        })?;
+    let payload = task.payload.to_string();
+    insert_manual(
+        ctx,
+        &endpoint,
+        task.schedule_id,
+        task.event_id,
+        &payload,
+        ctx.now_ms,
+    )
 }
 
 pub fn cancel(ctx: &mut Ctx<'_>, req: &Request) -> ApiResult<Value> {
@@ -124,7 +169,7 @@ pub fn retry(ctx: &mut Ctx<'_>, req: &Request) -> ApiResult<Value> {
         .is_empty()
     {
         return Err(ApiError::conflict(
-            if task.status != "failed" && task.status != "canceled" {
+            if !matches!(task.status, TaskStatus::Failed | TaskStatus::Canceled) {
                 format!(
                     "task {id} is {}; only a failed or canceled task can be retried",
                     task.status
@@ -227,7 +272,7 @@ pub fn retry_bulk(ctx: &mut Ctx<'_>, req: &Request) -> ApiResult<Value> {
 }
 
 /// An optional instant field: an RFC 3339 string or epoch seconds, in store milliseconds.
-fn body_instant(body: &Body, field: &str) -> ApiResult<Option<i64>> {
+pub(super) fn body_instant(body: &Body, field: &str) -> ApiResult<Option<i64>> {
     match body.get(field) {
         None | Some(Value::Null) => Ok(None),
         Some(value) => parse_instant(value)

@@ -23,6 +23,7 @@
 
 pub mod fair;
 pub mod health;
+mod interrupted;
 pub mod probe;
 mod retention;
 pub mod send;
@@ -230,6 +231,8 @@ struct Shared {
     dropped: Mutex<Vec<i64>>,
     /// Claimed tasks whose result is not committed yet: queued, being sent, or reported.
     in_flight: AtomicUsize,
+    /// The sends under way, recorded as interrupted if the shutdown grace ends first.
+    sending: interrupted::InFlight,
     stopping: AtomicBool,
     /// Caps the dispatcher's idle sleep while other nodes' new tasks might go unnoticed
     /// (`Store::watch`).
@@ -269,6 +272,7 @@ impl DeliveryPool {
             results: Mutex::default(),
             dropped: Mutex::default(),
             in_flight: AtomicUsize::new(0),
+            sending: interrupted::InFlight::default(),
             stopping: AtomicBool::new(false),
         });
         app.probes.open();
@@ -297,7 +301,8 @@ impl DeliveryPool {
         }
         self.retention.stop();
         // Senders still blocked in a send past the grace are left to finish on their own; their
-        // results are no longer recorded (the task is pending again). Idle ones exit now.
+        // results are no longer recorded (the attempt was recorded as interrupted and the task
+        // is pending again). Idle ones exit now.
         if self.shared.in_flight.load(Ordering::SeqCst) == 0 {
             let queue = lock(&self.shared.queue);
             let _ =
@@ -329,6 +334,11 @@ fn work(shared: &Arc<Shared>) {
                 .event_name
                 .as_deref()
                 .is_some_and(operator::is_operator_event);
+        // Test deliveries too: their tasks are `running` like any claimed task.
+        let task_id = job.task.id;
+        shared
+            .sending
+            .begin(&job.task, &job.target, app.clock.now_ms());
         let done = attempt(app, &shared.agent, &job.target, job.task, quiet);
         sent_one(shared, endpoint_id);
         match job.reply {
@@ -343,6 +353,7 @@ fn work(shared: &Arc<Shared>) {
             },
             None => lock(&shared.results).push(done),
         }
+        shared.sending.end(task_id);
         app.delivery_wake.notify();
     }
 }
@@ -744,10 +755,12 @@ fn log_outcome(d: &Done) {
     if d.verdict.after == AfterAttempt::Success {
         return;
     }
-    let next = match d.verdict.after {
-        AfterAttempt::RetryAt(at) => crate::clock::rfc3339(at),
-        _ => "failed for good".to_string(),
+    // A time field holds a time or is left out; what happens next is said in `outcome`.
+    let (next, outcome) = match d.verdict.after {
+        AfterAttempt::RetryAt(at) => (Some(crate::clock::rfc3339(at)), "will retry"),
+        _ => (None, "failed for good"),
     };
+    let next = next.as_deref();
     let error = d.verdict.error.as_deref().unwrap_or("");
     match d.sent.status {
         Some(status_code) => tracing::warn!(
@@ -756,7 +769,8 @@ fn log_outcome(d: &Done) {
             attempt = d.task.attempt,
             status_code,
             error,
-            next_attempt_at = %next,
+            next_attempt_at = next,
+            outcome,
             "delivery attempt failed"
         ),
         None => tracing::warn!(
@@ -764,7 +778,8 @@ fn log_outcome(d: &Done) {
             endpoint_id = d.endpoint_id,
             attempt = d.task.attempt,
             error,
-            next_attempt_at = %next,
+            next_attempt_at = next,
+            outcome,
             "delivery attempt failed"
         ),
     }
@@ -835,7 +850,8 @@ fn hand_out(shared: &Arc<Shared>, jobs: Vec<Job>) {
 
 /// Shutdown: claimed tasks not yet sent go back to `pending` at once; sends in flight get the
 /// grace to finish and their results are committed; what is still in flight after the grace is
-/// handed back to `pending` as well.
+/// recorded as an attempt interrupted by shutdown and handed back to `pending` as well
+/// ([`interrupted`]).
 fn drain_at_shutdown(shared: &Shared) {
     let app = &shared.app;
     app.probes.close();
@@ -871,6 +887,14 @@ fn drain_at_shutdown(shared: &Shared) {
             in_flight = still,
             "shutdown grace over: unfinished deliveries go back to pending"
         );
+        // Results that came in since the last look first, then the sends still under way.
+        let done = std::mem::take(&mut *lock(&shared.results));
+        if let Err(e) = app.store.write(|tx| record(tx, &done, &rules)) {
+            tracing::error!(error = %e, "delivery pool: cannot record results");
+        }
+        if let Err(e) = shared.sending.record_at_shutdown(app) {
+            tracing::error!(error = %e, "delivery pool: cannot record interrupted attempts");
+        }
     }
     if let Err(e) = app
         .store

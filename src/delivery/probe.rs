@@ -163,7 +163,7 @@ pub fn run(app: &App, endpoint: &Endpoint) -> Result<Probe, ProbeError> {
             schedule_id: None,
             event_id: None,
             endpoint_id: endpoint.id,
-            task_type: "manual",
+            task_type: crate::store::tasks::TaskKind::Manual,
             payload: &payload,
             run_at: now_ms,
             max_attempts: 1,

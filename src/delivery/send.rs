@@ -155,6 +155,8 @@ pub struct Sent {
     pub body: Option<String>,
     /// Why no reply came.
     pub error: Option<String>,
+    /// Whether the request carried signatures (the endpoint had a secret).
+    pub signed: bool,
 }
 
 impl Sent {
@@ -171,12 +173,8 @@ pub fn send(agent: &ureq::Agent, target: &Target, task: &Claimed, started_at: i6
     } else {
         b""
     };
-    let headers = delivery_headers(
-        task,
-        &target.secrets_at(started_at),
-        started_at.div_euclid(1000),
-        body,
-    );
+    let secrets = target.secrets_at(started_at);
+    let headers = delivery_headers(task, &secrets, started_at.div_euclid(1000), body);
     let mut request = http::Request::builder()
         .method(target.method.as_str())
         .uri(target.url.as_str());
@@ -201,6 +199,7 @@ pub fn send(agent: &ureq::Agent, target: &Target, task: &Claimed, started_at: i6
     };
     let mut sent = Sent {
         started_at,
+        signed: !secrets.is_empty(),
         ..Sent::default()
     };
     match reply {
@@ -288,6 +287,25 @@ pub fn judge(task: &Claimed, policy: &RetryPolicy, sent: &Sent, now: DateTime<Ut
         Some(410) => "HTTP 410 Gone: the endpoint was disabled".to_string(),
         Some(code) if (300..400).contains(&code) => {
             format!("HTTP {code}: redirects are not followed")
+        }
+        Some(code @ (401 | 403)) => {
+            let reason = if code == 401 {
+                "Unauthorized"
+            } else {
+                "Forbidden"
+            };
+            if sent.signed {
+                format!(
+                    "HTTP {code} {reason}: the receiver refused the delivery; it was signed \
+                     (X-Service-Signature, webhook-signature) with the endpoint's secret: check \
+                     that the receiver verifies with that same secret"
+                )
+            } else {
+                format!(
+                    "HTTP {code} {reason}: the receiver refused the delivery; it was not signed \
+                     (the endpoint has no secret): give the endpoint the receiver's secret"
+                )
+            }
         }
         Some(code) => match StatusCode::from_u16(code)
             .ok()
@@ -455,6 +473,20 @@ mod tests {
         let mut ignored = reply(500);
         ignored.retry_after = Some("50".into());
         assert_eq!(judge(&task(1, 3), &policy, &ignored, now).after, at(10));
+        let mut refused = reply(401);
+        refused.signed = true;
+        let error = judge(&task(1, 3), &policy, &refused, now).error.unwrap();
+        assert!(
+            error.starts_with("HTTP 401 Unauthorized: the receiver refused the delivery")
+                && error.contains("X-Service-Signature, webhook-signature"),
+            "{error}"
+        );
+        let error = judge(&task(1, 3), &policy, &reply(403), now).error.unwrap();
+        assert!(
+            error.starts_with("HTTP 403 Forbidden: the receiver refused the delivery")
+                && error.contains("not signed"),
+            "{error}"
+        );
         let redirect = judge(&task(1, 3), &policy, &reply(302), now);
         assert!(
             redirect

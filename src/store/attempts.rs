@@ -1,7 +1,9 @@
 //! The `attempts` table: one row per delivery attempt of a task, in the order they were made.
-//! The record types live here; the SQLite SQL is in `store::sqlite::attempts`.
+//! The record types and [`AttemptQueries`] live here; each backend implements the queries
+//! in its own `attempts.rs` (`store::sqlite::attempts`, `store::postgres::attempts`).
 
 use crate::clock::ser_ms;
+use crate::store::{Page, StoreError};
 use serde::Serialize;
 
 /// An attempt record, serialized exactly as `GET /tasks/{id}/attempts` returns it.
@@ -19,4 +21,18 @@ pub struct Attempt {
     pub error: Option<String>,
     /// The first 4 KiB of the reply body.
     pub response_body: Option<String>,
+}
+
+/// The queries on delivery attempts, one body per backend (`store::sqlite::attempts`,
+/// `store::postgres::attempts`); part of [`crate::store::Tx`].
+pub trait AttemptQueries {
+    /// Appends an attempt row (its `id` is ignored). Called in the delivery pool's result
+    /// transaction, together with the task's state change.
+    fn insert_attempt(&mut self, a: &Attempt) -> Result<(), StoreError>;
+    /// One page of a task's attempts in the order they were made, and their total count.
+    fn list_attempts(
+        &mut self,
+        task_id: i64,
+        page: Page,
+    ) -> Result<(i64, Vec<Attempt>), StoreError>;
 }

@@ -1,7 +1,9 @@
 //! The `endpoints` table: webhook targets of an app.
-//! The record types live here; the SQLite SQL is in `store::sqlite::endpoints`.
+//! The record types and [`EndpointQueries`] live here; each backend implements the queries
+//! in its own `endpoints.rs` (`store::sqlite::endpoints`, `store::postgres::endpoints`).
 
 use crate::clock::{ser_ms, ser_opt_ms};
+use crate::store::{Page, StoreError};
 use serde::Serialize;
 
 /// An endpoint record, serialized exactly as the API returns it.
@@ -95,4 +97,82 @@ pub struct Target {
     pub filter_events: Option<String>,
     /// From the endpoint's retry policy, or the default policy.
     pub max_attempts: i64,
+}
+
+/// The queries on endpoints, one body per backend (`store::sqlite::endpoints`,
+/// `store::postgres::endpoints`); part of [`crate::store::Tx`].
+pub trait EndpointQueries {
+    /// Inserts `ep` (its `id` is ignored) and returns the stored record.
+    fn insert_endpoint(&mut self, ep: &Endpoint) -> Result<Endpoint, StoreError>;
+    /// Writes every field a PATCH may change back. Status and health are left alone: they have
+    /// their own statements ([`EndpointQueries::set_endpoint_status`],
+    /// [`EndpointQueries::record_endpoint_health`]), so a PATCH racing the delivery pool cannot
+    /// undo a disabling.
+    fn update_endpoint(&mut self, ep: &Endpoint) -> Result<(), StoreError>;
+    /// An endpoint of an app.
+    fn get_endpoint(&mut self, app_id: &str, id: i64) -> Result<Option<Endpoint>, StoreError>;
+    /// Any endpoint by id, whatever its app (for the delivery pool).
+    fn get_endpoint_any(&mut self, id: i64) -> Result<Option<Endpoint>, StoreError>;
+    /// The limits of any endpoint by id, whatever its app; `None` when it is gone.
+    fn endpoint_limits_any(&mut self, id: i64) -> Result<Option<Limits>, StoreError>;
+    /// `POST /endpoints/{id}/enable` and `/disable`: enabling clears `disabled_reason` and resets
+    /// the failure streak (so auto-disable starts counting afresh); disabling records `reason`.
+    /// Returns false when the endpoint already had that status (nothing changes then).
+    fn set_endpoint_status(
+        &mut self,
+        app_id: &str,
+        id: i64,
+        enabled: bool,
+        reason: DisabledReason,
+        now_ms: i64,
+    ) -> Result<bool, StoreError>;
+    /// Disables any endpoint, whatever its app (the delivery pool: a `410 Gone` reply, or
+    /// auto-disable). Returns the endpoint's app when it was enabled until now, `None` when it was
+    /// already disabled (or is gone), so the caller tells the operator only once.
+    fn disable_endpoint_any(
+        &mut self,
+        id: i64,
+        reason: DisabledReason,
+        now_ms: i64,
+    ) -> Result<Option<String>, StoreError>;
+    /// Applies a round's [`HealthDelta`] to an endpoint in the result commit, and disables it
+    /// with reason `failing` when its streak reached `min_failures` attempts over at least
+    /// `failing_after_ms` (`None`: never). Returns the app and streak length of an endpoint
+    /// disabled by this call.
+    /// One statement per endpoint per round, however many of its attempts the round holds.
+    fn record_endpoint_health(
+        &mut self,
+        id: i64,
+        delta: &HealthDelta,
+        min_failures: i64,
+        failing_after_ms: Option<i64>,
+        now_ms: i64,
+    ) -> Result<Option<(String, i64)>, StoreError>;
+    /// One page, newest first, and the total count of matches.
+    fn list_endpoints(
+        &mut self,
+        app_id: &str,
+        status: Option<&str>,
+        page: Page,
+    ) -> Result<(i64, Vec<Endpoint>), StoreError>;
+    /// Names of the given endpoints of an app, for `endpoint_names`; unknown ids are left out.
+    fn endpoint_names(
+        &mut self,
+        app_id: &str,
+        ids: &[i64],
+    ) -> Result<Vec<(i64, String)>, StoreError>;
+    /// How many endpoints use a retry policy.
+    fn count_endpoints_using_policy(&mut self, policy_id: i64) -> Result<i64, StoreError>;
+    /// Deletes an endpoint in the caller's transaction: its pending tasks become `canceled`, and
+    /// schedules that name it drop it from `endpoint_ids`. A schedule whose only target it was is
+    /// paused rather than left with an empty list (which would mean "every endpoint").
+    /// Returns `None` when there was no such endpoint, else the ids of the schedules it paused.
+    fn delete_endpoint_cascade(
+        &mut self,
+        app_id: &str,
+        id: i64,
+        now_ms: i64,
+    ) -> Result<Option<Vec<i64>>, StoreError>;
+    /// Every enabled endpoint of an app with its task `max_attempts`, in one query.
+    fn list_enabled_targets(&mut self, app_id: &str) -> Result<Vec<Target>, StoreError>;
 }

@@ -1,7 +1,9 @@
 //! The `events` table: named occurrences published by clients, each fanned out into tasks.
-//! The record types live here; the SQLite SQL is in `store::sqlite::events`.
+//! The record types and [`EventQueries`] live here; each backend implements the queries
+//! in its own `events.rs` (`store::sqlite::events`, `store::postgres::events`).
 
 use crate::clock::ser_ms;
+use crate::store::{Page, StoreError};
 use serde::Serialize;
 
 /// How long an `event_key` makes a republish return the first event.
@@ -21,4 +23,36 @@ pub struct Event {
     pub task_count: i64,
     #[serde(serialize_with = "ser_ms")]
     pub created_at: i64,
+}
+
+/// The queries on events, one body per backend (`store::sqlite::events`,
+/// `store::postgres::events`); part of [`crate::store::Tx`].
+pub trait EventQueries {
+    /// Inserts an event; `payload` is compact JSON text.
+    fn insert_event(
+        &mut self,
+        app_id: &str,
+        event_name: &str,
+        event_key: Option<&str>,
+        payload: &str,
+        task_count: i64,
+        now_ms: i64,
+    ) -> Result<i64, StoreError>;
+    /// The first event published with this name and key since `since_ms`.
+    fn find_event_by_key(
+        &mut self,
+        app_id: &str,
+        event_name: &str,
+        event_key: &str,
+        since_ms: i64,
+    ) -> Result<Option<Event>, StoreError>;
+    /// An event of an app.
+    fn get_event(&mut self, app_id: &str, id: i64) -> Result<Option<Event>, StoreError>;
+    /// One page, newest first, and the total count of matches.
+    fn list_events(
+        &mut self,
+        app_id: &str,
+        event_name: Option<&str>,
+        page: Page,
+    ) -> Result<(i64, Vec<Event>), StoreError>;
 }

@@ -1,16 +1,103 @@
-//! The `api_keys` table: one key per client, bound to one app; secrets never leave `create`.
-//! The record types live here; the SQLite SQL is in `store::sqlite::keys`.
+//! The `api_keys` table: one key per client, bound to one app, with a scope (docs/design.md §17);
+//! secrets never leave `create`. The record types and [`KeyQueries`] live here; each backend
+//! implements the queries in its own `keys.rs` (`store::sqlite::keys`, `store::postgres::keys`).
 
+use crate::clock::{ser_ms, ser_opt_ms};
+use crate::store::{Page, StoreError};
 use serde::Serialize;
 
-/// A key as `keys list` shows it (no secret).
-#[derive(Debug, Clone, Serialize)]
-pub struct KeyInfo {
-    pub key_id: String,
+crate::store::word::words!(
+    /// What a key may do in its app (docs/API.md, "Keys"). Ordered: each scope allows everything
+    /// the one before it does.
+    #[derive(PartialOrd, Ord)]
+    Scope, "key scope" {
+        /// `GET` routes and `POST /cron/preview`.
+        Read = "read",
+        /// Every route but the keys routes.
+        Write = "write",
+        /// Everything in its app, keys included.
+        Admin = "admin",
+    }
+);
+
+impl Scope {
+    /// Every scope, widest first (the order messages list them in).
+    pub const ALL: [Scope; 3] = [Scope::Admin, Scope::Write, Scope::Read];
+
+    /// The scope spelled `text` (exact, lowercase), if any.
+    pub fn parse(text: &str) -> Option<Scope> {
+        <Scope as crate::store::word::Word>::from_word(text)
+    }
+}
+
+/// A key record as the API and `keys list` show it: never its secret.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct Key {
+    /// The key id, `whk_…`.
+    pub id: String,
     pub app_id: String,
     pub name: String,
-    pub created_at: String,
-    pub revoked: bool,
+    pub scope: Scope,
+    #[serde(serialize_with = "ser_ms")]
+    pub created_at: i64,
+    #[serde(serialize_with = "ser_opt_ms")]
+    pub expires_at: Option<i64>,
+    #[serde(serialize_with = "ser_opt_ms")]
+    pub last_used_at: Option<i64>,
+    #[serde(serialize_with = "ser_opt_ms")]
+    pub revoked_at: Option<i64>,
+}
+
+/// The columns [`Key::from_columns`] reads, in its order.
+pub(crate) const KEY_COLUMNS: &str =
+    "key_id, app_id, name, scope, created_at, expires_at, last_used_at, revoked_at";
+
+impl Key {
+    /// A key from the values of [`KEY_COLUMNS`] (each backend reads its row into these).
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn from_columns(
+        id: String,
+        app_id: String,
+        name: String,
+        scope: Scope,
+        created_at: i64,
+        expires_at: Option<i64>,
+        last_used_at: Option<i64>,
+        revoked_at: Option<i64>,
+    ) -> Key {
+        Key {
+            id,
+            app_id,
+            name,
+            scope,
+            created_at,
+            expires_at,
+            last_used_at,
+            revoked_at,
+        }
+    }
+}
+
+/// What authentication needs of a live (not revoked) key.
+#[derive(Debug, Clone, PartialEq)]
+pub struct KeyAuth {
+    pub secret: String,
+    pub app_id: String,
+    pub scope: Scope,
+    pub expires_at: Option<i64>,
+    pub last_used_at: Option<i64>,
+}
+
+/// `last_used_at` is written at most this often per key (ms): authentication reads it with the
+/// key and writes only when it is older, so a busy key costs one write a minute, not one a request.
+pub const LAST_USED_EVERY_MS: i64 = 60_000;
+
+impl KeyAuth {
+    /// Whether `last_used_at` is old enough to be written again at `now_ms`.
+    pub fn last_used_due(&self, now_ms: i64) -> bool {
+        self.last_used_at
+            .is_none_or(|t| now_ms - t >= LAST_USED_EVERY_MS)
+    }
 }
 
 /// A newly created key, the only time its secret is shown.
@@ -36,4 +123,66 @@ fn random_hex(bytes: usize) -> String {
     (0..bytes)
         .map(|_| format!("{:02x}", rand::random::<u8>()))
         .collect()
+}
+
+/// The queries on API keys, one body per backend (`store::sqlite::keys`,
+/// `store::postgres::keys`); part of [`crate::store::Tx`].
+pub trait KeyQueries {
+    /// Creates a key for `app_id` with `scope`, expiring at `expires_at` (ms) when given.
+    fn create_scoped_key(
+        &mut self,
+        app_id: &str,
+        name: &str,
+        scope: Scope,
+        expires_at: Option<i64>,
+        now_ms: i64,
+    ) -> Result<NewKey, StoreError>;
+    /// Creates an `admin` key that does not expire.
+    fn create_key(&mut self, app_id: &str, name: &str, now_ms: i64) -> Result<NewKey, StoreError> {
+        self.create_scoped_key(app_id, name, Scope::Admin, None, now_ms)
+    }
+    /// How many keys exist, revoked ones included (first start makes one when none).
+    fn count_keys(&mut self) -> Result<i64, StoreError>;
+    /// Every key of every app, oldest first (`keys list`).
+    fn list_keys(&mut self) -> Result<Vec<Key>, StoreError>;
+    /// One page of an app's keys, revoked ones included, newest first, and how many it has.
+    fn list_app_keys(&mut self, app_id: &str, page: Page) -> Result<(i64, Vec<Key>), StoreError>;
+    /// A key of `app_id`, revoked or not.
+    fn get_key(&mut self, app_id: &str, key_id: &str) -> Result<Option<Key>, StoreError>;
+    /// Marks a key revoked; false when no live key has that id.
+    fn revoke_key(&mut self, key_id: &str, now_ms: i64) -> Result<bool, StoreError>;
+    /// A live (not revoked) key, as authentication needs it.
+    fn lookup_key(&mut self, key_id: &str) -> Result<Option<KeyAuth>, StoreError>;
+    /// Sets `last_used_at` to `now_ms` unless it was set less than [`LAST_USED_EVERY_MS`] ago
+    /// (checked in the statement too, so nodes racing on one key write once).
+    fn touch_key(&mut self, key_id: &str, now_ms: i64) -> Result<(), StoreError>;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn scopes_parse_and_order() {
+        for s in Scope::ALL {
+            assert_eq!(Scope::parse(s.as_str()), Some(s));
+        }
+        assert_eq!(Scope::parse("Admin"), None);
+        assert!(Scope::Read < Scope::Write && Scope::Write < Scope::Admin);
+    }
+
+    #[test]
+    fn last_used_is_due_once_a_minute() {
+        let mut key = KeyAuth {
+            secret: String::new(),
+            app_id: String::new(),
+            scope: Scope::Read,
+            expires_at: None,
+            last_used_at: None,
+        };
+        assert!(key.last_used_due(0));
+        key.last_used_at = Some(1_000);
+        assert!(!key.last_used_due(60_999));
+        assert!(key.last_used_due(61_000));
+    }
 }

@@ -1,8 +1,10 @@
 //! The `schedules` table (cron-driven triggers) and `schedule_firings`, the record of every
 //! (schedule, scheduled instant) that has fired, which makes firing idempotent.
-//! The record types live here; the SQLite SQL is in `store::sqlite::schedules`.
+//! The record types and [`ScheduleQueries`] live here; each backend implements the queries
+//! in its own `schedules.rs` (`store::sqlite::schedules`, `store::postgres::schedules`).
 
 use crate::clock::{ser_ms, ser_opt_ms};
+use crate::store::{Page, StoreError};
 use serde::Serialize;
 use serde_json::{Map, Value};
 use std::collections::BTreeMap;
@@ -35,10 +37,10 @@ pub struct Schedule {
     /// refused, because an empty list would mean "every endpoint".
     pub paused_reason: Option<String>,
     /// Runs missed while the server was down: `latest`, `none` or `all` (CONTRACT §13).
-    pub catchup: String,
+    pub catchup: Catchup,
     /// `allow`, or `skip`: no new task for an endpoint while this schedule's earlier task for
     /// it is still `pending` or `running`.
-    pub overlap: String,
+    pub overlap: Overlap,
     /// Runs not fired: missed instants that `catchup` did not fire, and instants at which
     /// `overlap: skip` held back the task of at least one endpoint.
     pub skipped_runs: i64,
@@ -60,8 +62,8 @@ impl Schedule {
             payload: Value::Object(self.payload.clone()).to_string(),
             endpoint_ids: self.endpoint_ids.clone(),
             next_run_at: self.next_run_at,
-            catchup: self.catchup.clone(),
-            overlap: self.overlap.clone(),
+            catchup: self.catchup,
+            overlap: self.overlap,
         }
     }
 }
@@ -78,13 +80,69 @@ pub struct Firing {
     pub endpoint_ids: Vec<i64>,
     pub next_run_at: Option<i64>,
     /// See [`Schedule::catchup`].
-    pub catchup: String,
+    pub catchup: Catchup,
     /// See [`Schedule::overlap`].
-    pub overlap: String,
+    pub overlap: Overlap,
 }
 
-/// Every `catchup` value; the first is the default.
-pub const CATCHUP: [&str; 3] = ["latest", "none", "all"];
+crate::store::word::words! {
+    /// What a schedule does with runs missed while the server was down (its `catchup` field).
+    Catchup, "catchup mode" {
+        /// Fire once, for the latest missed instant within the grace.
+        Latest = "latest",
+        /// Fire none of them; only a run found on time fires.
+        None = "none",
+        /// Fire each missed instant within the grace, oldest first, the latest
+        /// `scheduler::MAX_CATCHUP_RUNS` at most.
+        All = "all",
+    }
+}
 
-/// Every `overlap` value; the first is the default.
-pub const OVERLAP: [&str; 2] = ["allow", "skip"];
+crate::store::word::words! {
+    /// Whether a firing makes a task for an endpoint that still has an open task of the
+    /// schedule (its `overlap` field).
+    Overlap, "overlap mode" {
+        /// Always.
+        Allow = "allow",
+        /// Not while an earlier task of the schedule for that endpoint is pending or running.
+        Skip = "skip",
+    }
+}
+
+/// The queries on schedules and their firings, one body per backend (`store::sqlite::schedules`,
+/// `store::postgres::schedules`); part of [`crate::store::Tx`].
+pub trait ScheduleQueries {
+    /// Inserts `s` (its `id` is ignored) and returns the stored record.
+    fn insert_schedule(&mut self, s: &Schedule) -> Result<Schedule, StoreError>;
+    /// Writes every field an API call may change back (`last_run_at` belongs to the scheduler).
+    fn update_schedule(&mut self, s: &Schedule) -> Result<(), StoreError>;
+    /// A schedule of an app, deleted ones included.
+    fn get_schedule(&mut self, app_id: &str, id: i64) -> Result<Option<Schedule>, StoreError>;
+    /// One page of an app's schedules that are not deleted, newest first, and the total count.
+    fn list_schedules(
+        &mut self,
+        app_id: &str,
+        status: Option<&str>,
+        page: Page,
+    ) -> Result<(i64, Vec<Schedule>), StoreError>;
+    /// Active schedules due at `now_ms`, earliest first, at most `limit`.
+    fn due_schedules(&mut self, now_ms: i64, limit: usize) -> Result<Vec<Firing>, StoreError>;
+    /// An active schedule by id, whatever its app.
+    fn get_active_schedule(&mut self, id: i64) -> Result<Option<Firing>, StoreError>;
+    /// The earliest `next_run_at` of all active schedules: when the scheduler has work next.
+    fn earliest_next_run(&mut self) -> Result<Option<i64>, StoreError>;
+    /// Records that `schedule_id` fired for `scheduled_at`; false when it already had.
+    fn record_firing(&mut self, schedule_id: i64, scheduled_at: i64) -> Result<bool, StoreError>;
+    /// Moves an active schedule on after the scheduler looked at it: `next_run_at` always,
+    /// `last_run_at` when it fired, `skipped_runs` up by `skipped`. `updated_at` is left alone
+    /// (it tracks changes by the API).
+    fn advance_schedule(
+        &mut self,
+        id: i64,
+        fired_at: Option<i64>,
+        next_run_at: Option<i64>,
+        skipped: i64,
+    ) -> Result<(), StoreError>;
+    /// Forgets a schedule's firings scheduled before `cutoff_ms` (they can no longer recur).
+    fn forget_firings(&mut self, schedule_id: i64, cutoff_ms: i64) -> Result<(), StoreError>;
+}

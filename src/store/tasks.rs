@@ -1,7 +1,9 @@
 //! The `tasks` table: one row per delivery unit, created by a schedule, an event or by hand.
-//! The record types live here; the SQLite SQL is in `store::sqlite::tasks`.
+//! The record types and [`TaskQueries`] live here; each backend implements the queries
+//! in its own `tasks.rs` (`store::sqlite::tasks`, `store::postgres::tasks`).
 
 use crate::clock::{ser_ms, ser_opt_ms};
+use crate::store::{Page, StoreError};
 use serde::Serialize;
 
 /// A task record, serialized exactly as the API returns it.
@@ -12,9 +14,9 @@ pub struct Task {
     pub schedule_id: Option<i64>,
     pub event_id: Option<i64>,
     pub endpoint_id: i64,
-    pub task_type: String,
+    pub task_type: TaskKind,
     pub payload: serde_json::Value,
-    pub status: String,
+    pub status: TaskStatus,
     /// When the task was planned to run (the scheduled instant for schedule tasks).
     #[serde(serialize_with = "ser_ms")]
     pub run_at: i64,
@@ -39,13 +41,33 @@ pub struct NewTask<'a> {
     pub schedule_id: Option<i64>,
     pub event_id: Option<i64>,
     pub endpoint_id: i64,
-    /// `schedule`, `event` or `manual`.
-    pub task_type: &'a str,
+    pub task_type: TaskKind,
     /// Compact JSON text of an object, stored and sent as is.
     pub payload: &'a str,
     pub run_at: i64,
     pub max_attempts: i64,
     pub now_ms: i64,
+}
+
+crate::store::word::words! {
+    /// The state of a task.
+    TaskStatus, "task status" {
+        Pending = "pending",
+        Running = "running",
+        Success = "success",
+        Failed = "failed",
+        Canceled = "canceled",
+    }
+}
+
+crate::store::word::words! {
+    /// How a task came about: a schedule's firing, a published event, or by hand (`POST /tasks`,
+    /// a schedule's trigger, an endpoint test).
+    TaskKind, "task type" {
+        Schedule = "schedule",
+        Event = "event",
+        Manual = "manual",
+    }
 }
 
 /// Every state a task can be in.
@@ -108,4 +130,102 @@ pub struct RetryFilter {
     pub since: Option<i64>,
     /// `finished_at < until` (ms).
     pub until: Option<i64>,
+}
+
+/// The queries on tasks, one body per backend (`store::sqlite::tasks`,
+/// `store::postgres::tasks`); part of [`crate::store::Tx`].
+pub trait TaskQueries {
+    /// Hands tasks whose lease expired (their node died mid-delivery) back to `pending`;
+    /// returns how many: always 0 where one process owns the database. The delivery pool calls
+    /// it every `Watcher::rescue_every`.
+    fn rescue_expired_leases(&mut self, now_ms: i64) -> Result<usize, StoreError>;
+    /// Inserts a pending task and returns its id. Use inside the caller's transaction when
+    /// creating several (fan-out), so they commit together.
+    fn insert_task(&mut self, t: &NewTask<'_>) -> Result<i64, StoreError>;
+    /// A task of an app.
+    fn get_task(&mut self, app_id: &str, id: i64) -> Result<Option<Task>, StoreError>;
+    /// One page, newest first, and the total count of matches.
+    fn list_tasks(
+        &mut self,
+        app_id: &str,
+        f: &TaskFilter,
+        page: Page,
+    ) -> Result<(i64, Vec<Task>), StoreError>;
+    /// The first endpoint after `after` (by id) that has pending tasks, and when its earliest one
+    /// is due: one seek in `tasks_endpoint_due`, so walking every endpoint with pending work costs
+    /// one seek per endpoint, however many tasks each holds.
+    fn next_endpoint_with_pending(&mut self, after: i64) -> Result<Option<(i64, i64)>, StoreError>;
+    /// The head of an in-order endpoint: its pending task that became due first (ties by id), and
+    /// when it is due now (later than the others when it waits to retry).
+    fn in_order_head(&mut self, endpoint_id: i64) -> Result<Option<(i64, i64)>, StoreError>;
+    /// Marks up to `limit` due tasks of one endpoint `running` and returns them, earliest due first
+    /// (ties by id). `attempts` is only counted when the attempt's result is recorded, so a claim
+    /// lost to a crash costs no attempt. The caller has checked the endpoint is enabled.
+    fn claim_endpoint_tasks(
+        &mut self,
+        endpoint_id: i64,
+        now_ms: i64,
+        limit: usize,
+    ) -> Result<Vec<Claimed>, StoreError>;
+    /// Claims one task by id if it is still pending and due (an in-order endpoint's head).
+    fn claim_task(&mut self, id: i64, now_ms: i64) -> Result<Option<Claimed>, StoreError>;
+    /// Records the result of attempt `attempt` on a `running` task. A task whose endpoint was
+    /// deleted while it was in flight is `canceled` instead of going back to `pending`. Returns
+    /// false (and changes nothing) when the task is no longer `running` — e.g. it was handed back
+    /// at shutdown — so the caller leaves the attempt unrecorded, and it will be made again.
+    fn finish_attempt(
+        &mut self,
+        task_id: i64,
+        attempt: i64,
+        after: AfterAttempt,
+        last_status_code: Option<i64>,
+        last_error: Option<&str>,
+        now_ms: i64,
+    ) -> Result<bool, StoreError>;
+    /// Marks a task just inserted in the caller's transaction as `running`, so the delivery pool
+    /// never claims it (`POST /endpoints/{id}/test` sends it itself).
+    fn start_task_now(&mut self, id: i64, now_ms: i64) -> Result<(), StoreError>;
+    /// The app a task belongs to (the delivery pool knows tasks by id only).
+    fn task_app(&mut self, id: i64) -> Result<Option<String>, StoreError>;
+    /// Hands every `running` task back to `pending` (start-up after a crash, or shutdown after the
+    /// grace): the attempt it was in is made again. Returns how many.
+    fn requeue_running_tasks(&mut self, now_ms: i64) -> Result<usize, StoreError>;
+    /// Extends this node's leases on claimed tasks that waited in memory for a worker, just
+    /// before they are sent; returns the ids still held. A task missing from the answer was
+    /// taken back after its lease ran out and must not be sent. Where one process owns the
+    /// database, every id (there are no leases to lose).
+    fn renew_leases(&mut self, ids: &[i64], now_ms: i64) -> Result<Vec<i64>, StoreError>;
+    /// Cancels pending tasks whose endpoint no longer exists (they could never be delivered).
+    fn cancel_orphan_tasks(&mut self, now_ms: i64) -> Result<usize, StoreError>;
+    /// `POST /tasks/{id}/cancel`: a pending task becomes `canceled`. Returns false when the task
+    /// is not pending (or not there).
+    fn cancel_task(&mut self, app_id: &str, id: i64, now_ms: i64) -> Result<bool, StoreError>;
+    /// `POST /tasks/{id}/retry` and `POST /tasks/retry`: the tasks among `ids` (of `app_id`) that
+    /// are `failed` or `canceled` and whose endpoint still exists go back to `pending`, due now,
+    /// with their attempt count reset and `max_attempts` taken from their endpoint's current
+    /// retry policy (the default policy's when it has none). Returns the ids it changed; a task in
+    /// another state, of another app, or of a deleted endpoint is left alone.
+    fn retry_tasks(
+        &mut self,
+        app_id: &str,
+        ids: &[i64],
+        now_ms: i64,
+    ) -> Result<Vec<i64>, StoreError>;
+    /// The ids of the tasks `f` matches whose endpoint still exists, lowest first, at most
+    /// `limit`. A read: it takes no write lock, so the bulk retry selects before it writes.
+    fn retryable_task_ids(
+        &mut self,
+        app_id: &str,
+        f: &RetryFilter,
+        limit: usize,
+    ) -> Result<Vec<i64>, StoreError>;
+    /// Whether a task of `schedule_id` for `endpoint_id` is still `pending` or `running`: the
+    /// overlap check of a schedule with `overlap: skip` (index `tasks_schedule_open`).
+    fn schedule_task_open(
+        &mut self,
+        schedule_id: i64,
+        endpoint_id: i64,
+    ) -> Result<bool, StoreError>;
+    /// How many tasks are in each status, over every app (for `/metrics`).
+    fn count_tasks_by_status(&mut self) -> Result<Vec<(String, i64)>, StoreError>;
 }

@@ -21,6 +21,7 @@ import re
 import sys
 import tempfile
 import time
+import urllib.error
 import urllib.parse
 import urllib.request
 from datetime import datetime, timezone
@@ -45,7 +46,10 @@ ARGS = [
     "--disable-dev-shm-usage",
     "--host-resolver-rules=MAP webhookd.lan 127.0.0.1",
 ]
-expect.set_options(timeout=15_000)
+# Budgets for conditions to hold, not timings: generous, since the suite runs on a loaded
+# 2-core machine (a load average of 26 was seen with eight builds beside it).
+expect.set_options(timeout=60_000)
+WAIT_MS = 120_000
 
 
 def check(cond, what):
@@ -53,14 +57,42 @@ def check(cond, what):
         raise AssertionError(what)
 
 
-def signed_get(path):
-    """A signed API call from Python (the same scheme as the page), to read expected values."""
-    ts = str(int(time.time() * 1000))
-    sig = hmac.new(SECRET.encode(), f"{ts}\nGET {path}".encode(), hashlib.sha256).hexdigest()
-    req = urllib.request.Request(SERVER + path, headers={
-        "X-Key-ID": KEY_ID, "X-Timestamp": ts, "X-Signature": sig})
+LAST_TS = [0]
+
+
+def signed(method, path, body=None, key=None):
+    """A signed API call from Python (the same scheme as the page), to set up data and read
+    expected values; `key` is (key id, secret), the test's admin key by default."""
+    key_id, secret = key or (KEY_ID, SECRET)
+    LAST_TS[0] = max(int(time.time() * 1000), LAST_TS[0] + 1)
+    ts = str(LAST_TS[0])
+    text = "" if body is None else json.dumps(body)
+    payload = text if text else f"{method} {path}"
+    sig = hmac.new(secret.encode(), f"{ts}\n{payload}".encode(), hashlib.sha256).hexdigest()
+    headers = {"X-Key-ID": key_id, "X-Timestamp": ts, "X-Signature": sig}
+    if text:
+        headers["Content-Type"] = "application/json"
+    req = urllib.request.Request(SERVER + path, method=method, headers=headers,
+                                 data=text.encode() if text else None)
     with urllib.request.urlopen(req) as reply:
         return json.load(reply)["data"]
+
+
+def signed_get(path):
+    return signed("GET", path)
+
+
+def wait_task(task_id, status):
+    """Waits until a task reaches `status` (the delivery pool runs beside the page)."""
+    deadline = time.monotonic() + WAIT_MS / 1000
+    while True:
+        task = signed_get(f"/v1/tasks/{task_id}")
+        if task["status"] == status:
+            return task
+        if time.monotonic() > deadline:
+            break
+        time.sleep(0.1)
+    raise AssertionError(f"task {task_id} never became {status}: {task}")
 
 
 def wall(iso, zone):
@@ -70,9 +102,11 @@ def wall(iso, zone):
 
 def launch(p, **context_args):
     profile = tempfile.mkdtemp(prefix="webhookd-chromium-")
-    return p.chromium.launch_persistent_context(
+    ctx = p.chromium.launch_persistent_context(
         profile, executable_path=CHROMIUM, headless=True, args=ARGS,
         viewport={"width": 1280, "height": 900}, timezone_id=BROWSER_ZONE, **context_args)
+    ctx.set_default_timeout(WAIT_MS)
+    return ctx
 
 
 def shot(page, name):
@@ -157,6 +191,106 @@ def sign_in_with_a_wrong_device_clock(p):
     ctx.close()
 
 
+def refused_code(method, path, key):
+    """The envelope code of a call that must fail (urllib raises on a 4xx)."""
+    try:
+        signed(method, path, key=key)
+    except urllib.error.HTTPError as e:
+        return json.load(e)["code"]
+    raise AssertionError(f"{method} {path} succeeded with key {key[0]}")
+
+
+def keys_page(page, result):
+    """docs/API.md "Keys": the admin's Keys page (its own key cannot be revoked; a new read key's
+    secret is shown once), then the dashboard signed in with that read key, where what the scope
+    does not allow is greyed out with the reason, and the revocation of the read key."""
+    page.click("nav >> text=Keys")
+    page.wait_for_selector("body[data-ready=keys]")
+    own = page.locator("main tr", has_text=KEY_ID).locator("button:has-text('Revoke')")
+    expect(own).to_be_disabled()
+    expect(own).to_have_attribute("data-denied", re.compile("cannot revoke itself"))
+    page.click("main button:has-text('New key')")
+    page.fill("input[name=name]", "status page")
+    page.select_option("select[name=scope]", "read")
+    page.fill("input[name=expires_in_days]", "30")
+    page.click("form.grid button[type=submit]")
+    expect(page.locator("code.key-secret")).to_be_visible()
+    read_key = (page.locator("code.key-id").inner_text(), page.locator("code.key-secret").inner_text())
+    check(read_key[1].startswith("whs_"), f"secret shown: {read_key[1]}")
+    made = signed_get(f"/v1/keys/{read_key[0]}")
+    check(made["scope"] == "read" and made["expires_at"] and made["name"] == "status page", f"{made}")
+    shot(page, "10-key-created")
+    page.click("main button:has-text('Done')")
+    page.wait_for_selector("body[data-ready=keys]")
+    expect(page.locator("main table")).to_contain_text(read_key[0])
+    check(read_key[1] not in page.content(), "the secret was shown again")
+
+    # A read key in another tab (its own session storage).
+    reader = page.context.new_page()
+    reader.on("console", lambda m: m.type == "error" and "Failed to load resource" not in m.text
+              and CONSOLE_ERRORS.append(m.text))
+    reader.on("pageerror", lambda e: CONSOLE_ERRORS.append(str(e)))
+    reader.goto(ORIGIN + "/ui/")
+    reader.fill("input[name=key_id]", read_key[0])
+    reader.fill("input[name=secret]", read_key[1])
+    reader.click("form.signin button[type=submit]")
+    reader.wait_for_selector("body[data-ready=overview]")
+    expect(reader.locator("header .badge.scope")).to_have_text("read")
+    expect(reader.locator(".scope-note")).to_contain_text("scope is read")
+    expect(reader.locator("header nav span.denied", has_text="Keys")).to_have_attribute(
+        "data-denied", 'key scope "read" does not allow GET /v1/keys')
+    reader.click("nav >> text=Endpoints")
+    reader.wait_for_selector("body[data-ready=endpoints]")
+    expect(reader.locator("main table")).to_contain_text("receiver")
+    new = reader.locator("main button:has-text('New endpoint')")
+    expect(new).to_be_disabled()
+    expect(new).to_have_attribute("title", 'key scope "read" does not allow POST /v1/endpoints')
+    edit = reader.locator("main .row-actions button:has-text('Edit')").first
+    expect(edit).to_be_disabled()
+    expect(edit).to_have_attribute("data-denied", re.compile(r'^key scope "read" does not allow PATCH /v1/endpoints/\d+$'))
+    shot(reader, "11-read-key-endpoints")
+    reader.click("nav >> text=Schedules")
+    reader.wait_for_selector("body[data-ready=schedules]")
+    # The cron preview is a read: allowed. Firing is not.
+    expect(reader.locator("main button:has-text('Next runs')").first).to_be_enabled()
+    expect(reader.locator("main button:has-text('Trigger now')").first).to_be_disabled()
+    reader.goto(ORIGIN + "/ui/#/keys")
+    reader.wait_for_selector("body[data-ready=keys]")
+    expect(reader.locator(".denied-note")).to_contain_text("Only admin keys")
+    expect(reader.locator("main table")).to_contain_text(read_key[0])
+    expect(reader.locator("main button:has-text('New key')")).to_be_disabled()
+    shot(reader, "11-read-key-keys")
+    reader.close()
+
+    # Revoked from the admin's page: refused at once.
+    page.locator("main tr", has_text=read_key[0]).locator("button:has-text('Revoke')").click()
+    expect(page.locator(".notice.ok")).to_contain_text("revoked")
+    check(refused_code("GET", "/v1/endpoints", read_key) == 40102, "the revoked key still works")
+    shot(page, "10-keys")
+
+    # An expired key signing in is told that it expired (not "wrong secret").
+    brief = signed("POST", "/v1/keys", {"name": "brief", "scope": "read",
+                                        "expires_at": int(time.time()) + 2})
+    deadline = time.monotonic() + WAIT_MS / 1000
+    while True:  # until the server's clock has passed expires_at
+        try:
+            signed("GET", "/v1/endpoints", key=(brief["id"], brief["secret"]))
+        except urllib.error.HTTPError as e:
+            code = json.load(e)["code"]
+            check(code == 40102, f"an expiring key got {code}")
+            break
+        check(time.monotonic() < deadline, "the key never expired")
+        time.sleep(0.2)
+    late = page.context.new_page()
+    late.goto(ORIGIN + "/ui/")
+    late.fill("input[name=key_id]", brief["id"])
+    late.fill("input[name=secret]", brief["secret"])
+    late.click("form.signin button[type=submit]")
+    expect(late.locator("form.signin .error")).to_contain_text("expired")
+    late.close()
+    result["keys_page"] = "create, secret once, revoke; read key greyed out; expired key told"
+
+
 def main():
     os.makedirs(SHOTS, exist_ok=True)
     result = {}
@@ -186,7 +320,7 @@ def run(page, result):
         def on_dialog(dialog):
             # The page's own confirm() before a bulk retry is expected; any other dialog (an
             # alert from an injected handler) is recorded and fails the test.
-            if dialog.type == "confirm" and dialog.message.startswith("Retry every"):
+            if dialog.type == "confirm" and dialog.message.startswith(("Retry every", "Revoke key")):
                 dialog.accept()
             else:
                 dialogs.append(dialog.message)
@@ -228,6 +362,19 @@ def run(page, result):
         }""", vectors)
         check(failures == [], f"hash vectors failed in the browser: {failures}")
         result["hash_vectors_in_browser"] = len(vectors["sha256"]) + len(vectors["hmac"])
+        # The readings of ui/words.js (cron in plain words, plurals, health, buckets), the same
+        # checker and vectors as `node tests/browser/words.mjs`.
+        with open(os.path.join(HERE, "words.json")) as f:
+            words = json.load(f)
+        with open(os.path.join(HERE, "words.mjs")) as f:
+            checker = re.search(r"export (function checkWords.*?\n})\n", f.read(), re.S).group(1)
+        # The checker's source goes into the evaluated text (the page's CSP forbids eval).
+        failures = page.evaluate("""async (v) => {
+            const m = await import('/ui/words.js');
+            return (%s)(m, v);
+        }""" % checker, words)
+        check(failures == [], f"ui/words.js vectors failed in the browser: {failures}")
+        result["words_vectors_in_browser"] = sum(len(words[k]) for k in ("cron", "plural", "health", "bucket_sizes")) + 1
 
         # Sign in: a wrong secret is refused, the right one works.
         page.fill("input[name=key_id]", KEY_ID)
@@ -262,7 +409,7 @@ def run(page, result):
         page.fill("input[name=url]", RECEIVER + "/other")
         page.click("form.grid button[type=submit]")
         expect(page.locator(".notice.ok")).to_contain_text("saved")
-        expect(page.locator("main td strong.name", has_text=XSS_NAME)).to_have_count(1)
+        expect(page.locator("main td a.name", has_text=XSS_NAME)).to_have_count(1)
         check(page.locator("main img").count() == 0, "the name became an <img>")
         row = page.locator("main tbody tr", has_text="receiver")
         row.locator("button:has-text('Edit')").click()
@@ -277,37 +424,55 @@ def run(page, result):
         # A failing delivery (the receiver answers 500), found on the tasks page and retried.
         page.click("nav >> text=Tasks")
         page.click("text=New manual task")
-        page.fill("input[name=endpoint_id]", str(receiver_id))
+        # The endpoint is picked by name, not typed as an id.
+        check(page.locator("form.grid input[name=endpoint_id]").count() == 0, "endpoint id typed")
+        page.select_option("form.grid select[name=endpoint_id]", label="receiver")
         page.fill("textarea[name=payload]", '{"order": 42}')
         page.click("form.grid button[type=submit]")
         page.wait_for_url(re.compile(r"#/tasks/\d+$"))
         task_id = int(page.url.rsplit("/", 1)[1])
-        for _ in range(100):
-            if signed_get(f"/v1/tasks/{task_id}")["status"] == "failed":
-                break
-            time.sleep(0.1)
+        wait_task(task_id, "failed")
         page.goto(ORIGIN + "/ui/#/tasks?status=failed")
         row = page.locator("main tbody tr", has_text="manual")
         expect(row).to_have_count(1)
         expect(row).to_contain_text("HTTP 500")
+        # The task names its endpoint, linked to the endpoint's page.
+        expect(row.locator(f"a[href='#/endpoints/{receiver_id}']")).to_have_text("receiver")
         shot(page, "3-tasks-failed")
         row.locator("text=Attempts").click()
-        expect(page.locator(".attempt pre")).to_have_text("boom from receiver")
+        expect(page.locator(".attempt details:has-text('Reply body') pre")).to_have_text("boom from receiver")
         expect(page.locator(".attempt")).to_contain_text("HTTP 500")
+        # The headers the attempt implies, and what the record does not keep said plainly.
+        page.click(".attempt details.request summary")
+        request = page.locator(".attempt details.request")
+        expect(request).to_contain_text(f"X-Service-Task-Id: {task_id}")
+        expect(request).to_contain_text("X-Service-Attempt: 1")
+        expect(request).to_contain_text(f"webhook-id: task_{task_id}")
+        expect(request).to_contain_text("does not record the headers")
         shot(page, "4-task-attempts")
         page.click("button:has-text('Retry')")
         expect(page.locator(".notice.ok")).to_contain_text("pending again")
-        for _ in range(100):
-            if signed_get(f"/v1/tasks/{task_id}")["status"] == "success":
-                break
-            time.sleep(0.1)
+        wait_task(task_id, "success")
         page.reload()
         expect(page.locator("dl.facts")).to_contain_text("success")
         expect(page.locator(".attempt")).to_have_count(2)
 
+        # Resend a delivered task: a new task, the original unchanged.
+        original = signed_get(f"/v1/tasks/{task_id}")
+        page.click("main .row-actions button:has-text('Resend')")
+        page.wait_for_url(re.compile(r"#/tasks/(?!%d$)\d+$" % task_id))
+        expect(page.locator(".notice.ok")).to_contain_text(f"Task {task_id} resent as task")
+        copy_id = int(page.url.rsplit("/", 1)[1])
+        copy = wait_task(copy_id, "success")
+        check(copy["task_type"] == "manual" and copy["payload"] == {"order": 42}, f"resent copy: {copy}")
+        check(signed_get(f"/v1/tasks/{task_id}") == original, "the original task changed on resend")
+        result["resend_route"] = "present"
+
         # The filter `retrying` is offered.
         page.goto(ORIGIN + "/ui/#/tasks")
         check("retrying" in page.locator("select[name=filter-status]").inner_text(), "status filter retrying")
+        # Filters pick endpoints and schedules by name.
+        check("receiver" in page.locator("select[name=filter-endpoint_id]").inner_text(), "endpoint picker")
 
         # Schedules: the cron preview as one types, DST changes marked, local next runs.
         page.click("nav >> text=Schedules")
@@ -320,8 +485,11 @@ def run(page, result):
         expect(page.locator(".preview .badge.dst").first).to_contain_text("GMT+01:00")
         page.fill("input[name=cron_expr]", "30 2 * *")
         expect(page.locator(".preview .error")).to_contain_text("cron_expr")
+        page.fill("input[name=cron_expr]", "0 9 * * 1-5")
+        expect(page.locator(".preview .cron-words")).to_have_text("Runs at 09:00 on weekdays (Europe/Berlin time).")
         page.fill("input[name=cron_expr]", "30 2 * * *")
         expect(page.locator(".preview tbody tr")).to_have_count(8)
+        expect(page.locator(".preview .cron-words")).to_contain_text("at 02:30 every day")
         shot(page, "5-schedule-form")
         page.locator("fieldset label", has_text="receiver").locator("input").check()
         page.click("form.grid button[type=submit]")
@@ -338,25 +506,38 @@ def run(page, result):
         expect(page.locator(".notice.ok")).to_contain_text("saved")
         row = page.locator("main tbody tr", has_text="nightly report v2")
         expect(row).to_contain_text("30 2 * * *")
+        expect(row.locator(".cron-words")).to_have_text("at 02:30 every day")
+        expect(row).to_contain_text("never")
         row.locator("text=Next runs").click()
         expect(row.locator("table.runs tbody tr")).to_have_count(10)
+        # Trigger it: the row shows the run and how its task ended.
+        row.locator("button:has-text('Trigger now')").click()
+        expect(page.locator(".notice.ok")).to_contain_text("fired: 1 task.")
+        triggered = signed_get(f"/v1/tasks?schedule_id={schedule['id']}")["items"][0]
+        wait_task(triggered["id"], "success")
+        page.reload()
+        row = page.locator("main tbody tr", has_text="nightly report v2")
+        expect(row).to_contain_text("(by hand)")
+        expect(row.locator(".outcome .badge.success")).to_have_text("1 success")
         shot(page, "5-schedules")
 
         # Events: publish, see it listed, follow it to its tasks.
         create_through_form(page, "Events", "Publish event", {
-            "input[name=event_name]": "order.created", "textarea[name=payload]": '{"id": 7}'}, "2 task(s)")
+            "input[name=event_name]": "order.created", "textarea[name=payload]": '{"id": 7}'}, "2 tasks")
         # One row for it; webhookd's own operator events (a task failed for good above) may be
         # listed beside it.
         expect(page.locator("main tbody tr", has_text="order.created")).to_have_count(1)
         shot(page, "7-events")
-        page.click("main a:has-text('2 task(s)')")
+        page.click("main a:has-text('2 tasks')")
         page.wait_for_selector("body[data-ready=tasks]")
         expect(page.locator("main tbody tr")).to_have_count(2)
+        # The event filter is a picker that names the event.
+        expect(page.locator("select[name=filter-event_id] option:checked")).to_contain_text("order.created")
         # Bulk retry of the event's failed tasks (none failed): a count of 0.
         page.click("button:has-text('Retry all failed')")
         result["bulk_retry_route"] = route_result(
             page, ".notice.ok",
-            lambda: expect(page.locator(".notice.ok")).to_contain_text("0 task(s) are pending again"))
+            lambda: expect(page.locator(".notice.ok")).to_contain_text("0 tasks are pending again"))
 
         # Test delivery and secret rotation (contract §11/§12).
         page.click("nav >> text=Endpoints")
@@ -377,7 +558,65 @@ def run(page, result):
         page.click("nav >> text=Overview")
         page.wait_for_selector("body[data-ready=overview]")
         expect(page.locator(".legend")).to_contain_text("succeeded")
+        pending_card = page.locator(".card.pending")
+        expect(pending_card).to_contain_text("of which")
+        expect(page.locator(".cards .card.retrying")).to_have_count(0)
         shot(page, "1-overview")
+
+        # Health beside enabled: an endpoint that cannot be reached fails in a row.
+        dead = signed("POST", "/v1/endpoints", {
+            "name": "unreachable", "url": "http://127.0.0.1:9/hook",
+            "retry_policy_id": signed_get("/v1/retries/policies")["items"][0]["id"]})
+        first = signed("POST", "/v1/tasks", {"endpoint_id": dead["id"]})
+        wait_task(first["id"], "failed")
+        page.goto(ORIGIN + "/ui/#/endpoints")
+        page.wait_for_selector("body[data-ready=endpoints]")
+        row = page.locator("main tbody tr", has_text="unreachable")
+        expect(row).to_contain_text("1 failure in a row")
+        expect(row.locator(".badge.degraded")).to_have_count(1)
+        for _ in range(21):
+            wait_task(signed("POST", "/v1/tasks", {"endpoint_id": dead["id"]})["id"], "failed")
+        page.reload()
+        row = page.locator("main tbody tr", has_text="unreachable")
+        expect(row).to_contain_text("22 failures in a row")
+        expect(row.locator(".badge.failing")).to_have_text("failing")
+        enabled = row.locator(".badge.enabled")
+        expect(enabled).to_have_text("enabled")
+        colour = enabled.evaluate("e => getComputedStyle(e).color + ' ' + getComputedStyle(e).backgroundColor")
+        check("27, 127, 59" not in colour and "220, 243, 227" not in colour, f"a failing endpoint's enabled badge is green: {colour}")
+        result["health_badge"] = "failing beside enabled"
+        shot(page, "2-endpoints-health")
+        page.goto(ORIGIN + f"/ui/#/endpoints/{dead['id']}")
+        page.wait_for_selector("body[data-ready=endpoints]")
+        expect(page.locator("main .health-line .badge.failing")).to_have_text("failing")
+        expect(page.locator("section.figures .card", has_text="success rate")).to_contain_text("0%")
+        expect(page.locator("main table").first).to_contain_text("no reply")
+        shot(page, "9-endpoint-page-failing")
+        page.click("main a:has-text('Endpoints')")
+        page.wait_for_selector("main tbody tr")
+
+        # The endpoint page: figures over time, recent attempts, actions.
+        page.click(f"main a[href='#/endpoints/{receiver_id}']")
+        page.wait_for_selector("body[data-ready=endpoints]")
+        expect(page.locator("main h2")).to_have_text("receiver")
+        figures = page.locator("section.figures")
+        expect(figures.locator(".card", has_text="success rate")).to_be_visible()
+        expect(figures.locator(".bars")).to_have_count(2)
+        expect(figures.locator(".card", has_text="median latency")).to_contain_text("ms")
+        attempts_table = page.locator("main table").first
+        expect(attempts_table).to_contain_text("HTTP 500")
+        expect(attempts_table).to_contain_text("HTTP 200")
+        for action in ["Edit", "Disable", "Send test", "Rotate secret"]:
+            expect(page.locator(f"main .row-actions button:has-text('{action}')").first).to_be_visible()
+        shot(page, "9-endpoint-page")
+        page.click("main .row-actions button:has-text('Disable')")
+        expect(page.locator(".notice.ok")).to_contain_text("disabled")
+        expect(page.locator("main .health-line .badge.disabled")).to_have_count(1)
+        page.click("main .row-actions button:has-text('Enable')")
+        expect(page.locator(".notice.ok")).to_contain_text("enabled")
+        result["endpoint_page"] = "ok"
+
+        keys_page(page, result)
 
         # A phone-sized view of the tasks.
         page.set_viewport_size({"width": 390, "height": 800})

@@ -46,7 +46,12 @@ TS_FIELDS = {
     "started_at",
     "run_at",
 }
-WAIT = 8.0  # seconds a delivery may take to show up
+# Seconds a delivery may take to show up. Waits end as soon as what they wait for is there, so a
+# long limit costs nothing; it keeps a busy machine (two cores shared with builds) from failing.
+WAIT = 60.0
+# What a busy machine may add to a delay between attempts (claiming and sending take time);
+# checks of a delay are exact below, tolerant by this much above.
+LATE = 4.5
 
 # --------------------------------------------------------------------------------------------
 # results
@@ -730,7 +735,16 @@ def phase_endpoints(api, ctx):
     d = ok("POST /v1/endpoints (defaults)", api.call("POST", "/v1/endpoints", {"name": "conf-basic", "url": rx.url + "/ok/basic"})) or {}
     has_fields("endpoint record has every SPEC field (secret included)", d, fields)
     R.check("endpoint defaults: method POST, timeout_ms 30000, status enabled", (d.get("method"), d.get("timeout_ms"), d.get("status")) == ("POST", 30000, "enabled"), short(d))
-    R.check("endpoint without secret/policy/filter has them null or empty", not d.get("secret") and d.get("retry_policy_id") is None and not d.get("filter_events"), short(d))
+    R.check("endpoint without policy/filter has them null or empty", d.get("retry_policy_id") is None and not d.get("filter_events"), short(d))
+    # §22: signed by default: no secret given → a whsec_ secret of 32 random bytes, returned.
+    secret = d.get("secret") or ""
+    try:
+        key = base64.b64decode(secret[len("whsec_"):], validate=True) if secret.startswith("whsec_") else b""
+    except ValueError:
+        key = b""
+    R.check("endpoint without secret gets a whsec_ secret of 32 bytes (§22)", len(key) == 32, short(d))
+    du = ok("POST /v1/endpoints with secret null (unsigned)", api.call("POST", "/v1/endpoints", {"name": "conf-unsigned", "url": rx.url + "/ok/unsigned", "filter_events": "zz.never", "secret": None})) or {}
+    R.check("endpoint with secret null is unsigned (§22)", du.get("secret") is None, short(du))
     R.check("endpoint app_id is the key's app", d.get("app_id") == ctx.app1_id, short(d))
     e_basic = d.get("id")
     ctx.e_basic = d
@@ -1144,7 +1158,9 @@ def phase_tasks(api, ctx):
     e_del = ep("conf-delete-method", "/ok/delete", method="DELETE")
     e_cleared = ep("conf-cleared", "/ok/cleared", secret="to-be-cleared")
     ok("clear_secret on conf-cleared", api.call("PATCH", f"/v1/endpoints/{e_cleared}", {"clear_secret": True}))
-    e_retry = ep("conf-retry", "/retry", retry_policy_id=retry_pol)
+    # 10 s between the attempts: the pending state between them is checked, and a busy machine
+    # may take seconds to look.
+    e_retry = ep("conf-retry", "/retry", retry_policy_id=pol("conf-retry-10", 3, 10, 10))
     e_fail = ep("conf-fail", "/fail", retry_policy_id=one)
     e_gone = ep("conf-gone", "/gone", retry_policy_id=retry_pol)
     e_redirect = ep("conf-redirect", "/redirect", retry_policy_id=one)
@@ -1170,7 +1186,7 @@ def phase_tasks(api, ctx):
     t_del = task("DELETE endpoint", {"endpoint_id": e_del, "payload": {"k": 1}})
     t_cleared = task("cleared secret", {"endpoint_id": e_cleared})
     R.check("manual task payload defaults to {}", t_cleared.get("payload") == {}, short(t_cleared))
-    t_retry = task("500 then 200 (fixed 1 s)", {"endpoint_id": e_retry})
+    t_retry = task("500 then 200 (fixed 10 s)", {"endpoint_id": e_retry})
     R.check("task max_attempts from the endpoint's policy", t_retry.get("max_attempts") == 3, short(t_retry))
     t_fail = task("always 500, one attempt", {"endpoint_id": e_fail})
     t_gone = task("410 Gone", {"endpoint_id": e_gone})
@@ -1280,7 +1296,7 @@ def phase_tasks(api, ctx):
     recs = rx.wait_task(t_retry["id"], 2)
     if R.check("retry scenario: second attempt received", len(recs) >= 2, f"{len(recs)} requests"):
         gap = recs[1]["at"] - recs[0]["at"]
-        R.check("second attempt ≈ initial_delay_sec (1 s) after the first", 0.8 <= gap <= 3.5, f"{gap:.2f} s")
+        R.check("second attempt ≈ initial_delay_sec (10 s) after the first", 9.8 <= gap <= 10 + LATE, f"{gap:.2f} s")
         R.check("X-Service-Attempt 1 then 2, same webhook-id", [r["headers"].get("x-service-attempt") for r in recs[:2]] == ["1", "2"] and recs[0]["headers"].get("webhook-id") == recs[1]["headers"].get("webhook-id") == f"task_{t_retry['id']}", short([r["headers"] for r in recs[:2]]))
     t, good = wait_task(api, t_retry["id"], lambda t: t.get("status") == "success")
     R.check("retried task ends success with attempts 2", good and t.get("attempts") == 2 and t.get("last_status_code") == 200, short(t))
@@ -1330,7 +1346,7 @@ def phase_tasks(api, ctx):
     R.check("once enabled, the waiting task is delivered", good and len(rx.for_task(t_dis["id"])) == 1, short(t))
     # run_at in the future: not delivered before it
     recs = rx.wait_task(t_soon["id"], timeout=WAIT + 2)
-    R.check("task with run_at 2 s ahead is delivered at run_at, not before", len(recs) == 1 and soon - 0.05 <= recs[0]["at"] <= soon + 3, f"run_at {soon}, received at {recs[0]['at'] if recs else None}")
+    R.check("task with run_at 2 s ahead is delivered at run_at, not before", len(recs) == 1 and soon - 0.05 <= recs[0]["at"] <= soon + LATE, f"run_at {soon}, received at {recs[0]['at'] if recs else None}")
     # the schedule-triggered task
     tid = getattr(ctx, "trigger_task", None)
     if tid:
@@ -1363,11 +1379,12 @@ def start_backoff(api, ctx):
     """Back-off shapes (CONTRACT §5 retry policies): tasks against a receiver that always
     answers 500, started early so that their waits overlap the other checks."""
     ctx.backoff = []
+    # Delays several times LATE apart, so that the shapes stay told apart on a busy machine.
     shapes = (
-        ("fixed", 1, 10, [1, 1, 1]),
-        ("linear", 1, 10, [1, 2, 3]),
-        ("exponential", 1, 10, [1, 2, 4]),
-        ("exponential", 1, 2, [1, 2, 2]),
+        ("fixed", 5, 50, [5, 5, 5]),
+        ("linear", 5, 50, [5, 10, 15]),
+        ("exponential", 5, 50, [5, 10, 20]),
+        ("exponential", 5, 10, [5, 10, 10]),
     )
     for backoff, initial, maxd, gaps in shapes:
         label = f"{backoff} initial {initial} max {maxd}"
@@ -1393,18 +1410,18 @@ def check_backoff(api, ctx):
     recs = rx.wait_task(tid)
     t, good = wait_task(api, tid, lambda t: (t.get("attempts") or 0) >= 1 and t.get("status") == "pending")
     delay = parse_ts(t["next_attempt_at"]) - recs[0]["at"] if good and recs and t.get("next_attempt_at") else None
-    R.check("default policy: max_attempts 5, next attempt 60 s after the first failure", good and t.get("max_attempts") == 5 and delay is not None and 58.5 <= delay <= 61.5, f"delay {delay}, {short(t)}")
+    R.check("default policy: max_attempts 5, next attempt 60 s after the first failure", good and t.get("max_attempts") == 5 and delay is not None and 58.5 <= delay <= 60 + LATE, f"delay {delay}, {short(t)}")
     ok("cancel the default-policy task (pending)", api.call("POST", f"/v1/tasks/{tid}/cancel"))
     for label, tid, want in ctx.retry_after:
         recs = rx.wait_task(tid, 2)
         gap = recs[1]["at"] - recs[0]["at"] if len(recs) >= 2 else None
-        R.check(f"{label}: second attempt ≈ {want} s after the 503", gap is not None and want - 0.25 <= gap <= want + 1.0, f"gap {gap}")
+        R.check(f"{label}: second attempt ≈ {want} s after the 503", gap is not None and want - 0.25 <= gap <= want + LATE, f"gap {gap}")
     for label, tid, gaps in ctx.backoff:
-        recs = rx.wait_task(tid, 4, timeout=sum(gaps) + 4)
+        recs = rx.wait_task(tid, 4, timeout=sum(gaps) + WAIT)
         got = [round(b["at"] - a["at"], 2) for a, b in zip(recs, recs[1:])]
-        good = len(got) == 3 and all(w - 0.25 <= g <= w + 1.0 for g, w in zip(got, gaps))
+        good = len(got) == 3 and all(w - 0.25 <= g <= w + LATE for g, w in zip(got, gaps))
         R.check(f"back-off {label}: gaps between attempts ≈ {gaps} s", good, f"got {got}")
-        t, done = wait_task(api, tid, lambda t: t.get("status") == "failed", timeout=3)
+        t, done = wait_task(api, tid, lambda t: t.get("status") == "failed")
         R.check(f"back-off {label}: failed after 4 attempts", done and t.get("attempts") == 4, short(t))
 
 

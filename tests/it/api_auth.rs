@@ -193,7 +193,9 @@ fn health_needs_no_signature_and_replies_carry_request_ids() {
 
 #[test]
 fn a_configured_rate_limit_answers_429_per_key() {
-    let server = TestServer::start_with(|c| c.rate_limit_per_sec = 3);
+    // The limiter runs on the server's clock: a manual one that does not move, so no request
+    // is allowed again by time passing however slowly the machine sends them.
+    let server = TestServer::start_manual(chrono::Utc::now(), |c| c.rate_limit_per_sec = 3);
     let client = server.client();
     for _ in 0..3 {
         ok(&client, "GET", "/endpoints", None);

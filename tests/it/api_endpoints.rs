@@ -21,11 +21,57 @@ fn create_applies_defaults_and_get_reads_it_back() {
     assert_eq!(ep["timeout_ms"], 30000);
     assert_eq!(ep["status"], "enabled");
     assert_eq!(ep["headers"], json!({}));
-    assert_eq!(ep["secret"], serde_json::Value::Null);
+    // Signed by default: a new random Standard Webhooks secret, returned in the record.
+    let secret = ep["secret"].as_str().unwrap();
+    assert!(webhookd::signing::check_whsec(secret).is_ok(), "{secret}");
+    assert!(secret.starts_with("whsec_"), "{secret}");
     assert_eq!(ep["retry_policy_id"], serde_json::Value::Null);
     assert!(ep["created_at"].as_str().unwrap().ends_with('Z'));
     let id = ep["id"].as_i64().unwrap();
     assert_eq!(ok(&client, "GET", &format!("/endpoints/{id}"), None), ep);
+}
+
+/// Signed by default: `POST /endpoints` without `secret` makes a `whsec_` secret of 32 random
+/// bytes (a new one each time); `"secret": null` (or "") makes an unsigned endpoint; a given
+/// secret is kept; `clear_secret` makes a signed one unsigned later.
+#[test]
+fn endpoints_are_signed_by_default_and_unsigned_on_request() {
+    use base64::Engine as _;
+    let server = TestServer::start();
+    let c = server.client();
+    let url = "https://example.com/hook";
+    let made = |body: serde_json::Value| ok(&c, "POST", "/endpoints", Some(body));
+    let (a, b) = (
+        made(json!({"name": "a", "url": url})),
+        made(json!({"name": "b", "url": url})),
+    );
+    for ep in [&a, &b] {
+        let key = ep["secret"]
+            .as_str()
+            .and_then(|s| s.strip_prefix("whsec_"))
+            .and_then(|k| base64::engine::general_purpose::STANDARD.decode(k).ok())
+            .unwrap_or_else(|| panic!("not a whsec_ secret: {ep}"));
+        assert_eq!(key.len(), 32);
+    }
+    assert_ne!(a["secret"], b["secret"]);
+    for body in [
+        json!({"name": "n", "url": url, "secret": null}),
+        json!({"name": "e", "url": url, "secret": ""}),
+    ] {
+        assert_eq!(made(body)["secret"], serde_json::Value::Null);
+    }
+    assert_eq!(
+        made(json!({"name": "g", "url": url, "secret": "mine"}))["secret"],
+        "mine"
+    );
+    let id = a["id"].as_i64().unwrap();
+    let cleared = ok(
+        &c,
+        "PATCH",
+        &format!("/endpoints/{id}"),
+        Some(json!({"clear_secret": true})),
+    );
+    assert_eq!(cleared["secret"], serde_json::Value::Null);
 }
 
 #[test]

@@ -258,14 +258,15 @@ fn overlap_skip_holds_back_new_tasks_while_a_failing_one_retries() {
 }
 
 /// A database left at schema version 1 (before `catchup`/`overlap` existed) with one schedule:
-/// its `--db` value. On PostgreSQL, version 1 is `migrations/postgres/schema.sql` and the marker.
-fn version_1_database(dir: &std::path::Path) -> String {
+/// its `--db` value. On PostgreSQL, version 1 is `migrations/postgres/schema.sql` and the marker,
+/// in a database named after `name` (unique per test).
+pub(crate) fn version_1_database(dir: &std::path::Path, name: &str) -> String {
     const OLD_SCHEDULE: &str = "INSERT INTO schedules
         (app_id, name, cron_expr, timezone, status, created_at, updated_at)
         VALUES ('app1', 'old', '0 * * * *', 'UTC', 'active', 0, 0)";
     match crate::support::backend() {
         crate::support::Backend::Sqlite => {
-            let db = dir.join("v1.sqlite");
+            let db = dir.join(format!("{name}.sqlite"));
             let conn = rusqlite::Connection::open(&db).unwrap();
             conn.execute_batch(include_str!("../../schema.sql"))
                 .unwrap();
@@ -277,7 +278,7 @@ fn version_1_database(dir: &std::path::Path) -> String {
         }
         crate::support::Backend::Postgres => {
             let server = crate::pg::shared().expect("PostgreSQL is installed");
-            let url = server.create_database(&format!("v1_{}", std::process::id()));
+            let url = server.create_database(&format!("{name}_{}", std::process::id()));
             let mut client = server.client(&url);
             client
                 .batch_execute(include_str!("../../migrations/postgres/schema.sql"))
@@ -301,7 +302,7 @@ fn version_1_database(dir: &std::path::Path) -> String {
 #[test]
 fn a_version_1_database_upgrades_with_the_default_modes() {
     let dir = tempfile::tempdir().unwrap();
-    let db = version_1_database(dir.path());
+    let db = version_1_database(dir.path(), "v1");
     drop(webhookd::store::open(&db, 1).unwrap());
     let mut conn = crate::support::Db::open(&db);
     let s = conn.rows(
@@ -315,7 +316,7 @@ fn a_version_1_database_upgrades_with_the_default_modes() {
     let (version, expected) = match crate::support::backend() {
         crate::support::Backend::Sqlite => (
             conn.int("PRAGMA user_version", &[]),
-            webhookd::store::SCHEMA_VERSION,
+            webhookd::store::sqlite::SCHEMA_VERSION,
         ),
         crate::support::Backend::Postgres => (
             conn.int("SELECT version FROM webhookd_schema", &[]),

@@ -101,8 +101,12 @@ fn foreign_and_newer_databases_are_refused_unchanged() {
         // file, so nothing is left in the WAL for a later close to write back after `before`.
         let pool = webhookd::store::sqlite::open(&newer, 1).unwrap();
         let conn = pool.get().unwrap();
-        conn.pragma_update(None, "user_version", webhookd::store::SCHEMA_VERSION + 1)
-            .unwrap();
+        conn.pragma_update(
+            None,
+            "user_version",
+            webhookd::store::sqlite::SCHEMA_VERSION + 1,
+        )
+        .unwrap();
         conn.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(()))
             .unwrap();
     }
@@ -289,4 +293,59 @@ fn api_output_into_a_closed_pipe_does_not_panic() {
     let stderr = text(&out.stderr);
     assert!(!stderr.contains("panicked"), "{stderr}");
     assert_ne!(out.status.code(), Some(101), "{stderr}");
+}
+
+/// Help that says what each thing is: `--db` takes a file or a postgres:// URL, `keys list
+/// --json` and `keys revoke KEY_ID` are explained, `--log-level` and `WEBHOOKD_LOG` are named;
+/// `keys list` prints a header row.
+#[test]
+fn help_texts_and_the_keys_list_header() {
+    let help = |args: &[&str]| -> String {
+        let out = webhookd(args);
+        assert!(out.status.success(), "{args:?}");
+        text(&out.stdout)
+    };
+    let serve = help(&["serve", "--help"]);
+    assert!(serve.contains("postgres:// URL"), "{serve}");
+    assert!(!serve.contains("SQLite database file"), "{serve}");
+    assert!(
+        serve.contains("--log-level") && serve.contains("WEBHOOKD_LOG"),
+        "{serve}"
+    );
+    let list = help(&["keys", "list", "--help"]);
+    let json_line = list
+        .lines()
+        .skip_while(|l| !l.contains("--json"))
+        .take(2)
+        .collect::<String>();
+    assert!(json_line.contains("JSON"), "{list}");
+    let revoke = help(&["keys", "revoke", "--help"]);
+    let key_line = revoke
+        .lines()
+        .skip_while(|l| !l.trim_start().starts_with("<KEY_ID>"))
+        .take(2)
+        .collect::<String>();
+    assert!(key_line.contains("keys list"), "{revoke}");
+
+    let dir = tempfile::tempdir().unwrap();
+    let db = crate::support::test_db(dir.path());
+    let db = db.as_str();
+    webhookd::store::open(db, 1).unwrap();
+    let out = webhookd(&[
+        "keys", "create", "--db", db, "--app", "shop", "--name", "ci",
+    ]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let list = text(&webhookd(&["keys", "list", "--db", db]).stdout);
+    let mut lines = list.lines();
+    assert_eq!(
+        lines.next(),
+        Some("KEY ID\tAPP\tNAME\tSCOPE\tCREATED\tEXPIRES\tSTATE"),
+        "{list}"
+    );
+    let row: Vec<&str> = lines.next().unwrap().split('\t').collect();
+    assert_eq!(
+        (row[1], row[2], row[3], row[5], row[6]),
+        ("shop", "ci", "admin", "never", "active"),
+        "{list}"
+    );
 }

@@ -542,3 +542,35 @@ fn a_task_in_flight_when_its_endpoint_is_deleted_ends_canceled() {
     assert!(canceled["next_attempt_at"].is_null() && canceled["finished_at"].is_string());
     assert_eq!(attempts(&c, id)[0]["status_code"], 500);
 }
+
+/// A receiver that answers 401 or 403 refused the delivery: the attempt's error says so and
+/// names the signature headers sent (or that none were: the endpoint has no secret).
+#[test]
+fn a_refusal_by_the_receiver_names_the_signatures_sent() {
+    let server = TestServer::start();
+    let c = server.client();
+    for (status, secret, says) in [
+        (
+            401,
+            json!("s3cret"),
+            "signed (X-Service-Signature, webhook-signature)",
+        ),
+        (403, Value::Null, "not signed (the endpoint has no secret)"),
+    ] {
+        let rx = Receiver::start();
+        rx.set_default(Answer::status(status));
+        let id = single_try_task(&c, &rx.url, json!({ "secret": secret }));
+        let failed = wait_status(&c, id, "failed");
+        let error = failed["last_error"].as_str().unwrap_or_default();
+        assert!(
+            error.contains("the receiver refused the delivery") && error.contains(says),
+            "{failed}"
+        );
+        let got = &rx.received()[0];
+        assert_eq!(
+            got.header("x-service-signature").is_some(),
+            secret.is_string()
+        );
+        assert_eq!(attempts(&c, id)[0]["error"], error);
+    }
+}

@@ -329,7 +329,7 @@ mod auth {
                     body: &body,
                 })
             };
-            prop_assert_eq!(send(&signature).unwrap(), "app1");
+            prop_assert_eq!(send(&signature).unwrap().app_id, "app1");
             if upper {
                 signature = signature.to_ascii_uppercase();
             }

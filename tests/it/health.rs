@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
-fn is_root() -> bool {
+pub(crate) fn is_root() -> bool {
     Command::new("id")
         .arg("-u")
         .output()
@@ -18,7 +18,7 @@ fn is_root() -> bool {
 }
 
 /// A mount the test made, undone when dropped.
-struct Mounted(PathBuf);
+pub(crate) struct Mounted(PathBuf);
 
 impl Mounted {
     fn run(args: &[&str]) {
@@ -33,7 +33,7 @@ impl Mounted {
         );
     }
 
-    fn tmpfs(at: &Path, size: &str) -> Mounted {
+    pub(crate) fn tmpfs(at: &Path, size: &str) -> Mounted {
         Self::run(&[
             "-t",
             "tmpfs",
@@ -66,16 +66,13 @@ fn health(url: &str) -> (u16, Value) {
 }
 
 /// Polls `/healthz` until it answers `status` (the probe runs at most once a second).
-fn wait_health(url: &str, status: u16) -> Value {
+pub(crate) fn wait_health(url: &str, status: u16) -> Value {
     let mut last = (0, Value::Null);
-    for _ in 0..50 {
+    crate::support::wait_for(Duration::from_secs(5), || {
         last = health(url);
-        if last.0 == status {
-            return last.1;
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    panic!("/healthz never answered {status}; last {last:?}");
+        (last.0 == status).then(|| last.1.clone())
+    })
+    .unwrap_or_else(|| panic!("/healthz never answered {status}; last {last:?}"))
 }
 
 fn integrity_ok(db: &Path) {

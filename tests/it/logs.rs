@@ -20,6 +20,8 @@ fn serve_logging(db: &str, log: &Path, args: &[&str], env: &[(&str, &str)]) -> (
         .arg(db)
         .args(["--listen", &listen])
         .args(args)
+        .env_remove("WEBHOOKD_LOG")
+        .env_remove("WEBHOOKD_LOG_LEVEL")
         .envs(env.iter().copied())
         .env_remove("NO_COLOR")
         .stdout(Stdio::null())
@@ -190,9 +192,12 @@ fn json_logs_parse_line_by_line_carry_the_warnings_and_no_secret() {
     assert_eq!(failed[0]["status_code"], 500);
     let next = failed[0]["next_attempt_at"].as_str().unwrap();
     assert!(chrono::DateTime::parse_from_rfc3339(next).is_ok(), "{next}");
+    assert_eq!(failed[0]["outcome"], "will retry");
     assert_eq!(failed[1]["attempt"], 2);
     assert_eq!(failed[1]["status_code"], 410);
-    assert_eq!(failed[1]["next_attempt_at"], "failed for good");
+    // A time field holds only a time: none is left out, and `outcome` says why.
+    assert_eq!(failed[1].get("next_attempt_at"), None, "{}", failed[1]);
+    assert_eq!(failed[1]["outcome"], "failed for good");
     let disabled = warn("endpoint disabled by webhookd");
     assert_eq!(disabled.len(), 1, "{log}");
     assert_eq!(disabled[0]["endpoint_id"], endpoint_id);
@@ -228,4 +233,86 @@ fn text_logs_have_no_colour_codes_when_stderr_is_not_a_terminal() {
         .unwrap();
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("--log-format"));
+}
+
+/// A new database logs one schema line (not one per upgrade step); with `--log-format json`
+/// the first start's API key is one JSON line of the stream, shown whatever the log level; a
+/// second start on the same database logs neither.
+#[test]
+fn a_first_start_logs_one_schema_line_and_the_key_as_one_json_line() {
+    let dir = tempfile::tempdir().unwrap();
+    // A new SQLite file on either pass: the schema is created by this start.
+    let db = dir.path().join("new.sqlite");
+    let db = db.to_str().unwrap();
+    let log_path = dir.path().join("stderr.log");
+    let (child, _) = serve_logging(db, &log_path, &["--log-format", "json"], &[]);
+    stop(child);
+    let log = std::fs::read_to_string(&log_path).unwrap();
+    let lines: Vec<Value> = log
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l:?}\n{log}")))
+        .collect();
+    let schema: Vec<&str> = lines
+        .iter()
+        .filter_map(|l| l["message"].as_str())
+        .filter(|m| m.contains("schema"))
+        .collect();
+    assert_eq!(schema.len(), 1, "{log}");
+    assert!(schema[0].starts_with("SQLite: created schema v"), "{log}");
+    let keys: Vec<&Value> = lines.iter().filter(|l| l["secret"].is_string()).collect();
+    assert_eq!(keys.len(), 1, "{log}");
+    assert!(
+        keys[0]["key_id"]
+            .as_str()
+            .is_some_and(|k| k.starts_with("whk_"))
+    );
+    assert_eq!(keys[0]["app_id"], "default");
+    assert!(
+        keys[0]["message"]
+            .as_str()
+            .unwrap()
+            .contains("only this once")
+    );
+
+    // Again, at --log-level warn: no schema line, no key, and no INFO line.
+    let (child, _) = serve_logging(
+        db,
+        &log_path,
+        &["--log-format", "json", "--log-level", "warn"],
+        &[],
+    );
+    stop(child);
+    let log = std::fs::read_to_string(&log_path).unwrap();
+    assert!(!log.contains("schema") && !log.contains("secret"), "{log}");
+    assert!(!log.contains("\"INFO\""), "{log}");
+}
+
+/// `--log-level` filters; `WEBHOOKD_LOG` (a RUST_LOG-style filter) wins over it; in text mode
+/// the first-start key stays readable and is shown at any level.
+#[test]
+fn log_level_flag_and_the_webhookd_log_filter() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("new.sqlite");
+    let db = db.to_str().unwrap();
+    let log_path = dir.path().join("stderr.log");
+    let (child, _) = serve_logging(db, &log_path, &["--log-level", "error"], &[]);
+    stop(child);
+    let log = std::fs::read_to_string(&log_path).unwrap();
+    assert!(!log.contains("INFO"), "{log}");
+    assert!(
+        log.contains("first start") && log.contains("  secret: "),
+        "{log}"
+    );
+    let (child, _) = serve_logging(
+        db,
+        &log_path,
+        &[],
+        &[("WEBHOOKD_LOG_LEVEL", "error"), ("WEBHOOKD_LOG", "info")],
+    );
+    stop(child);
+    let log = std::fs::read_to_string(&log_path).unwrap();
+    assert!(
+        log.contains("INFO") && log.contains("webhookd listening"),
+        "{log}"
+    );
 }

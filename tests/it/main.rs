@@ -4,8 +4,10 @@
 //! (`support::test_db`).
 
 mod api_auth;
+mod api_docs;
 mod api_endpoints;
 mod api_policies;
+mod backup;
 mod bulk_retry;
 mod catchup;
 mod cli;
@@ -17,7 +19,9 @@ mod durability;
 mod events;
 mod fuzz;
 mod health;
+mod ids;
 mod isolation;
+mod keys_api;
 mod logs;
 mod migrate;
 mod multinode;
@@ -29,8 +33,12 @@ mod pg_delivery;
 mod pg_listen;
 mod pg_store;
 mod pg_tables;
+mod pg_tls;
+mod receivers;
 mod reliability;
 mod schedules;
+mod shutdown;
+mod stranger;
 mod support;
 mod tasks;
 mod unknown_fields;

@@ -433,6 +433,12 @@ fn real_replies_match_the_document() {
         &format!("/tasks/{tid}/retry"),
         None,
     );
+    c(
+        "POST",
+        "/v1/tasks/{id}/resend",
+        &format!("/tasks/{tid}/resend"),
+        None,
+    );
     // A delivered task has attempts to list: the event's task, to the receiver.
     receiver.wait_for(1, Duration::from_secs(10));
     let delivered = crate::support::wait_for(Duration::from_secs(10), || {
@@ -497,6 +503,36 @@ fn real_replies_match_the_document() {
         &format!("/endpoints/{ep_id}"),
         None,
     );
+    // Keys: created (with its secret), listed, read, revoked; a request outside a scope (403).
+    let (_, key) = c(
+        "POST",
+        "/v1/keys",
+        "/keys",
+        Some(json!({"name": "reader", "scope": "read", "expires_at": 4102444800i64})),
+    );
+    let key_id = key["id"].as_str().unwrap();
+    c("GET", "/v1/keys", "/keys", None);
+    c("GET", "/v1/keys/{key_id}", &format!("/keys/{key_id}"), None);
+    let reader =
+        webhookd::client::Client::new(&server.url, key_id, key["secret"].as_str().unwrap());
+    let refused = reader
+        .send("POST", "/v1/events", Some(&json!({"event_name": "x"})))
+        .expect("sent");
+    assert_eq!(refused.status, 403);
+    check_reply(&doc, "POST", "/v1/events", refused.status, &refused.body);
+    c(
+        "DELETE",
+        "/v1/keys/{key_id}",
+        &format!("/keys/{key_id}"),
+        None,
+    );
+    let (status, _) = c(
+        "DELETE",
+        "/v1/keys/{key_id}",
+        &format!("/keys/{}", server.key_id),
+        None,
+    );
+    assert_eq!(status, 409);
     let bad_json = server
         .client()
         .send_raw("POST", "/v1/tasks", b"{not json")

@@ -10,9 +10,10 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Barrier, Mutex};
 use webhookd::store::Page;
 use webhookd::store::postgres as pgstore;
-use webhookd::store::postgres::{schedules, tasks};
-use webhookd::store::schedules::Schedule;
-use webhookd::store::tasks::{AfterAttempt, NewTask, RetryFilter, TaskFilter};
+use webhookd::store::postgres::PgTx;
+use webhookd::store::schedules::{Catchup, Overlap, Schedule};
+use webhookd::store::tasks::{AfterAttempt, NewTask, RetryFilter, TaskFilter, TaskKind};
+use webhookd::store::{ScheduleQueries, TaskQueries};
 
 const NOW: i64 = 1_700_000_000_000;
 
@@ -37,21 +38,19 @@ fn endpoint(c: &mut Client, timeout_ms: i64, max_in_flight: Option<i64>) -> i64 
 }
 
 fn task(c: &mut impl GenericClient, endpoint_id: i64, run_at: i64) -> i64 {
-    tasks::insert(
-        c,
-        &NewTask {
+    PgTx::new(c, "test")
+        .insert_task(&NewTask {
             app_id: "app",
             schedule_id: None,
             event_id: None,
             endpoint_id,
-            task_type: "manual",
+            task_type: TaskKind::Manual,
             payload: r#"{"n":1}"#,
             run_at,
             max_attempts: 3,
             now_ms: run_at,
-        },
-    )
-    .unwrap()
+        })
+        .unwrap()
 }
 
 /// (status, claimed_by, lease_until, next_attempt_at) of a task.
@@ -88,7 +87,11 @@ fn concurrent_claims_take_disjoint_tasks_covering_all() {
                     let mut tx = c.transaction().unwrap();
                     let before = mine.len();
                     for &e in &endpoints {
-                        mine.extend(tasks::claim_endpoint(&mut tx, node, e, NOW, 3).unwrap());
+                        mine.extend(
+                            PgTx::new(&mut tx, node)
+                                .claim_endpoint_tasks(e, NOW, 3)
+                                .unwrap(),
+                        );
                     }
                     tx.commit().unwrap();
                     if mine.len() == before {
@@ -114,7 +117,7 @@ fn concurrent_claims_take_disjoint_tasks_covering_all() {
     let running: i64 = c
         .query_one(
             "SELECT count(*) FROM tasks WHERE status = 'running' AND lease_until = $1",
-            &[&(NOW + 5_000 + tasks::LEASE_MARGIN_MS)],
+            &[&(NOW + 5_000 + pgstore::tasks::LEASE_MARGIN_MS)],
         )
         .unwrap()
         .get(0);
@@ -126,10 +129,14 @@ fn concurrent_claims_take_disjoint_tasks_covering_all() {
     let fresh: Vec<i64> = (0..3).map(|i| task(&mut c, e, NOW + i)).collect();
     let mut a = server.client(&url);
     let mut ta = a.transaction().unwrap();
-    let first = tasks::claim_endpoint(&mut ta, "node-a", e, NOW + 10, 1).unwrap();
+    let first = PgTx::new(&mut ta, "node-a")
+        .claim_endpoint_tasks(e, NOW + 10, 1)
+        .unwrap();
     let mut b = server.client(&url);
     b.batch_execute("SET statement_timeout = '3s'").unwrap();
-    let rest = tasks::claim_endpoint(&mut b, "node-b", e, NOW + 10, 10).unwrap();
+    let rest = PgTx::new(&mut b, "node-b")
+        .claim_endpoint_tasks(e, NOW + 10, 10)
+        .unwrap();
     ta.commit().unwrap();
     assert_eq!(first[0].id, fresh[0]);
     assert_eq!(rest.iter().map(|t| t.id).collect::<Vec<_>>(), &fresh[1..]);
@@ -143,9 +150,11 @@ fn an_expired_lease_is_rescued_and_the_late_node_records_nothing() {
     let mut c = server.client(&url);
     let e = endpoint(&mut c, 1_000, None);
     let id = task(&mut c, e, NOW);
-    let a = tasks::claim_endpoint(&mut c, "node-a", e, NOW, 10).unwrap();
+    let a = PgTx::new(&mut c, "node-a")
+        .claim_endpoint_tasks(e, NOW, 10)
+        .unwrap();
     assert_eq!(a.len(), 1);
-    let lease_end = NOW + 1_000 + tasks::LEASE_MARGIN_MS;
+    let lease_end = NOW + 1_000 + pgstore::tasks::LEASE_MARGIN_MS;
     assert_eq!(
         state(&mut c, id),
         (
@@ -157,53 +166,62 @@ fn an_expired_lease_is_rescued_and_the_late_node_records_nothing() {
     );
     // A live lease is not rescued, nor taken by another node.
     assert_eq!(
-        tasks::rescue_expired_leases(&mut c, lease_end - 1).unwrap(),
+        PgTx::new(&mut c, "test")
+            .rescue_expired_leases(lease_end - 1)
+            .unwrap(),
         0
     );
     assert!(
-        tasks::claim_endpoint(&mut c, "node-b", e, lease_end - 1, 10)
+        PgTx::new(&mut c, "node-b")
+            .claim_endpoint_tasks(e, lease_end - 1, 10)
             .unwrap()
             .is_empty()
     );
     assert_eq!(state(&mut c, id).0, "running");
     // Renewing moves the lease on, for the holder only.
     assert_eq!(
-        tasks::renew_leases(&mut c, "node-b", &[id], NOW + 10).unwrap(),
+        PgTx::new(&mut c, "node-b")
+            .renew_leases(&[id], NOW + 10)
+            .unwrap(),
         Vec::<i64>::new()
     );
     assert_eq!(
-        tasks::renew_leases(&mut c, "node-a", &[id], NOW + 10).unwrap(),
+        PgTx::new(&mut c, "node-a")
+            .renew_leases(&[id], NOW + 10)
+            .unwrap(),
         [id]
     );
     let lease_end = lease_end + 10;
     assert_eq!(state(&mut c, id).2, Some(lease_end));
 
     // Node A stalls past its lease: the task goes back to pending, due at once.
-    assert_eq!(tasks::rescue_expired_leases(&mut c, lease_end).unwrap(), 1);
+    assert_eq!(
+        PgTx::new(&mut c, "test")
+            .rescue_expired_leases(lease_end)
+            .unwrap(),
+        1
+    );
     assert_eq!(state(&mut c, id), ("pending".into(), None, None, Some(NOW)));
-    let b = tasks::claim_endpoint(&mut c, "node-b", e, lease_end, 10).unwrap();
+    let b = PgTx::new(&mut c, "node-b")
+        .claim_endpoint_tasks(e, lease_end, 10)
+        .unwrap();
     assert_eq!((b[0].id, b[0].attempt), (id, 1));
     assert_eq!(state(&mut c, id).1.as_deref(), Some("node-b"));
 
     // A's late result is refused; B's counts.
     let record = |c: &mut Client, node: &str| {
-        tasks::finish_attempt(
-            c,
-            node,
-            id,
-            1,
-            AfterAttempt::Success,
-            Some(200),
-            None,
-            lease_end + 5,
-        )
-        .unwrap()
+        PgTx::new(c, node)
+            .finish_attempt(id, 1, AfterAttempt::Success, Some(200), None, lease_end + 5)
+            .unwrap()
     };
     assert!(!record(&mut c, "node-a"));
     assert_eq!(state(&mut c, id).0, "running");
     assert!(record(&mut c, "node-b"));
     assert_eq!(state(&mut c, id), ("success".into(), None, None, None));
-    let t = tasks::get(&mut c, "app", id).unwrap().unwrap();
+    let t = PgTx::new(&mut c, "test")
+        .get_task("app", id)
+        .unwrap()
+        .unwrap();
     assert_eq!(
         (t.attempts, t.last_status_code, t.finished_at),
         (1, Some(200), Some(lease_end + 5))
@@ -228,12 +246,23 @@ fn requeue_running_hands_back_only_this_nodes_tasks_and_expired_leases() {
         task(&mut c, e2, NOW),
         task(&mut c, e3, NOW),
     );
-    tasks::claim_endpoint(&mut c, "node-a", e1, NOW, 1).unwrap();
-    tasks::claim_endpoint(&mut c, "node-b", e2, NOW + 20_000, 1).unwrap();
-    tasks::claim_endpoint(&mut c, "node-c", e3, NOW, 1).unwrap();
+    PgTx::new(&mut c, "node-a")
+        .claim_endpoint_tasks(e1, NOW, 1)
+        .unwrap();
+    PgTx::new(&mut c, "node-b")
+        .claim_endpoint_tasks(e2, NOW + 20_000, 1)
+        .unwrap();
+    PgTx::new(&mut c, "node-c")
+        .claim_endpoint_tasks(e3, NOW, 1)
+        .unwrap();
     // At NOW + 40 s: C's lease (NOW + 31 s) ran out, B's (NOW + 51 s) holds.
     let at = NOW + 40_000;
-    assert_eq!(tasks::requeue_running(&mut c, "node-a", at).unwrap(), 2);
+    assert_eq!(
+        PgTx::new(&mut c, "node-a")
+            .requeue_running_tasks(at)
+            .unwrap(),
+        2
+    );
     assert_eq!(state(&mut c, t1), ("pending".into(), None, None, Some(NOW)));
     assert_eq!(state(&mut c, t3), ("pending".into(), None, None, Some(NOW)));
     assert_eq!(state(&mut c, t2).0, "running");
@@ -241,7 +270,10 @@ fn requeue_running_hands_back_only_this_nodes_tasks_and_expired_leases() {
     // A running row no PostgreSQL claim wrote (no lease, e.g. copied from SQLite) is nobody's.
     c.execute("UPDATE tasks SET status = 'running' WHERE id = $1", &[&t1])
         .unwrap();
-    assert_eq!(tasks::rescue_expired_leases(&mut c, at).unwrap(), 1);
+    assert_eq!(
+        PgTx::new(&mut c, "test").rescue_expired_leases(at).unwrap(),
+        1
+    );
     assert_eq!(state(&mut c, t1).0, "pending");
     assert_eq!(state(&mut c, t2).0, "running");
 }
@@ -257,49 +289,50 @@ fn an_in_order_endpoint_never_runs_two_tasks_across_nodes() {
     // Deterministic: the head runs, so nothing else starts; a head handed back for a retry
     // goes first again, even to a node that read an older head.
     let (x, y) = (task(&mut c, e, NOW - 2), task(&mut c, e, NOW - 1));
-    assert_eq!(tasks::in_order_head(&mut c, e).unwrap(), Some((x, NOW - 2)));
     assert_eq!(
-        tasks::claim_one(&mut c, "node-a", x, NOW)
+        PgTx::new(&mut c, "test").in_order_head(e).unwrap(),
+        Some((x, NOW - 2))
+    );
+    assert_eq!(
+        PgTx::new(&mut c, "node-a")
+            .claim_task(x, NOW)
             .unwrap()
             .unwrap()
             .id,
         x
     );
-    assert_eq!(tasks::in_order_head(&mut c, e).unwrap(), Some((y, NOW - 1)));
-    assert_eq!(tasks::claim_one(&mut c, "node-b", y, NOW).unwrap(), None);
-    assert!(
-        tasks::finish_attempt(
-            &mut c,
-            "node-a",
-            x,
-            1,
-            AfterAttempt::RetryAt(NOW),
-            Some(500),
-            None,
-            NOW
-        )
-        .unwrap()
+    assert_eq!(
+        PgTx::new(&mut c, "test").in_order_head(e).unwrap(),
+        Some((y, NOW - 1))
     );
-    assert_eq!(tasks::claim_one(&mut c, "node-b", y, NOW).unwrap(), None);
-    let again = tasks::claim_one(&mut c, "node-b", x, NOW).unwrap().unwrap();
+    assert_eq!(
+        PgTx::new(&mut c, "node-b").claim_task(y, NOW).unwrap(),
+        None
+    );
+    assert!(
+        PgTx::new(&mut c, "node-a")
+            .finish_attempt(x, 1, AfterAttempt::RetryAt(NOW), Some(500), None, NOW)
+            .unwrap()
+    );
+    assert_eq!(
+        PgTx::new(&mut c, "node-b").claim_task(y, NOW).unwrap(),
+        None
+    );
+    let again = PgTx::new(&mut c, "node-b")
+        .claim_task(x, NOW)
+        .unwrap()
+        .unwrap();
     assert_eq!((again.id, again.attempt), (x, 2));
     assert!(finish(&mut c, "node-b", x, 2, AfterAttempt::Success));
     // Not claimed yet: nothing to record.
     assert!(
-        !tasks::finish_attempt(
-            &mut c,
-            "node-a",
-            y,
-            1,
-            AfterAttempt::Success,
-            None,
-            None,
-            NOW
-        )
-        .unwrap()
+        !PgTx::new(&mut c, "node-a")
+            .finish_attempt(y, 1, AfterAttempt::Success, None, None, NOW)
+            .unwrap()
     );
     assert_eq!(
-        tasks::claim_one(&mut c, "node-a", y, NOW)
+        PgTx::new(&mut c, "node-a")
+            .claim_task(y, NOW)
             .unwrap()
             .unwrap()
             .id,
@@ -310,33 +343,34 @@ fn an_in_order_endpoint_never_runs_two_tasks_across_nodes() {
     // A task made pending again (retried, rescued) while another node's claim of a later task
     // is not committed yet: the endpoint lock makes the second claimer wait and then see it.
     let (p, q) = (task(&mut c, e, NOW - 20), task(&mut c, e, NOW - 19));
-    tasks::claim_one(&mut c, "node-a", p, NOW).unwrap().unwrap();
-    assert!(
-        tasks::finish_attempt(
-            &mut c,
-            "node-a",
-            p,
-            1,
-            AfterAttempt::Failed,
-            Some(500),
-            None,
-            NOW
-        )
+    PgTx::new(&mut c, "node-a")
+        .claim_task(p, NOW)
         .unwrap()
+        .unwrap();
+    assert!(
+        PgTx::new(&mut c, "node-a")
+            .finish_attempt(p, 1, AfterAttempt::Failed, Some(500), None, NOW)
+            .unwrap()
     );
     let mut a = server.client(&url);
     let mut ta = a.transaction().unwrap();
     assert_eq!(
-        tasks::claim_one(&mut ta, "node-a", q, NOW)
+        PgTx::new(&mut ta, "node-a")
+            .claim_task(q, NOW)
             .unwrap()
             .unwrap()
             .id,
         q
     );
-    assert_eq!(tasks::retry(&mut c, "app", &[p], NOW).unwrap(), [p]);
+    assert_eq!(
+        PgTx::new(&mut c, "test")
+            .retry_tasks("app", &[p], NOW)
+            .unwrap(),
+        [p]
+    );
     let mut b = server.client(&url);
     let waiting = std::thread::spawn(move || {
-        let claimed = tasks::claim_one(&mut b, "node-b", p, NOW).unwrap();
+        let claimed = PgTx::new(&mut b, "node-b").claim_task(p, NOW).unwrap();
         (b, claimed)
     });
     std::thread::sleep(std::time::Duration::from_millis(300));
@@ -348,7 +382,8 @@ fn an_in_order_endpoint_never_runs_two_tasks_across_nodes() {
     );
     assert!(finish(&mut a, "node-a", q, 1, AfterAttempt::Success));
     assert_eq!(
-        tasks::claim_one(&mut b, "node-b", p, NOW)
+        PgTx::new(&mut b, "node-b")
+            .claim_task(p, NOW)
             .unwrap()
             .unwrap()
             .id,
@@ -377,7 +412,8 @@ fn an_in_order_endpoint_never_runs_two_tasks_across_nodes() {
             std::thread::spawn(move || {
                 start.wait();
                 let at = NOW + 1_000;
-                let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+                let deadline = std::time::Instant::now()
+                    + crate::support::patient(std::time::Duration::from_secs(120));
                 loop {
                     assert!(
                         std::time::Instant::now() < deadline,
@@ -385,8 +421,8 @@ fn an_in_order_endpoint_never_runs_two_tasks_across_nodes() {
                         delivered.lock().unwrap()
                     );
                     let mut tx = c.transaction().unwrap();
-                    let claimed = match tasks::in_order_head(&mut tx, e).unwrap() {
-                        Some((id, _)) => tasks::claim_one(&mut tx, node, id, at).unwrap(),
+                    let claimed = match PgTx::new(&mut tx, "test").in_order_head(e).unwrap() {
+                        Some((id, _)) => PgTx::new(&mut tx, node).claim_task(id, at).unwrap(),
                         None => None,
                     };
                     tx.commit().unwrap();
@@ -409,17 +445,9 @@ fn an_in_order_endpoint_never_runs_two_tasks_across_nodes() {
                     };
                     running.fetch_sub(1, Ordering::SeqCst);
                     assert!(
-                        tasks::finish_attempt(
-                            &mut c,
-                            node,
-                            t.id,
-                            t.attempt,
-                            after,
-                            Some(200),
-                            None,
-                            at
-                        )
-                        .unwrap()
+                        PgTx::new(&mut c, node)
+                            .finish_attempt(t.id, t.attempt, after, Some(200), None, at)
+                            .unwrap()
                     );
                 }
             })
@@ -448,7 +476,9 @@ fn finish(
     attempt: i64,
     after: AfterAttempt,
 ) -> bool {
-    tasks::finish_attempt(c, node, id, attempt, after, Some(200), None, NOW).unwrap()
+    PgTx::new(c, node)
+        .finish_attempt(id, attempt, after, Some(200), None, NOW)
+        .unwrap()
 }
 
 fn schedule(next_run_at: i64, endpoint_ids: Vec<i64>) -> Schedule {
@@ -466,8 +496,8 @@ fn schedule(next_run_at: i64, endpoint_ids: Vec<i64>) -> Schedule {
         updated_at: NOW,
         endpoint_ids,
         paused_reason: None,
-        catchup: "latest".into(),
-        overlap: "skip".into(),
+        catchup: Catchup::Latest,
+        overlap: Overlap::Skip,
         skipped_runs: 0,
         endpoint_names: BTreeMap::new(),
         next_run_at_local: None,
@@ -480,15 +510,19 @@ fn two_nodes_fire_one_schedule_instant_once_and_split_due_batches() {
         return;
     };
     let mut c = server.client(&url);
-    let s1 = schedules::insert(&mut c, &schedule(NOW - 2, vec![])).unwrap();
-    let s2 = schedules::insert(&mut c, &schedule(NOW - 1, vec![])).unwrap();
+    let s1 = PgTx::new(&mut c, "test")
+        .insert_schedule(&schedule(NOW - 2, vec![]))
+        .unwrap();
+    let s2 = PgTx::new(&mut c, "test")
+        .insert_schedule(&schedule(NOW - 1, vec![]))
+        .unwrap();
 
     // Two schedulers' ticks split the due batch instead of waiting on each other.
     let (mut a, mut b) = (server.client(&url), server.client(&url));
     let mut ta = a.transaction().unwrap();
     let mut tb = b.transaction().unwrap();
-    let due_a = schedules::due(&mut ta, NOW, 1).unwrap();
-    let due_b = schedules::due(&mut tb, NOW, 10).unwrap();
+    let due_a = PgTx::new(&mut ta, "test").due_schedules(NOW, 1).unwrap();
+    let due_b = PgTx::new(&mut tb, "test").due_schedules(NOW, 10).unwrap();
     assert_eq!((due_a[0].id, due_b.len(), due_b[0].id), (s1.id, 1, s2.id));
     assert_eq!(due_a[0].payload, r#"{"k":"v"}"#);
     drop((ta, tb));
@@ -501,7 +535,9 @@ fn two_nodes_fire_one_schedule_instant_once_and_split_due_batches() {
             std::thread::spawn(move || {
                 let mut tx = c.transaction().unwrap();
                 start.wait();
-                let new = schedules::record_firing(&mut tx, s1.id, NOW - 2).unwrap();
+                let new = PgTx::new(&mut tx, "test")
+                    .record_firing(s1.id, NOW - 2)
+                    .unwrap();
                 std::thread::sleep(std::time::Duration::from_millis(50));
                 tx.commit().unwrap();
                 new
@@ -515,11 +551,29 @@ fn two_nodes_fire_one_schedule_instant_once_and_split_due_batches() {
         .unwrap()
         .get(0);
     assert_eq!(rows, 1);
-    assert!(!schedules::record_firing(&mut c, s1.id, NOW - 2).unwrap());
-    assert!(schedules::record_firing(&mut c, s1.id, NOW + 5).unwrap());
-    schedules::forget_firings(&mut c, s1.id, NOW).unwrap();
-    assert!(schedules::record_firing(&mut c, s1.id, NOW - 2).unwrap());
-    assert!(!schedules::record_firing(&mut c, s1.id, NOW + 5).unwrap());
+    assert!(
+        !PgTx::new(&mut c, "test")
+            .record_firing(s1.id, NOW - 2)
+            .unwrap()
+    );
+    assert!(
+        PgTx::new(&mut c, "test")
+            .record_firing(s1.id, NOW + 5)
+            .unwrap()
+    );
+    PgTx::new(&mut c, "test")
+        .forget_firings(s1.id, NOW)
+        .unwrap();
+    assert!(
+        PgTx::new(&mut c, "test")
+            .record_firing(s1.id, NOW - 2)
+            .unwrap()
+    );
+    assert!(
+        !PgTx::new(&mut c, "test")
+            .record_firing(s1.id, NOW + 5)
+            .unwrap()
+    );
 }
 
 #[test]
@@ -529,13 +583,23 @@ fn schedule_round_trips() {
     };
     let mut c = server.client(&url);
     let e = endpoint(&mut c, 1_000, None);
-    let mut s = schedules::insert(&mut c, &schedule(NOW + 60_000, vec![e, 999])).unwrap();
+    let mut s = PgTx::new(&mut c, "test")
+        .insert_schedule(&schedule(NOW + 60_000, vec![e, 999]))
+        .unwrap();
     assert!(s.id > 0);
     assert_eq!(
-        schedules::get(&mut c, "app", s.id).unwrap().as_ref(),
+        PgTx::new(&mut c, "test")
+            .get_schedule("app", s.id)
+            .unwrap()
+            .as_ref(),
         Some(&s)
     );
-    assert_eq!(schedules::get(&mut c, "other", s.id).unwrap(), None);
+    assert_eq!(
+        PgTx::new(&mut c, "test")
+            .get_schedule("other", s.id)
+            .unwrap(),
+        None
+    );
     // The names as the store fills them for a reply (`Tx::fill_schedule_names`).
     webhookd::store::Tx::fill_schedule_names(&mut pgstore::PgTx::new(&mut c, "node"), &mut s)
         .unwrap();
@@ -547,18 +611,24 @@ fn schedule_round_trips() {
     assert!(local.starts_with("2023-11-14T22:14:20"), "{local}");
 
     assert_eq!(
-        schedules::earliest_next_run(&mut c).unwrap(),
+        PgTx::new(&mut c, "test").earliest_next_run().unwrap(),
         Some(NOW + 60_000)
     );
     assert_eq!(
-        schedules::get_active(&mut c, s.id)
+        PgTx::new(&mut c, "test")
+            .get_active_schedule(s.id)
             .unwrap()
             .unwrap()
             .endpoint_ids,
         [e, 999]
     );
-    schedules::advance(&mut c, s.id, Some(NOW), Some(NOW + 120_000), 2).unwrap();
-    let got = schedules::get(&mut c, "app", s.id).unwrap().unwrap();
+    PgTx::new(&mut c, "test")
+        .advance_schedule(s.id, Some(NOW), Some(NOW + 120_000), 2)
+        .unwrap();
+    let got = PgTx::new(&mut c, "test")
+        .get_schedule("app", s.id)
+        .unwrap()
+        .unwrap();
     assert_eq!(
         (got.last_run_at, got.next_run_at, got.skipped_runs),
         (Some(NOW), Some(NOW + 120_000), 2)
@@ -569,30 +639,45 @@ fn schedule_round_trips() {
     paused.next_run_at = None;
     paused.name = "renamed".into();
     paused.updated_at = NOW + 1;
-    schedules::update(&mut c, &paused).unwrap();
+    PgTx::new(&mut c, "test").update_schedule(&paused).unwrap();
     assert_eq!(
-        schedules::get(&mut c, "app", s.id).unwrap().unwrap(),
+        PgTx::new(&mut c, "test")
+            .get_schedule("app", s.id)
+            .unwrap()
+            .unwrap(),
         paused
     );
-    assert_eq!(schedules::get_active(&mut c, s.id).unwrap(), None);
-    assert_eq!(schedules::earliest_next_run(&mut c).unwrap(), None);
+    assert_eq!(
+        PgTx::new(&mut c, "test").get_active_schedule(s.id).unwrap(),
+        None
+    );
+    assert_eq!(PgTx::new(&mut c, "test").earliest_next_run().unwrap(), None);
 
-    let other = schedules::insert(&mut c, &schedule(NOW, vec![])).unwrap();
+    let other = PgTx::new(&mut c, "test")
+        .insert_schedule(&schedule(NOW, vec![]))
+        .unwrap();
     let mut deleted = schedule(NOW, vec![]);
     deleted.status = "deleted".into();
-    schedules::insert(&mut c, &deleted).unwrap();
+    PgTx::new(&mut c, "test").insert_schedule(&deleted).unwrap();
     let page = |n| Page {
         page: n,
         page_size: 1,
     };
-    let (total, items) = schedules::list(&mut c, "app", None, page(1)).unwrap();
+    let (total, items) = PgTx::new(&mut c, "test")
+        .list_schedules("app", None, page(1))
+        .unwrap();
     assert_eq!((total, items[0].id), (2, other.id));
-    let (total, items) = schedules::list(&mut c, "app", None, page(2)).unwrap();
+    let (total, items) = PgTx::new(&mut c, "test")
+        .list_schedules("app", None, page(2))
+        .unwrap();
     assert_eq!((total, items[0].id), (2, s.id));
-    let (total, items) = schedules::list(&mut c, "app", Some("paused"), page(1)).unwrap();
+    let (total, items) = PgTx::new(&mut c, "test")
+        .list_schedules("app", Some("paused"), page(1))
+        .unwrap();
     assert_eq!((total, items[0].name.as_str()), (1, "renamed"));
     assert_eq!(
-        schedules::list(&mut c, "app", Some("bogus"), page(1))
+        PgTx::new(&mut c, "test")
+            .list_schedules("app", Some("bogus"), page(1))
             .unwrap()
             .0,
         0
@@ -609,55 +694,76 @@ fn task_round_trips() {
     let t1 = task(&mut c, e1, NOW);
     let t2 = task(&mut c, e2, NOW + 10);
     let t3 = task(&mut c, e2, NOW - 10);
-    let got = tasks::get(&mut c, "app", t1).unwrap().unwrap();
+    let got = PgTx::new(&mut c, "test")
+        .get_task("app", t1)
+        .unwrap()
+        .unwrap();
     assert_eq!(
         (got.status.as_str(), got.endpoint_id, got.next_attempt_at),
         ("pending", e1, Some(NOW))
     );
     assert_eq!(got.payload, serde_json::json!({"n": 1}));
-    assert_eq!(tasks::get(&mut c, "other", t1).unwrap(), None);
-    assert_eq!(tasks::app_of(&mut c, t1).unwrap().as_deref(), Some("app"));
+    assert_eq!(
+        PgTx::new(&mut c, "test").get_task("other", t1).unwrap(),
+        None
+    );
+    assert_eq!(
+        PgTx::new(&mut c, "test").task_app(t1).unwrap().as_deref(),
+        Some("app")
+    );
 
     // The dispatcher's walk: endpoints in id order with their earliest due task.
     assert_eq!(
-        tasks::next_endpoint_with_pending(&mut c, 0).unwrap(),
+        PgTx::new(&mut c, "test")
+            .next_endpoint_with_pending(0)
+            .unwrap(),
         Some((e1, NOW))
     );
     assert_eq!(
-        tasks::next_endpoint_with_pending(&mut c, e1).unwrap(),
+        PgTx::new(&mut c, "test")
+            .next_endpoint_with_pending(e1)
+            .unwrap(),
         Some((e2, NOW - 10))
     );
-    assert_eq!(tasks::next_endpoint_with_pending(&mut c, e2).unwrap(), None);
-    let claimed = tasks::claim_endpoint(&mut c, "n", e2, NOW + 10, 5).unwrap();
+    assert_eq!(
+        PgTx::new(&mut c, "test")
+            .next_endpoint_with_pending(e2)
+            .unwrap(),
+        None
+    );
+    let claimed = PgTx::new(&mut c, "n")
+        .claim_endpoint_tasks(e2, NOW + 10, 5)
+        .unwrap();
     assert_eq!(claimed.iter().map(|t| t.id).collect::<Vec<_>>(), [t3, t2]);
     assert_eq!(claimed[0].payload, r#"{"n":1}"#);
     assert!(
-        tasks::finish_attempt(
-            &mut c,
-            "n",
-            t3,
-            1,
-            AfterAttempt::Failed,
-            Some(500),
-            Some("boom"),
-            NOW + 20
-        )
-        .unwrap()
+        PgTx::new(&mut c, "n")
+            .finish_attempt(
+                t3,
+                1,
+                AfterAttempt::Failed,
+                Some(500),
+                Some("boom"),
+                NOW + 20
+            )
+            .unwrap()
     );
     assert!(
-        tasks::finish_attempt(
-            &mut c,
-            "n",
-            t2,
-            1,
-            AfterAttempt::RetryAt(NOW + 99),
-            Some(503),
-            None,
-            NOW + 20
-        )
-        .unwrap()
+        PgTx::new(&mut c, "n")
+            .finish_attempt(
+                t2,
+                1,
+                AfterAttempt::RetryAt(NOW + 99),
+                Some(503),
+                None,
+                NOW + 20
+            )
+            .unwrap()
     );
-    let t2_now = tasks::get(&mut c, "app", t2).unwrap().unwrap();
+    let t2_now = PgTx::new(&mut c, "test")
+        .get_task("app", t2)
+        .unwrap()
+        .unwrap();
     assert_eq!(
         (
             t2_now.status.as_str(),
@@ -680,15 +786,21 @@ fn task_round_trips() {
         (r.0, r.1.iter().map(|t| t.id).collect::<Vec<_>>())
     };
     assert_eq!(
-        ids(tasks::list(&mut c, "app", &TaskFilter::default(), page).unwrap()),
+        ids(PgTx::new(&mut c, "test")
+            .list_tasks("app", &TaskFilter::default(), page)
+            .unwrap()),
         (3, vec![t3, t2, t1])
     );
     assert_eq!(
-        ids(tasks::list(&mut c, "app", &filter("retrying"), page).unwrap()),
+        ids(PgTx::new(&mut c, "test")
+            .list_tasks("app", &filter("retrying"), page)
+            .unwrap()),
         (1, vec![t2])
     );
     assert_eq!(
-        ids(tasks::list(&mut c, "app", &filter("failed"), page).unwrap()),
+        ids(PgTx::new(&mut c, "test")
+            .list_tasks("app", &filter("failed"), page)
+            .unwrap()),
         (1, vec![t3])
     );
     let by_endpoint = TaskFilter {
@@ -697,11 +809,15 @@ fn task_round_trips() {
         ..TaskFilter::default()
     };
     assert_eq!(
-        ids(tasks::list(&mut c, "app", &by_endpoint, page).unwrap()),
+        ids(PgTx::new(&mut c, "test")
+            .list_tasks("app", &by_endpoint, page)
+            .unwrap()),
         (1, vec![t1])
     );
     assert_eq!(
-        ids(tasks::list(&mut c, "app", &filter("nonsense"), page).unwrap()),
+        ids(PgTx::new(&mut c, "test")
+            .list_tasks("app", &filter("nonsense"), page)
+            .unwrap()),
         (0, vec![])
     );
     let page2 = Page {
@@ -709,13 +825,23 @@ fn task_round_trips() {
         page_size: 2,
     };
     assert_eq!(
-        ids(tasks::list(&mut c, "app", &TaskFilter::default(), page2).unwrap()),
+        ids(PgTx::new(&mut c, "test")
+            .list_tasks("app", &TaskFilter::default(), page2)
+            .unwrap()),
         (3, vec![t1])
     );
 
     // Cancel, bulk-retry selection and retry.
-    assert!(tasks::cancel(&mut c, "app", t1, NOW + 30).unwrap());
-    assert!(!tasks::cancel(&mut c, "app", t1, NOW + 30).unwrap());
+    assert!(
+        PgTx::new(&mut c, "test")
+            .cancel_task("app", t1, NOW + 30)
+            .unwrap()
+    );
+    assert!(
+        !PgTx::new(&mut c, "test")
+            .cancel_task("app", t1, NOW + 30)
+            .unwrap()
+    );
     let rf = |status, since, until| RetryFilter {
         status,
         endpoint_id: None,
@@ -725,28 +851,32 @@ fn task_round_trips() {
         until,
     };
     assert_eq!(
-        tasks::retryable_ids(&mut c, "app", &rf("failed", None, None), 10).unwrap(),
+        PgTx::new(&mut c, "test")
+            .retryable_task_ids("app", &rf("failed", None, None), 10)
+            .unwrap(),
         [t3]
     );
     assert_eq!(
-        tasks::retryable_ids(
-            &mut c,
-            "app",
-            &rf("canceled", Some(NOW + 30), Some(NOW + 31)),
-            10
-        )
-        .unwrap(),
+        PgTx::new(&mut c, "test")
+            .retryable_task_ids("app", &rf("canceled", Some(NOW + 30), Some(NOW + 31)), 10)
+            .unwrap(),
         [t1]
     );
     assert!(
-        tasks::retryable_ids(&mut c, "app", &rf("canceled", Some(NOW + 31), None), 10)
+        PgTx::new(&mut c, "test")
+            .retryable_task_ids("app", &rf("canceled", Some(NOW + 31), None), 10)
             .unwrap()
             .is_empty()
     );
-    let mut retried = tasks::retry(&mut c, "app", &[t1, t2, t3], NOW + 40).unwrap();
+    let mut retried = PgTx::new(&mut c, "test")
+        .retry_tasks("app", &[t1, t2, t3], NOW + 40)
+        .unwrap();
     retried.sort();
     assert_eq!(retried, [t1, t3]);
-    let t3_now = tasks::get(&mut c, "app", t3).unwrap().unwrap();
+    let t3_now = PgTx::new(&mut c, "test")
+        .get_task("app", t3)
+        .unwrap()
+        .unwrap();
     let default_attempts = i64::from(webhookd::retry::RetryPolicy::DEFAULT.max_attempts);
     assert_eq!(
         (
@@ -761,35 +891,47 @@ fn task_round_trips() {
 
     // A test delivery runs under this node's claim; a task of a deleted endpoint is canceled.
     let probe = task(&mut c, e1, NOW);
-    tasks::start_now(&mut c, "n", probe, NOW).unwrap();
+    PgTx::new(&mut c, "n").start_task_now(probe, NOW).unwrap();
     assert_eq!(state(&mut c, probe).1.as_deref(), Some("n"));
-    assert!(tasks::schedule_task_open(&mut c, 1, e1).is_ok_and(|open| !open));
+    assert!(
+        PgTx::new(&mut c, "test")
+            .schedule_task_open(1, e1)
+            .is_ok_and(|open| !open)
+    );
     c.execute("UPDATE tasks SET schedule_id = 1 WHERE id = $1", &[&probe])
         .unwrap();
-    assert!(tasks::schedule_task_open(&mut c, 1, e1).unwrap());
+    assert!(PgTx::new(&mut c, "test").schedule_task_open(1, e1).unwrap());
     c.execute("DELETE FROM endpoints WHERE id = $1", &[&e1])
         .unwrap();
     assert!(
-        tasks::finish_attempt(
-            &mut c,
-            "n",
-            probe,
-            1,
-            AfterAttempt::RetryAt(NOW + 5),
-            None,
-            Some("x"),
-            NOW + 50
-        )
-        .unwrap()
+        PgTx::new(&mut c, "n")
+            .finish_attempt(
+                probe,
+                1,
+                AfterAttempt::RetryAt(NOW + 5),
+                None,
+                Some("x"),
+                NOW + 50
+            )
+            .unwrap()
     );
-    let p = tasks::get(&mut c, "app", probe).unwrap().unwrap();
+    let p = PgTx::new(&mut c, "test")
+        .get_task("app", probe)
+        .unwrap()
+        .unwrap();
     assert_eq!(
         (p.status.as_str(), p.next_attempt_at, p.finished_at),
         ("canceled", None, Some(NOW + 50))
     );
-    assert_eq!(tasks::cancel_orphans(&mut c, NOW + 60).unwrap(), 1); // t1, pending again
     assert_eq!(
-        tasks::get(&mut c, "app", t1)
+        PgTx::new(&mut c, "test")
+            .cancel_orphan_tasks(NOW + 60)
+            .unwrap(),
+        1
+    ); // t1, pending again
+    assert_eq!(
+        PgTx::new(&mut c, "test")
+            .get_task("app", t1)
             .unwrap()
             .unwrap()
             .last_error
@@ -797,12 +939,31 @@ fn task_round_trips() {
         Some("endpoint deleted")
     );
 
-    let counts: BTreeMap<String, i64> = tasks::count_by_status(&mut c)
+    let counts: BTreeMap<String, i64> = PgTx::new(&mut c, "test")
+        .count_tasks_by_status()
         .unwrap()
         .into_iter()
         .collect();
     assert_eq!(
         counts,
         BTreeMap::from([("canceled".into(), 2), ("pending".into(), 2)])
+    );
+}
+
+/// A stored word outside its set (here a task type) is an error of the read, never a default.
+#[test]
+fn a_corrupt_stored_word_is_an_error() {
+    let Some((server, url)) = database("words") else {
+        return;
+    };
+    let mut c = server.client(&url);
+    let e = endpoint(&mut c, 1_000, None);
+    let t = task(&mut c, e, NOW);
+    c.execute("UPDATE tasks SET task_type = 'bogus' WHERE id = $1", &[&t])
+        .unwrap();
+    let err = PgTx::new(&mut c, "test").get_task("app", t).unwrap_err();
+    assert!(
+        format!("{err}").contains("not a task type: \"bogus\""),
+        "{err}"
     );
 }

@@ -173,7 +173,7 @@ fn schema_applies_on_an_empty_database_and_matches_sqlite() {
     );
     assert_eq!(
         pgstore::SCHEMA_VERSION,
-        store::SCHEMA_VERSION,
+        store::sqlite::SCHEMA_VERSION,
         "every SQLite upgrade step needs its twin in migrations/postgres/"
     );
     let (pg_columns, pg_indexes) = postgres_shape(&mut pooled);

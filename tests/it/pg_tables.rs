@@ -6,11 +6,17 @@
 use crate::pg::PgServer;
 use std::sync::{Arc, Barrier};
 use std::time::Duration;
+use webhookd::retry::Backoff;
 use webhookd::store::Page;
 use webhookd::store::attempts::Attempt;
 use webhookd::store::endpoints::{DisabledReason, Endpoint, HealthDelta};
 use webhookd::store::policies::Policy;
 use webhookd::store::postgres as pg;
+use webhookd::store::postgres::PgTx;
+use webhookd::store::{
+    AttemptQueries, EndpointQueries, EventQueries, KeyQueries, PolicyQueries, ReplayQueries,
+    RetentionQueries,
+};
 
 /// A private server with one database holding the schema, and a connection to it.
 fn opened(name: &str) -> Option<(PgServer, String, postgres::Client)> {
@@ -31,7 +37,7 @@ fn policy(app: &str, name: &str) -> Policy {
         app_id: app.into(),
         name: name.into(),
         max_attempts: 7,
-        backoff_type: "linear".into(),
+        backoff_type: Backoff::Linear,
         initial_delay_sec: 2,
         max_delay_sec: 60,
         status: "active".into(),
@@ -110,26 +116,51 @@ fn keys_policies_events_attempts_and_the_probe_round_trip() {
         return;
     };
     // keys
-    let k1 = pg::keys::create(&mut c, "a", "first", 2_000).unwrap();
-    let k2 = pg::keys::create(&mut c, "b", "second", 1_000).unwrap();
+    let k1 = PgTx::new(&mut c, "test")
+        .create_key("a", "first", 2_000)
+        .unwrap();
+    let k2 = PgTx::new(&mut c, "test")
+        .create_key("b", "second", 1_000)
+        .unwrap();
     assert!(k1.key_id.starts_with("whk_") && k1.secret.starts_with("whs_"));
-    assert_eq!(pg::keys::count(&mut c).unwrap(), 2);
-    let lookup = pg::keys::lookup(&mut c, &k1.key_id).unwrap();
+    assert_eq!(PgTx::new(&mut c, "test").count_keys().unwrap(), 2);
+    let lookup = PgTx::new(&mut c, "test").lookup_key(&k1.key_id).unwrap();
+    // last_used_at: written, then not again within a minute, then again.
+    for (at, expected) in [(5_000, 5_000), (64_999, 5_000), (65_000, 65_000)] {
+        PgTx::new(&mut c, "test").touch_key(&k1.key_id, at).unwrap();
+        let seen = PgTx::new(&mut c, "test").lookup_key(&k1.key_id).unwrap();
+        assert_eq!(seen.unwrap().last_used_at, Some(expected), "at {at}");
+    }
+    let lookup = lookup.map(|k| (k.secret, k.app_id));
     assert_eq!(lookup, Some((k1.secret.clone(), "a".to_string())));
-    assert!(pg::keys::revoke(&mut c, &k1.key_id, 3_000).unwrap());
-    assert!(!pg::keys::revoke(&mut c, &k1.key_id, 4_000).unwrap());
-    assert_eq!(pg::keys::lookup(&mut c, &k1.key_id).unwrap(), None);
-    assert_eq!(pg::keys::lookup(&mut c, "whk_unknown").unwrap(), None);
-    let keys = pg::keys::list(&mut c).unwrap();
+    assert!(
+        PgTx::new(&mut c, "test")
+            .revoke_key(&k1.key_id, 3_000)
+            .unwrap()
+    );
+    assert!(
+        !PgTx::new(&mut c, "test")
+            .revoke_key(&k1.key_id, 4_000)
+            .unwrap()
+    );
+    assert_eq!(
+        PgTx::new(&mut c, "test").lookup_key(&k1.key_id).unwrap(),
+        None
+    );
+    assert_eq!(
+        PgTx::new(&mut c, "test").lookup_key("whk_unknown").unwrap(),
+        None
+    );
+    let keys = PgTx::new(&mut c, "test").list_keys().unwrap();
     let shown: Vec<_> = keys
         .iter()
         .map(|k| {
             (
-                k.key_id.as_str(),
+                k.id.as_str(),
                 k.app_id.as_str(),
                 k.name.as_str(),
-                k.created_at.as_str(),
-                k.revoked,
+                webhookd::clock::rfc3339(k.created_at),
+                k.revoked_at.is_some(),
             )
         })
         .collect();
@@ -140,65 +171,85 @@ fn keys_policies_events_attempts_and_the_probe_round_trip() {
                 k2.key_id.as_str(),
                 "b",
                 "second",
-                "1970-01-01T00:00:01Z",
+                "1970-01-01T00:00:01Z".to_string(),
                 false
             ),
             (
                 k1.key_id.as_str(),
                 "a",
                 "first",
-                "1970-01-01T00:00:02Z",
+                "1970-01-01T00:00:02Z".to_string(),
                 true
             ),
         ]
     );
 
     // policies
-    let p1 = pg::policies::insert(&mut c, &policy("a", "p1")).unwrap();
+    let p1 = PgTx::new(&mut c, "test")
+        .insert_policy(&policy("a", "p1"))
+        .unwrap();
     assert!(p1.id > 0);
     assert_eq!(
-        pg::policies::get(&mut c, "a", p1.id).unwrap(),
+        PgTx::new(&mut c, "test").get_policy("a", p1.id).unwrap(),
         Some(p1.clone())
     );
-    assert_eq!(pg::policies::get(&mut c, "b", p1.id).unwrap(), None);
+    assert_eq!(
+        PgTx::new(&mut c, "test").get_policy("b", p1.id).unwrap(),
+        None
+    );
     let changed = Policy {
         name: "renamed".into(),
         max_attempts: 9,
-        backoff_type: "exponential".into(),
+        backoff_type: Backoff::Exponential,
         updated_at: 2_000,
         ..p1.clone()
     };
-    pg::policies::update(&mut c, &changed).unwrap();
+    PgTx::new(&mut c, "test").update_policy(&changed).unwrap();
     assert_eq!(
-        pg::policies::get_any(&mut c, p1.id).unwrap(),
+        PgTx::new(&mut c, "test").get_policy_any(p1.id).unwrap(),
         Some(changed.clone())
     );
-    let p2 = pg::policies::insert(&mut c, &policy("a", "p2")).unwrap();
-    let p3 = pg::policies::insert(&mut c, &policy("a", "p3")).unwrap();
-    pg::policies::insert(&mut c, &policy("b", "other app")).unwrap();
-    let (total, first) = pg::policies::list(&mut c, "a", page(1, 2)).unwrap();
+    let p2 = PgTx::new(&mut c, "test")
+        .insert_policy(&policy("a", "p2"))
+        .unwrap();
+    let p3 = PgTx::new(&mut c, "test")
+        .insert_policy(&policy("a", "p3"))
+        .unwrap();
+    PgTx::new(&mut c, "test")
+        .insert_policy(&policy("b", "other app"))
+        .unwrap();
+    let (total, first) = PgTx::new(&mut c, "test")
+        .list_policies("a", page(1, 2))
+        .unwrap();
     assert_eq!((total, first), (3, vec![p3.clone(), p2.clone()]));
-    let (total, second) = pg::policies::list(&mut c, "a", page(2, 2)).unwrap();
+    let (total, second) = PgTx::new(&mut c, "test")
+        .list_policies("a", page(2, 2))
+        .unwrap();
     assert_eq!((total, second), (3, vec![changed.clone()]));
-    assert!(pg::policies::delete(&mut c, "a", p2.id).unwrap());
-    assert!(!pg::policies::delete(&mut c, "a", p2.id).unwrap());
-    assert_eq!(pg::policies::get(&mut c, "a", p2.id).unwrap(), None);
+    assert!(PgTx::new(&mut c, "test").delete_policy("a", p2.id).unwrap());
+    assert!(!PgTx::new(&mut c, "test").delete_policy("a", p2.id).unwrap());
+    assert_eq!(
+        PgTx::new(&mut c, "test").get_policy("a", p2.id).unwrap(),
+        None
+    );
 
     // events
-    let e1 = pg::events::insert(
-        &mut c,
-        "a",
-        "order.paid",
-        Some("k1"),
-        r#"{"n":1}"#,
-        2,
-        5_000,
-    )
-    .unwrap();
-    let e2 = pg::events::insert(&mut c, "a", "order.sent", None, r#"{"n":2}"#, 0, 6_000).unwrap();
-    let e3 = pg::events::insert(&mut c, "a", "order.paid", None, "{}", 1, 7_000).unwrap();
-    pg::events::insert(&mut c, "b", "order.paid", Some("k1"), "{}", 0, 7_000).unwrap();
-    let got = pg::events::get(&mut c, "a", e1).unwrap().unwrap();
+    let e1 = PgTx::new(&mut c, "test")
+        .insert_event("a", "order.paid", Some("k1"), r#"{"n":1}"#, 2, 5_000)
+        .unwrap();
+    let e2 = PgTx::new(&mut c, "test")
+        .insert_event("a", "order.sent", None, r#"{"n":2}"#, 0, 6_000)
+        .unwrap();
+    let e3 = PgTx::new(&mut c, "test")
+        .insert_event("a", "order.paid", None, "{}", 1, 7_000)
+        .unwrap();
+    PgTx::new(&mut c, "test")
+        .insert_event("b", "order.paid", Some("k1"), "{}", 0, 7_000)
+        .unwrap();
+    let got = PgTx::new(&mut c, "test")
+        .get_event("a", e1)
+        .unwrap()
+        .unwrap();
     assert_eq!(
         (
             got.id,
@@ -217,18 +268,25 @@ fn keys_policies_events_attempts_and_the_probe_round_trip() {
         ),
         (serde_json::json!({"n": 1}), "dispatched", 2, 5_000)
     );
-    assert_eq!(pg::events::get(&mut c, "b", e1).unwrap(), None);
+    assert_eq!(PgTx::new(&mut c, "test").get_event("b", e1).unwrap(), None);
     assert_eq!(
-        pg::events::name_of(&mut c, e2).unwrap().as_deref(),
+        PgTx::new(&mut c, "test")
+            .get_event("a", e2)
+            .unwrap()
+            .map(|e| e.event_name)
+            .as_deref(),
         Some("order.sent")
     );
-    assert_eq!(pg::events::name_of(&mut c, 999_999).unwrap(), None);
-    let (total, items) = pg::events::list(&mut c, "a", Some("order.paid"), page(1, 1)).unwrap();
+    let (total, items) = PgTx::new(&mut c, "test")
+        .list_events("a", Some("order.paid"), page(1, 1))
+        .unwrap();
     assert_eq!(
         (total, items.iter().map(|e| e.id).collect::<Vec<_>>()),
         (2, vec![e3])
     );
-    let (total, items) = pg::events::list(&mut c, "a", None, page(1, 10)).unwrap();
+    let (total, items) = PgTx::new(&mut c, "test")
+        .list_events("a", None, page(1, 10))
+        .unwrap();
     assert_eq!(
         (total, items.iter().map(|e| e.id).collect::<Vec<_>>()),
         (3, vec![e3, e2, e1])
@@ -253,25 +311,37 @@ fn keys_policies_events_attempts_and_the_probe_round_trip() {
     .unwrap();
     assert_eq!(listed, (1, vec![e2]));
     let mut tx = c.transaction().unwrap();
-    let found = pg::events::find_by_key(&mut tx, "a", "order.paid", "k1", 5_000).unwrap();
+    let found = PgTx::new(&mut tx, "test")
+        .find_event_by_key("a", "order.paid", "k1", 5_000)
+        .unwrap();
     assert_eq!(found.map(|e| e.id), Some(e1));
-    let late = pg::events::find_by_key(&mut tx, "a", "order.paid", "k1", 5_001).unwrap();
+    let late = PgTx::new(&mut tx, "test")
+        .find_event_by_key("a", "order.paid", "k1", 5_001)
+        .unwrap();
     assert_eq!(late, None);
     tx.commit().unwrap();
 
     // attempts
     for n in 1..=3 {
-        pg::attempts::insert(&mut c, &attempt(42, n)).unwrap();
+        PgTx::new(&mut c, "test")
+            .insert_attempt(&attempt(42, n))
+            .unwrap();
     }
-    pg::attempts::insert(&mut c, &attempt(43, 1)).unwrap();
-    let (total, first) = pg::attempts::list(&mut c, 42, page(1, 2)).unwrap();
+    PgTx::new(&mut c, "test")
+        .insert_attempt(&attempt(43, 1))
+        .unwrap();
+    let (total, first) = PgTx::new(&mut c, "test")
+        .list_attempts(42, page(1, 2))
+        .unwrap();
     let strip = |a: &Attempt| Attempt { id: 0, ..a.clone() };
     assert_eq!(total, 3);
     assert_eq!(
         first.iter().map(strip).collect::<Vec<_>>(),
         [attempt(42, 1), attempt(42, 2)]
     );
-    let (total, second) = pg::attempts::list(&mut c, 42, page(2, 2)).unwrap();
+    let (total, second) = PgTx::new(&mut c, "test")
+        .list_attempts(42, page(2, 2))
+        .unwrap();
     assert_eq!(
         (total, second.iter().map(strip).collect::<Vec<_>>()),
         (3, vec![attempt(42, 3)])
@@ -293,17 +363,30 @@ fn endpoints_round_trip_and_their_status_and_health_statements() {
     let Some((_server, _url, mut c)) = opened("endpoints") else {
         return;
     };
-    let policy = pg::policies::insert(&mut c, &policy("a", "p")).unwrap();
-    let e1 = pg::endpoints::insert(&mut c, &endpoint("a", "one", Some(policy.id))).unwrap();
-    let e2 = pg::endpoints::insert(&mut c, &endpoint("a", "two", None)).unwrap();
-    let other = pg::endpoints::insert(&mut c, &endpoint("b", "other", None)).unwrap();
+    let policy = PgTx::new(&mut c, "test")
+        .insert_policy(&policy("a", "p"))
+        .unwrap();
+    let e1 = PgTx::new(&mut c, "test")
+        .insert_endpoint(&endpoint("a", "one", Some(policy.id)))
+        .unwrap();
+    let e2 = PgTx::new(&mut c, "test")
+        .insert_endpoint(&endpoint("a", "two", None))
+        .unwrap();
+    let other = PgTx::new(&mut c, "test")
+        .insert_endpoint(&endpoint("b", "other", None))
+        .unwrap();
     assert_eq!(
-        pg::endpoints::get(&mut c, "a", e1.id).unwrap(),
+        PgTx::new(&mut c, "test").get_endpoint("a", e1.id).unwrap(),
         Some(e1.clone())
     );
-    assert_eq!(pg::endpoints::get(&mut c, "b", e1.id).unwrap(), None);
     assert_eq!(
-        pg::endpoints::get_any(&mut c, other.id).unwrap(),
+        PgTx::new(&mut c, "test").get_endpoint("b", e1.id).unwrap(),
+        None
+    );
+    assert_eq!(
+        PgTx::new(&mut c, "test")
+            .get_endpoint_any(other.id)
+            .unwrap(),
         Some(other.clone())
     );
 
@@ -324,29 +407,34 @@ fn endpoints_round_trip_and_their_status_and_health_statements() {
         updated_at: 2_000,
         ..e1.clone()
     };
-    pg::endpoints::update(&mut c, &changed).unwrap();
+    PgTx::new(&mut c, "test").update_endpoint(&changed).unwrap();
     assert_eq!(
-        pg::endpoints::get(&mut c, "a", e1.id).unwrap(),
+        PgTx::new(&mut c, "test").get_endpoint("a", e1.id).unwrap(),
         Some(changed.clone())
     );
     assert_eq!(
-        pg::endpoints::count_using_policy(&mut c, policy.id).unwrap(),
+        PgTx::new(&mut c, "test")
+            .count_endpoints_using_policy(policy.id)
+            .unwrap(),
         0
     );
-    pg::endpoints::update(
-        &mut c,
-        &Endpoint {
+    PgTx::new(&mut c, "test")
+        .update_endpoint(&Endpoint {
             retry_policy_id: Some(policy.id),
             ..changed.clone()
-        },
-    )
-    .unwrap();
+        })
+        .unwrap();
     assert_eq!(
-        pg::endpoints::count_using_policy(&mut c, policy.id).unwrap(),
+        PgTx::new(&mut c, "test")
+            .count_endpoints_using_policy(policy.id)
+            .unwrap(),
         1
     );
 
-    let limits = pg::endpoints::limits_any(&mut c, e2.id).unwrap().unwrap();
+    let limits = PgTx::new(&mut c, "test")
+        .endpoint_limits_any(e2.id)
+        .unwrap()
+        .unwrap();
     assert_eq!(
         (
             limits.enabled,
@@ -355,18 +443,28 @@ fn endpoints_round_trip_and_their_status_and_health_statements() {
         ),
         (true, Some(2.5), Some(3))
     );
-    assert_eq!(pg::endpoints::limits_any(&mut c, 999_999).unwrap(), None);
+    assert_eq!(
+        PgTx::new(&mut c, "test")
+            .endpoint_limits_any(999_999)
+            .unwrap(),
+        None
+    );
 
     // enable / disable
     assert!(
-        pg::endpoints::set_status(&mut c, "a", e2.id, false, DisabledReason::Manual, 3_000)
+        PgTx::new(&mut c, "test")
+            .set_endpoint_status("a", e2.id, false, DisabledReason::Manual, 3_000)
             .unwrap()
     );
     assert!(
-        !pg::endpoints::set_status(&mut c, "a", e2.id, false, DisabledReason::Manual, 3_001)
+        !PgTx::new(&mut c, "test")
+            .set_endpoint_status("a", e2.id, false, DisabledReason::Manual, 3_001)
             .unwrap()
     );
-    let got = pg::endpoints::get(&mut c, "a", e2.id).unwrap().unwrap();
+    let got = PgTx::new(&mut c, "test")
+        .get_endpoint("a", e2.id)
+        .unwrap()
+        .unwrap();
     assert_eq!(
         (
             got.status.as_str(),
@@ -376,20 +474,26 @@ fn endpoints_round_trip_and_their_status_and_health_statements() {
         ("disabled", Some("manual"), 3_000)
     );
     assert!(
-        !pg::endpoints::limits_any(&mut c, e2.id)
+        !PgTx::new(&mut c, "test")
+            .endpoint_limits_any(e2.id)
             .unwrap()
             .unwrap()
             .enabled
     );
-    let (total, items) = pg::endpoints::list(&mut c, "a", Some("disabled"), page(1, 10)).unwrap();
+    let (total, items) = PgTx::new(&mut c, "test")
+        .list_endpoints("a", Some("disabled"), page(1, 10))
+        .unwrap();
     assert_eq!((total, items), (1, vec![got]));
-    let (total, items) = pg::endpoints::list(&mut c, "a", None, page(2, 1)).unwrap();
+    let (total, items) = PgTx::new(&mut c, "test")
+        .list_endpoints("a", None, page(2, 1))
+        .unwrap();
     assert_eq!(
         (total, items.iter().map(|e| e.id).collect::<Vec<_>>()),
         (2, vec![e1.id])
     );
     assert_eq!(
-        pg::endpoints::list_enabled(&mut c, "a")
+        PgTx::new(&mut c, "test")
+            .list_enabled_targets("a")
             .unwrap()
             .iter()
             .map(|e| e.id)
@@ -397,27 +501,34 @@ fn endpoints_round_trip_and_their_status_and_health_statements() {
         [e1.id]
     );
     assert!(
-        pg::endpoints::set_status(&mut c, "a", e2.id, true, DisabledReason::Manual, 4_000).unwrap()
+        PgTx::new(&mut c, "test")
+            .set_endpoint_status("a", e2.id, true, DisabledReason::Manual, 4_000)
+            .unwrap()
     );
     assert_eq!(
-        pg::endpoints::get(&mut c, "a", e2.id)
+        PgTx::new(&mut c, "test")
+            .get_endpoint("a", e2.id)
             .unwrap()
             .unwrap()
             .disabled_reason,
         None
     );
     assert_eq!(
-        pg::endpoints::disable_any(&mut c, e2.id, DisabledReason::Gone, 5_000)
+        PgTx::new(&mut c, "test")
+            .disable_endpoint_any(e2.id, DisabledReason::Gone, 5_000)
             .unwrap()
             .as_deref(),
         Some("a")
     );
     assert_eq!(
-        pg::endpoints::disable_any(&mut c, e2.id, DisabledReason::Gone, 5_001).unwrap(),
+        PgTx::new(&mut c, "test")
+            .disable_endpoint_any(e2.id, DisabledReason::Gone, 5_001)
+            .unwrap(),
         None
     );
     assert_eq!(
-        pg::endpoints::get(&mut c, "a", e2.id)
+        PgTx::new(&mut c, "test")
+            .get_endpoint("a", e2.id)
             .unwrap()
             .unwrap()
             .disabled_reason
@@ -425,11 +536,14 @@ fn endpoints_round_trip_and_their_status_and_health_statements() {
         Some("gone")
     );
     assert!(
-        pg::endpoints::set_status(&mut c, "a", e2.id, true, DisabledReason::Manual, 6_000).unwrap()
+        PgTx::new(&mut c, "test")
+            .set_endpoint_status("a", e2.id, true, DisabledReason::Manual, 6_000)
+            .unwrap()
     );
 
     // fan-out targets: the policy's attempts, or the default's
-    let targets: Vec<_> = pg::endpoints::enabled_targets(&mut c, "a")
+    let targets: Vec<_> = PgTx::new(&mut c, "test")
+        .list_enabled_targets("a")
         .unwrap()
         .into_iter()
         .map(|t| (t.id, t.filter_events, t.max_attempts))
@@ -443,7 +557,9 @@ fn endpoints_round_trip_and_their_status_and_health_statements() {
         ]
     );
     assert_eq!(
-        pg::endpoints::names(&mut c, "a", &[e2.id, 999_999, e1.id, other.id, e2.id]).unwrap(),
+        PgTx::new(&mut c, "test")
+            .endpoint_names("a", &[e2.id, 999_999, e1.id, other.id, e2.id])
+            .unwrap(),
         [
             (e2.id, "two".to_string()),
             (e1.id, "uno".to_string()),
@@ -459,7 +575,9 @@ fn endpoints_round_trip_and_their_status_and_health_statements() {
         ..Default::default()
     };
     assert_eq!(
-        pg::endpoints::record_health(&mut c, e1.id, &failing, 3, Some(1_000), 7_000).unwrap(),
+        PgTx::new(&mut c, "test")
+            .record_endpoint_health(e1.id, &failing, 3, Some(1_000), 7_000)
+            .unwrap(),
         None
     );
     let more = HealthDelta {
@@ -469,10 +587,15 @@ fn endpoints_round_trip_and_their_status_and_health_statements() {
         ..Default::default()
     };
     assert_eq!(
-        pg::endpoints::record_health(&mut c, e1.id, &more, 3, Some(1_000), 8_000).unwrap(),
+        PgTx::new(&mut c, "test")
+            .record_endpoint_health(e1.id, &more, 3, Some(1_000), 8_000)
+            .unwrap(),
         Some(("a".to_string(), 3))
     );
-    let got = pg::endpoints::get(&mut c, "a", e1.id).unwrap().unwrap();
+    let got = PgTx::new(&mut c, "test")
+        .get_endpoint("a", e1.id)
+        .unwrap()
+        .unwrap();
     assert_eq!(
         (
             got.status.as_str(),
@@ -489,14 +612,21 @@ fn endpoints_round_trip_and_their_status_and_health_statements() {
         last_failure_at: Some(9_500),
     };
     assert_eq!(
-        pg::endpoints::record_health(&mut c, e2.id, &failing, 3, None, 7_000).unwrap(),
+        PgTx::new(&mut c, "test")
+            .record_endpoint_health(e2.id, &failing, 3, None, 7_000)
+            .unwrap(),
         None
     );
     assert_eq!(
-        pg::endpoints::record_health(&mut c, e2.id, &healed, 3, Some(1_000), 9_500).unwrap(),
+        PgTx::new(&mut c, "test")
+            .record_endpoint_health(e2.id, &healed, 3, Some(1_000), 9_500)
+            .unwrap(),
         None
     );
-    let got = pg::endpoints::get(&mut c, "a", e2.id).unwrap().unwrap();
+    let got = PgTx::new(&mut c, "test")
+        .get_endpoint("a", e2.id)
+        .unwrap()
+        .unwrap();
     assert_eq!(
         (
             got.status.as_str(),
@@ -507,8 +637,15 @@ fn endpoints_round_trip_and_their_status_and_health_statements() {
         ("enabled", 1, Some(9_000), Some(9_500))
     );
 
-    assert!(pg::endpoints::delete(&mut c, "b", other.id).unwrap());
-    assert!(!pg::endpoints::delete(&mut c, "b", other.id).unwrap());
+    let mut tx = PgTx::new(&mut c, "test");
+    assert_eq!(
+        tx.delete_endpoint_cascade("b", other.id, 10_000).unwrap(),
+        Some(vec![])
+    );
+    assert_eq!(
+        tx.delete_endpoint_cascade("b", other.id, 10_001).unwrap(),
+        None
+    );
 }
 
 #[test]
@@ -516,10 +653,12 @@ fn deleting_an_endpoint_cancels_its_tasks_and_pauses_schedules_left_without_targ
     let Some((_server, _url, mut c)) = opened("cascade") else {
         return;
     };
-    let gone = pg::endpoints::insert(&mut c, &endpoint("a", "gone", None))
+    let gone = PgTx::new(&mut c, "test")
+        .insert_endpoint(&endpoint("a", "gone", None))
         .unwrap()
         .id;
-    let kept = pg::endpoints::insert(&mut c, &endpoint("a", "kept", None))
+    let kept = PgTx::new(&mut c, "test")
+        .insert_endpoint(&endpoint("a", "kept", None))
         .unwrap()
         .id;
     let mut schedule = |app: &str, status: &str, ids: String| -> i64 {
@@ -541,14 +680,21 @@ fn deleting_an_endpoint_cancels_its_tasks_and_pauses_schedules_left_without_targ
     let elsewhere = task(&mut c, kept, None, "pending", None);
 
     let mut tx = c.transaction().unwrap();
-    let paused = pg::endpoints::delete_cascade(&mut tx, "a", gone, 50_000).unwrap();
+    let paused = PgTx::new(&mut tx, "test")
+        .delete_endpoint_cascade("a", gone, 50_000)
+        .unwrap();
     tx.commit().unwrap();
     assert_eq!(paused, Some(vec![only]));
     assert_eq!(
-        pg::endpoints::delete_cascade(&mut c, "a", gone, 50_001).unwrap(),
+        PgTx::new(&mut c, "test")
+            .delete_endpoint_cascade("a", gone, 50_001)
+            .unwrap(),
         None
     );
-    assert_eq!(pg::endpoints::get(&mut c, "a", gone).unwrap(), None);
+    assert_eq!(
+        PgTx::new(&mut c, "test").get_endpoint("a", gone).unwrap(),
+        None
+    );
 
     let row = |c: &mut postgres::Client,
                id: i64|
@@ -621,35 +767,76 @@ fn replay_pairs_and_retention_chunks() {
         return;
     };
     // replay: first use, replay, expiry taken over
-    assert!(pg::replay::first_use(&mut c, "whk_1", "sig", 1_000, 500).unwrap());
-    assert!(!pg::replay::first_use(&mut c, "whk_1", "sig", 1_500, 900).unwrap());
-    assert!(!pg::replay::first_use(&mut c, "whk_1", "sig", 1_500, 1_000).unwrap());
-    assert!(pg::replay::first_use(&mut c, "whk_1", "sig", 2_000, 1_001).unwrap());
+    assert!(
+        PgTx::new(&mut c, "test")
+            .first_use_of_signature("whk_1", "sig", 1_000, 500)
+            .unwrap()
+    );
+    assert!(
+        !PgTx::new(&mut c, "test")
+            .first_use_of_signature("whk_1", "sig", 1_500, 900)
+            .unwrap()
+    );
+    assert!(
+        !PgTx::new(&mut c, "test")
+            .first_use_of_signature("whk_1", "sig", 1_500, 1_000)
+            .unwrap()
+    );
+    assert!(
+        PgTx::new(&mut c, "test")
+            .first_use_of_signature("whk_1", "sig", 2_000, 1_001)
+            .unwrap()
+    );
     assert_eq!(count(&mut c, "SELECT expires_at FROM replay_guard"), 2_000);
-    assert!(pg::replay::first_use(&mut c, "whk_2", "sig", 100, 0).unwrap());
-    assert!(pg::replay::first_use(&mut c, "whk_1", "other", 200, 0).unwrap());
-    assert_eq!(pg::replay::count(&mut c).unwrap(), 3);
-    assert_eq!(pg::replay::prune(&mut c, 1_500, 1).unwrap(), 1);
-    assert_eq!(pg::replay::prune(&mut c, 1_500, 10).unwrap(), 1);
-    assert_eq!(pg::replay::prune(&mut c, 1_500, 10).unwrap(), 0);
-    assert_eq!(pg::replay::count(&mut c).unwrap(), 1);
+    assert!(
+        PgTx::new(&mut c, "test")
+            .first_use_of_signature("whk_2", "sig", 100, 0)
+            .unwrap()
+    );
+    assert!(
+        PgTx::new(&mut c, "test")
+            .first_use_of_signature("whk_1", "other", 200, 0)
+            .unwrap()
+    );
+    assert_eq!(count(&mut c, "SELECT count(*) FROM replay_guard"), 3);
+    assert_eq!(PgTx::new(&mut c, "test").prune_replay(1_500, 1).unwrap(), 1);
+    assert_eq!(
+        PgTx::new(&mut c, "test").prune_replay(1_500, 10).unwrap(),
+        1
+    );
+    assert_eq!(
+        PgTx::new(&mut c, "test").prune_replay(1_500, 10).unwrap(),
+        0
+    );
+    assert_eq!(count(&mut c, "SELECT count(*) FROM replay_guard"), 1);
 
     // retention: finished tasks before the cutoff go with their attempts, oldest first
-    let ep = pg::endpoints::insert(&mut c, &endpoint("a", "e", None))
+    let ep = PgTx::new(&mut c, "test")
+        .insert_endpoint(&endpoint("a", "e", None))
         .unwrap()
         .id;
-    let kept_event = pg::events::insert(&mut c, "a", "x", None, "{}", 1, 100).unwrap();
-    let old_event = pg::events::insert(&mut c, "a", "x", None, "{}", 0, 100).unwrap();
-    let new_event = pg::events::insert(&mut c, "a", "x", None, "{}", 0, 900).unwrap();
+    let kept_event = PgTx::new(&mut c, "test")
+        .insert_event("a", "x", None, "{}", 1, 100)
+        .unwrap();
+    let old_event = PgTx::new(&mut c, "test")
+        .insert_event("a", "x", None, "{}", 0, 100)
+        .unwrap();
+    let new_event = PgTx::new(&mut c, "test")
+        .insert_event("a", "x", None, "{}", 0, 900)
+        .unwrap();
     let oldest = task(&mut c, ep, None, "succeeded", Some(100));
     let older = task(&mut c, ep, None, "failed", Some(200));
     let recent = task(&mut c, ep, None, "succeeded", Some(900));
     let open = task(&mut c, ep, Some(kept_event), "pending", None);
     for t in [oldest, older, recent, open] {
-        pg::attempts::insert(&mut c, &attempt(t, 1)).unwrap();
+        PgTx::new(&mut c, "test")
+            .insert_attempt(&attempt(t, 1))
+            .unwrap();
     }
     assert_eq!(
-        pg::retention::delete_finished_tasks(&mut c, 500, 1).unwrap(),
+        PgTx::new(&mut c, "test")
+            .delete_finished_tasks(500, 1)
+            .unwrap(),
         1
     );
     assert_eq!(
@@ -667,11 +854,15 @@ fn replay_pairs_and_retention_chunks() {
         1
     );
     assert_eq!(
-        pg::retention::delete_finished_tasks(&mut c, 500, 10).unwrap(),
+        PgTx::new(&mut c, "test")
+            .delete_finished_tasks(500, 10)
+            .unwrap(),
         1
     );
     assert_eq!(
-        pg::retention::delete_finished_tasks(&mut c, 500, 10).unwrap(),
+        PgTx::new(&mut c, "test")
+            .delete_finished_tasks(500, 10)
+            .unwrap(),
         0
     );
     let left: Vec<i64> = c
@@ -690,14 +881,31 @@ fn replay_pairs_and_retention_chunks() {
     assert_eq!(with_attempts, [recent, open]);
     // old events go unless a task still refers to them
     assert_eq!(
-        pg::retention::delete_old_events(&mut c, 500, 10).unwrap(),
+        PgTx::new(&mut c, "test")
+            .delete_old_events(500, 10)
+            .unwrap(),
         1
     );
-    assert_eq!(pg::events::get(&mut c, "a", old_event).unwrap(), None);
-    assert!(pg::events::get(&mut c, "a", kept_event).unwrap().is_some());
-    assert!(pg::events::get(&mut c, "a", new_event).unwrap().is_some());
     assert_eq!(
-        pg::retention::delete_old_events(&mut c, 500, 10).unwrap(),
+        PgTx::new(&mut c, "test").get_event("a", old_event).unwrap(),
+        None
+    );
+    assert!(
+        PgTx::new(&mut c, "test")
+            .get_event("a", kept_event)
+            .unwrap()
+            .is_some()
+    );
+    assert!(
+        PgTx::new(&mut c, "test")
+            .get_event("a", new_event)
+            .unwrap()
+            .is_some()
+    );
+    assert_eq!(
+        PgTx::new(&mut c, "test")
+            .delete_old_events(500, 10)
+            .unwrap(),
         0
     );
 }
@@ -718,12 +926,15 @@ fn two_nodes_publishing_one_key_at_once_create_one_event() {
             std::thread::spawn(move || {
                 barrier.wait();
                 let mut tx = node.transaction().unwrap();
-                let found = pg::events::find_by_key(&mut tx, "a", "order.paid", "k", 0).unwrap();
+                let found = PgTx::new(&mut tx, "test")
+                    .find_event_by_key("a", "order.paid", "k", 0)
+                    .unwrap();
                 let id = match found {
                     Some(event) => event.id,
                     None => {
                         std::thread::sleep(Duration::from_millis(300));
-                        pg::events::insert(&mut tx, "a", "order.paid", Some("k"), "{}", 0, 1_000)
+                        PgTx::new(&mut tx, "test")
+                            .insert_event("a", "order.paid", Some("k"), "{}", 0, 1_000)
                             .unwrap()
                     }
                 };
@@ -752,7 +963,9 @@ fn a_signature_used_on_two_nodes_at_once_is_accepted_once() {
             std::thread::spawn(move || {
                 barrier.wait();
                 let mut tx = node.transaction().unwrap();
-                let first = pg::replay::first_use(&mut tx, "whk_1", "sig", 10_000, 1_000).unwrap();
+                let first = PgTx::new(&mut tx, "test")
+                    .first_use_of_signature("whk_1", "sig", 10_000, 1_000)
+                    .unwrap();
                 std::thread::sleep(Duration::from_millis(200));
                 tx.commit().unwrap();
                 first
@@ -761,5 +974,5 @@ fn a_signature_used_on_two_nodes_at_once_is_accepted_once() {
         .collect();
     let firsts: Vec<bool> = nodes.into_iter().map(|n| n.join().unwrap()).collect();
     assert_eq!(firsts.iter().filter(|&&f| f).count(), 1, "{firsts:?}");
-    assert_eq!(pg::replay::count(&mut c).unwrap(), 1);
+    assert_eq!(count(&mut c, "SELECT count(*) FROM replay_guard"), 1);
 }

@@ -120,7 +120,7 @@ fn the_wal_stays_bounded_under_sustained_publishing() {
     let started = Instant::now();
     let mut largest = 0;
     while published.load(std::sync::atomic::Ordering::Relaxed) < PUBLISHES
-        && started.elapsed() < Duration::from_secs(60)
+        && started.elapsed() < crate::support::patient(Duration::from_secs(60))
     {
         largest = largest.max(std::fs::metadata(&wal).map(|m| m.len()).unwrap_or(0));
         std::thread::sleep(Duration::from_millis(20));
@@ -435,7 +435,8 @@ fn an_unread_body_is_drained_or_the_connection_says_close() {
         bytes.extend(std::iter::repeat_n(b'x', len));
         let answer = exchange(&server.url, &bytes);
         let (status, head, _) = first_response(&answer);
-        assert!(matches!(status, 404 | 413), "{answer}");
+        // An unsigned /v1 request is refused (401) before its body is read.
+        assert!(matches!(status, 401 | 404 | 413), "{answer}");
         assert!(head.contains("connection: close"), "{head}");
     }
 }

@@ -541,7 +541,7 @@ fn scheduler_fires_due_schedules_one_task_per_enabled_target() {
     assert_eq!(read["next_run_at"], rfc(at(12, 1, 0)));
     // Fired exactly on the instant of the manual clock: no lag. The scheduler stores the lag
     // just after its firing commits, so a reader that saw the tasks may be a moment early.
-    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    let deadline = std::time::Instant::now() + crate::support::patient(Duration::from_secs(5));
     let metrics = loop {
         let (_, metrics) = get_text(&format!("{}/metrics", server.url));
         if metrics.contains("webhookd_scheduler_lag_seconds")

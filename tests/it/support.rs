@@ -74,11 +74,47 @@ pub fn sqlite_only(reason: &str) -> bool {
     if backend() == Backend::Sqlite {
         return false;
     }
-    let _ = writeln!(
-        std::io::stderr(),
-        "SQLite-only test skipped under WEBHOOKD_TEST_DB=postgres: {reason}"
-    );
+    report_skip(&format!("SQLite only: {reason}"));
     true
+}
+
+/// The tests that skipped in this run, with why: `libtest` reports a skipped test as `ok`, so
+/// each skip is written past the output capture at once, and all of them again in one line
+/// after the harness's own summary (an `atexit` hook), where people read the result.
+static SKIPPED: Mutex<Vec<String>> = Mutex::new(Vec::new());
+
+/// Records that the calling test skips, for `reason`, and says so on stderr now and at exit.
+pub fn report_skip(reason: &str) {
+    static HOOK: std::sync::Once = std::sync::Once::new();
+    HOOK.call_once(|| {
+        // SAFETY: atexit(3) with a plain `extern "C"` function that takes no arguments and
+        // does not unwind (print_skips catches nothing that can panic: it writes or gives up).
+        unsafe {
+            libc::atexit(print_skips);
+        }
+    });
+    let thread = std::thread::current();
+    let test = thread.name().unwrap_or("a test").to_string();
+    // Written to the stderr handle, not through `eprintln!`, which the harness captures.
+    let _ = writeln!(std::io::stderr(), "\n*** SKIPPED {test}: {reason} ***");
+    if let Ok(mut skipped) = SKIPPED.lock() {
+        skipped.push(format!("{test} ({reason})"));
+    }
+}
+
+/// The `atexit` hook: one line naming every skipped test, after the harness's summary.
+extern "C" fn print_skips() {
+    let Ok(skipped) = SKIPPED.try_lock() else {
+        return;
+    };
+    if !skipped.is_empty() {
+        let _ = writeln!(
+            std::io::stderr(),
+            "\n{} tests skipped (reported as ok above): {}\n",
+            skipped.len(),
+            skipped.join(", ")
+        );
+    }
 }
 
 /// Drops a test's PostgreSQL database when its server is done with it (a new database holds
@@ -326,9 +362,24 @@ pub fn expect_field_errors(
     }
 }
 
-/// Polls `check` until it returns Some or `timeout` passes.
+/// How much longer than its nominal limit a test waits for a condition: 6 times, and at least a
+/// minute (`WEBHOOKD_TEST_PATIENCE` sets the factor). A wait ends as soon as its condition holds,
+/// so a long limit costs nothing when the test passes; it only keeps a loaded machine (two cores
+/// shared with other builds) from failing a test that would have passed a little later.
+pub fn patient(limit: Duration) -> Duration {
+    static FACTOR: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
+    let factor = *FACTOR.get_or_init(|| {
+        std::env::var("WEBHOOKD_TEST_PATIENCE")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(6)
+    });
+    (limit * factor).max(Duration::from_secs(60))
+}
+
+/// Polls `check` until it returns Some or the [`patient`] form of `timeout` passes.
 pub fn wait_for<T>(timeout: Duration, mut check: impl FnMut() -> Option<T>) -> Option<T> {
-    let deadline = Instant::now() + timeout;
+    let deadline = Instant::now() + patient(timeout);
     loop {
         if let Some(v) = check() {
             return Some(v);
@@ -458,12 +509,13 @@ impl Receiver {
             .unwrap_or(0)
     }
 
-    /// Waits until at least `n` requests arrived; returns them all.
+    /// Waits until at least `n` requests arrived, or the [`patient`] form of `timeout` passed;
+    /// returns them all.
     pub fn wait_for(&self, n: usize, timeout: Duration) -> Vec<Received> {
         let (lock, cond) = &*self.state;
         let guard = lock.lock().unwrap();
         let (guard, _) = cond
-            .wait_timeout_while(guard, timeout, |s| s.received.len() < n)
+            .wait_timeout_while(guard, patient(timeout), |s| s.received.len() < n)
             .unwrap();
         guard.received.clone()
     }
@@ -616,10 +668,9 @@ pub fn require_component(component: &str, found: bool, how_to_install: &str) -> 
         !ci,
         "{component} is missing and CI=true: .ci/run must install it ({how_to_install})"
     );
-    eprintln!(
-        "\n*** SKIPPED: {component} is not installed, so this test did not run. \
-         Install it with: {how_to_install} ***\n"
-    );
+    report_skip(&format!(
+        "{component} is not installed, so this test did not run; install it with: {how_to_install}"
+    ));
     false
 }
 

@@ -1,12 +1,16 @@
-//! The task routes: creating manual tasks, listing with filters, reading, cancel and retry,
-//! their validation errors, 409s and app isolation.
+//! The task routes: creating manual tasks, listing with filters, reading, cancel, retry and
+//! resend, their validation errors, 409s and app isolation.
 
 use crate::delivery::{endpoint, policy, task, task_id, wait_status};
 use crate::support::{Answer, Receiver, TestServer, err, ok};
 use serde_json::json;
+use std::time::Duration;
 
 /// An endpoint nobody listens on, for tasks that are never meant to be sent.
 const NOWHERE: &str = "http://127.0.0.1:9/hook";
+
+/// How long to wait for deliveries the tasks' `success` already confirmed (so: no wait).
+const ARRIVED: Duration = Duration::from_secs(60);
 
 #[test]
 fn create_validates_its_fields() {
@@ -142,7 +146,9 @@ fn other_apps_tasks_are_not_found() {
         ("GET", format!("/tasks/{id}/attempts")),
         ("POST", format!("/tasks/{id}/cancel")),
         ("POST", format!("/tasks/{id}/retry")),
+        ("POST", format!("/tasks/{id}/resend")),
         ("GET", format!("/tasks/{}", id + 100)),
+        ("POST", format!("/tasks/{}/resend", id + 100)),
     ] {
         err(&other, method, &path, None, 404, 40401);
     }
@@ -209,4 +215,101 @@ fn cancel_and_retry_follow_the_state_rules() {
     // A canceled task can be retried too.
     ok(&c, "POST", &format!("/tasks/{later}/retry"), None);
     wait_status(&c, later, "success");
+}
+
+#[test]
+fn resend_makes_a_new_manual_task_and_leaves_the_original_alone() {
+    let server = TestServer::start();
+    let c = server.client();
+    let rx = Receiver::start();
+    let ep = endpoint(&c, &rx.url, json!({ "filter_events": "order.*" }));
+
+    // A delivered task: resend is not refused (retry is) and sends the same payload again.
+    let id = task(
+        &c,
+        ep,
+        json!({ "payload": { "order": 42, "lines": [1, 2] } }),
+    )["id"]
+        .as_i64()
+        .unwrap();
+    let original = wait_status(&c, id, "success");
+    err(&c, "POST", &format!("/tasks/{id}/retry"), None, 409, 40901);
+    let copy = ok(&c, "POST", &format!("/tasks/{id}/resend"), None);
+    let copy_id = copy["id"].as_i64().unwrap();
+    assert_ne!(copy_id, id);
+    assert_eq!(copy["task_type"], "manual");
+    assert_eq!(copy["endpoint_id"], ep);
+    assert_eq!(copy["payload"], original["payload"]);
+    assert_eq!(copy["attempts"], 0);
+    assert!(["pending", "running"].contains(&copy["status"].as_str().unwrap()));
+    assert_eq!(copy["run_at"], copy["created_at"], "due now");
+    wait_status(&c, copy_id, "success");
+    assert_eq!(
+        ok(&c, "GET", &format!("/tasks/{id}"), None),
+        original,
+        "the original is unchanged"
+    );
+    let sent = rx.wait_for(2, ARRIVED);
+    assert_eq!(sent.len(), 2);
+    assert_eq!(
+        sent[0].body, sent[1].body,
+        "the same payload, byte for byte"
+    );
+    assert_eq!(
+        sent[1].header("webhook-id"),
+        Some(&*format!("task_{copy_id}"))
+    );
+
+    // An event's task: the copy keeps its event (listed with it, sent with its name).
+    let event = ok(
+        &c,
+        "POST",
+        "/events",
+        Some(json!({ "event_name": "order.paid", "payload": { "n": 1 } })),
+    );
+    let event_id = event["id"].as_i64().unwrap();
+    let by_event = format!("/tasks?event_id={event_id}");
+    let event_task = ok(&c, "GET", &by_event, None)["items"][0]["id"]
+        .as_i64()
+        .unwrap();
+    wait_status(&c, event_task, "success");
+    let copy = ok(&c, "POST", &format!("/tasks/{event_task}/resend"), None);
+    assert_eq!(
+        (copy["event_id"].as_i64(), copy["task_type"].as_str()),
+        (Some(event_id), Some("manual"))
+    );
+    assert_eq!(copy["payload"], json!({ "n": 1 }));
+    wait_status(&c, copy["id"].as_i64().unwrap(), "success");
+    assert_eq!(ok(&c, "GET", &by_event, None)["total"], 2);
+    let sent = rx.wait_for(4, ARRIVED);
+    assert_eq!(sent[3].header("x-service-event"), Some("order.paid"));
+
+    // A pending task (due later) and a canceled one: each stays as it was.
+    let later = task(&c, ep, json!({ "run_at": "2099-01-01T00:00:00Z" }));
+    let later_id = later["id"].as_i64().unwrap();
+    let copy = ok(&c, "POST", &format!("/tasks/{later_id}/resend"), None);
+    wait_status(&c, copy["id"].as_i64().unwrap(), "success");
+    assert_eq!(ok(&c, "GET", &format!("/tasks/{later_id}"), None), later);
+    let canceled = ok(&c, "POST", &format!("/tasks/{later_id}/cancel"), None);
+    ok(&c, "POST", &format!("/tasks/{later_id}/resend"), None);
+    assert_eq!(ok(&c, "GET", &format!("/tasks/{later_id}"), None), canceled);
+
+    // No body; a deleted endpoint is a 409 that says so.
+    err(
+        &c,
+        "POST",
+        &format!("/tasks/{id}/resend"),
+        Some(json!({ "payload": {} })),
+        400,
+        40001,
+    );
+    ok(&c, "DELETE", &format!("/endpoints/{ep}"), None);
+    let refused = err(&c, "POST", &format!("/tasks/{id}/resend"), None, 409, 40901);
+    let message = refused.body["message"].as_str().unwrap();
+    assert!(
+        message.contains("endpoint") && message.contains("deleted"),
+        "{message}"
+    );
+    // Seven tasks in all: three originals, four copies.
+    assert_eq!(ok(&c, "GET", "/tasks", None)["total"], 7);
 }

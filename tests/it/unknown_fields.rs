@@ -316,3 +316,44 @@ fn a_record_read_back_is_accepted_unchanged_read_only_fields_ignored() {
         40001,
     );
 }
+
+/// A typo in a required field is named with the field it most likely meant, and a mistyped
+/// time zone gets the IANA name it most likely means.
+#[test]
+fn typos_in_required_fields_and_time_zones_get_a_suggestion() {
+    let server = TestServer::start();
+    let c = server.client();
+    let message = |path: &str, body: Value| -> String {
+        let reply = err(&c, "POST", path, Some(body), 400, 40001);
+        reply.body["message"].as_str().unwrap().to_string()
+    };
+    assert_eq!(
+        message(
+            "/endpoints",
+            json!({"nmae": "orders", "url": "http://127.0.0.1:9/"})
+        ),
+        r#"name: is required (the body has "nmae"; did you mean "name"?)"#
+    );
+    assert_eq!(
+        message("/endpoints", json!({"url": "http://127.0.0.1:9/"})),
+        "name: is required"
+    );
+    assert_eq!(
+        message("/events", json!({"event_nam": "order.created"})),
+        r#"event_name: is required (the body has "event_nam"; did you mean "event_name"?)"#
+    );
+    for (typed, meant) in [
+        ("Berlin", "Europe/Berlin"),
+        ("europe/berlin", "Europe/Berlin"),
+        ("Europe/Berln", "Europe/Berlin"),
+    ] {
+        let got = message(
+            "/schedules",
+            json!({"name": "s", "cron_expr": "0 9 * * *", "timezone": typed}),
+        );
+        assert_eq!(
+            got,
+            format!("timezone: unknown time zone '{typed}'; did you mean '{meant}'?")
+        );
+    }
+}

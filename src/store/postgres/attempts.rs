@@ -1,7 +1,9 @@
-//! The `attempts` table on PostgreSQL (twin of the SQLite `attempts` functions).
+//! The `attempts` table on PostgreSQL ([`AttemptQueries`] on a [`PgTx`]).
 
 use crate::store::Page;
 use crate::store::attempts::Attempt;
+use crate::store::postgres::PgTx;
+use crate::store::{AttemptQueries, StoreError};
 use postgres::{Error, GenericClient, Row};
 
 const COLUMNS: &str =
@@ -20,45 +22,48 @@ fn from_row(r: &Row) -> Result<Attempt, Error> {
     })
 }
 
-/// Appends an attempt row (its `id` is ignored), in the delivery pool's result transaction.
-pub fn insert(c: &mut impl GenericClient, a: &Attempt) -> Result<(), Error> {
-    c.execute(
-        "INSERT INTO attempts (task_id, attempt, started_at, duration_ms, status_code, error, response_body)
-         VALUES ($1, $2, $3, $4, $5, $6, $7)",
-        &[
-            &a.task_id,
-            &a.attempt,
-            &a.started_at,
-            &a.duration_ms,
-            &a.status_code,
-            &a.error,
-            &a.response_body,
-        ],
-    )?;
-    Ok(())
-}
+impl<C: GenericClient> AttemptQueries for PgTx<'_, C> {
+    /// Appends an attempt row (its `id` is ignored), in the delivery pool's result transaction.
+    fn insert_attempt(&mut self, a: &Attempt) -> Result<(), StoreError> {
+        let c = &mut *self.c;
+        c.execute(
+            "INSERT INTO attempts (task_id, attempt, started_at, duration_ms, status_code, error, response_body)
+             VALUES ($1, $2, $3, $4, $5, $6, $7)",
+            &[
+                &a.task_id,
+                &a.attempt,
+                &a.started_at,
+                &a.duration_ms,
+                &a.status_code,
+                &a.error,
+                &a.response_body,
+            ],
+        )?;
+        Ok(())
+    }
 
-/// One page of a task's attempts in the order they were made, and their total count.
-pub fn list(
-    c: &mut impl GenericClient,
-    task_id: i64,
-    page: Page,
-) -> Result<(i64, Vec<Attempt>), Error> {
-    let total: i64 = c
-        .query_one(
-            "SELECT count(*) FROM attempts WHERE task_id = $1",
-            &[&task_id],
-        )?
-        .try_get(0)?;
-    let items = c
-        .query(
-            &format!(
-                "SELECT {COLUMNS} FROM attempts WHERE task_id = $1 ORDER BY id LIMIT $2 OFFSET $3"
-            ),
-            &[&task_id, &page.limit(), &page.offset()],
-        )?
-        .iter()
-        .map(from_row)
-        .collect::<Result<Vec<_>, _>>()?;
-    Ok((total, items))
+    fn list_attempts(
+        &mut self,
+        task_id: i64,
+        page: Page,
+    ) -> Result<(i64, Vec<Attempt>), StoreError> {
+        let c = &mut *self.c;
+        let total: i64 = c
+            .query_one(
+                "SELECT count(*) FROM attempts WHERE task_id = $1",
+                &[&task_id],
+            )?
+            .try_get(0)?;
+        let items = c
+            .query(
+                &format!(
+                    "SELECT {COLUMNS} FROM attempts WHERE task_id = $1 ORDER BY id LIMIT $2 OFFSET $3"
+                ),
+                &[&task_id, &page.limit(), &page.offset()],
+            )?
+            .iter()
+            .map(from_row)
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok((total, items))
+    }
 }

@@ -1,8 +1,10 @@
-//! The `endpoints` table on PostgreSQL (twin of the SQLite `endpoints` functions).
+//! The `endpoints` table on PostgreSQL ([`EndpointQueries`] on a [`PgTx`]).
 
 use super::list::{Filters, list_page};
 use crate::store::Page;
 use crate::store::endpoints::{DisabledReason, Endpoint, HealthDelta, Limits, Target};
+use crate::store::postgres::PgTx;
+use crate::store::{EndpointQueries, StoreError};
 use postgres::{Error, GenericClient, Row};
 
 const COLUMNS: &str = "id, app_id, name, url, method, headers, secret, timeout_ms, retry_policy_id, filter_events, status, created_at, updated_at, rate_limit_per_sec, max_in_flight, previous_secret, previous_secret_expires_at, disabled_reason, last_success_at, last_failure_at, consecutive_failures";
@@ -38,15 +40,48 @@ fn headers_json(ep: &Endpoint) -> String {
     serde_json::Value::Object(ep.headers.clone()).to_string()
 }
 
-/// Inserts `ep` (its `id` is ignored) and returns the stored record.
-pub fn insert(c: &mut impl GenericClient, ep: &Endpoint) -> Result<Endpoint, Error> {
-    let id: i64 = c
-        .query_one(
-            "INSERT INTO endpoints (app_id, name, url, method, headers, secret, timeout_ms, retry_policy_id, filter_events, status, created_at, updated_at,
-                                    rate_limit_per_sec, max_in_flight, previous_secret, previous_secret_expires_at)
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16) RETURNING id",
+impl<C: GenericClient> EndpointQueries for PgTx<'_, C> {
+    fn insert_endpoint(&mut self, ep: &Endpoint) -> Result<Endpoint, StoreError> {
+        let c = &mut *self.c;
+        let id: i64 = c
+            .query_one(
+                "INSERT INTO endpoints (app_id, name, url, method, headers, secret, timeout_ms, retry_policy_id, filter_events, status, created_at, updated_at,
+                                        rate_limit_per_sec, max_in_flight, previous_secret, previous_secret_expires_at)
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16) RETURNING id",
+                &[
+                    &ep.app_id,
+                    &ep.name,
+                    &ep.url,
+                    &ep.method,
+                    &headers_json(ep),
+                    &ep.secret,
+                    &ep.timeout_ms,
+                    &ep.retry_policy_id,
+                    &ep.filter_events,
+                    &ep.status,
+                    &ep.created_at,
+                    &ep.updated_at,
+                    &ep.rate_limit_per_sec,
+                    &ep.max_in_flight,
+                    &ep.previous_secret,
+                    &ep.previous_secret_expires_at,
+                ],
+            )?
+            .try_get(0)?;
+        Ok(Endpoint { id, ..ep.clone() })
+    }
+
+    /// Wakes the delivery pools: new limits may let waiting tasks go.
+    fn update_endpoint(&mut self, ep: &Endpoint) -> Result<(), StoreError> {
+        let c = &mut *self.c;
+        c.execute(
+            "UPDATE endpoints SET name = $3, url = $4, method = $5, headers = $6, secret = $7, timeout_ms = $8,
+             retry_policy_id = $9, filter_events = $10, updated_at = $11,
+             rate_limit_per_sec = $12, max_in_flight = $13, previous_secret = $14, previous_secret_expires_at = $15
+             WHERE app_id = $1 AND id = $2",
             &[
                 &ep.app_id,
+                &ep.id,
                 &ep.name,
                 &ep.url,
                 &ep.method,
@@ -55,324 +90,285 @@ pub fn insert(c: &mut impl GenericClient, ep: &Endpoint) -> Result<Endpoint, Err
                 &ep.timeout_ms,
                 &ep.retry_policy_id,
                 &ep.filter_events,
-                &ep.status,
-                &ep.created_at,
                 &ep.updated_at,
                 &ep.rate_limit_per_sec,
                 &ep.max_in_flight,
                 &ep.previous_secret,
                 &ep.previous_secret_expires_at,
             ],
+        )?;
+        self.tasks_due();
+        Ok(())
+    }
+
+    fn get_endpoint(&mut self, app_id: &str, id: i64) -> Result<Option<Endpoint>, StoreError> {
+        let c = &mut *self.c;
+        Ok(c.query_opt(
+            &format!("SELECT {COLUMNS} FROM endpoints WHERE app_id = $1 AND id = $2"),
+            &[&app_id, &id],
         )?
-        .try_get(0)?;
-    Ok(Endpoint { id, ..ep.clone() })
-}
+        .as_ref()
+        .map(from_row)
+        .transpose()?)
+    }
 
-/// Writes every field a PATCH may change back. Status and health are left alone: they have
-/// their own statements ([`set_status`], [`record_health`]), so a PATCH racing the delivery
-/// pool cannot undo a disabling.
-pub fn update(c: &mut impl GenericClient, ep: &Endpoint) -> Result<(), Error> {
-    c.execute(
-        "UPDATE endpoints SET name = $3, url = $4, method = $5, headers = $6, secret = $7, timeout_ms = $8,
-         retry_policy_id = $9, filter_events = $10, updated_at = $11,
-         rate_limit_per_sec = $12, max_in_flight = $13, previous_secret = $14, previous_secret_expires_at = $15
-         WHERE app_id = $1 AND id = $2",
-        &[
-            &ep.app_id,
-            &ep.id,
-            &ep.name,
-            &ep.url,
-            &ep.method,
-            &headers_json(ep),
-            &ep.secret,
-            &ep.timeout_ms,
-            &ep.retry_policy_id,
-            &ep.filter_events,
-            &ep.updated_at,
-            &ep.rate_limit_per_sec,
-            &ep.max_in_flight,
-            &ep.previous_secret,
-            &ep.previous_secret_expires_at,
-        ],
-    )?;
-    Ok(())
-}
+    fn get_endpoint_any(&mut self, id: i64) -> Result<Option<Endpoint>, StoreError> {
+        let c = &mut *self.c;
+        Ok(c.query_opt(
+            &format!("SELECT {COLUMNS} FROM endpoints WHERE id = $1"),
+            &[&id],
+        )?
+        .as_ref()
+        .map(from_row)
+        .transpose()?)
+    }
 
-pub fn get(c: &mut impl GenericClient, app_id: &str, id: i64) -> Result<Option<Endpoint>, Error> {
-    c.query_opt(
-        &format!("SELECT {COLUMNS} FROM endpoints WHERE app_id = $1 AND id = $2"),
-        &[&app_id, &id],
-    )?
-    .as_ref()
-    .map(from_row)
-    .transpose()
-}
-
-/// Any endpoint by id, whatever its app (for the delivery pool).
-pub fn get_any(c: &mut impl GenericClient, id: i64) -> Result<Option<Endpoint>, Error> {
-    c.query_opt(
-        &format!("SELECT {COLUMNS} FROM endpoints WHERE id = $1"),
-        &[&id],
-    )?
-    .as_ref()
-    .map(from_row)
-    .transpose()
-}
-
-/// The limits of any endpoint by id, whatever its app; `None` when it is gone.
-pub fn limits_any(c: &mut impl GenericClient, id: i64) -> Result<Option<Limits>, Error> {
-    c.query_opt(
-        "SELECT status = 'enabled', rate_limit_per_sec, max_in_flight FROM endpoints WHERE id = $1",
-        &[&id],
-    )?
-    .map(|r| {
-        Ok(Limits {
-            enabled: r.try_get(0)?,
-            rate_limit_per_sec: r.try_get(1)?,
-            max_in_flight: r.try_get(2)?,
+    fn endpoint_limits_any(&mut self, id: i64) -> Result<Option<Limits>, StoreError> {
+        let c = &mut *self.c;
+        Ok(c.query_opt(
+            "SELECT status = 'enabled', rate_limit_per_sec, max_in_flight FROM endpoints WHERE id = $1",
+            &[&id],
+        )?
+        .map(|r| {
+            Ok::<_, Error>(Limits {
+                enabled: r.try_get(0)?,
+                rate_limit_per_sec: r.try_get(1)?,
+                max_in_flight: r.try_get(2)?,
+            })
         })
-    })
-    .transpose()
-}
-
-/// `POST /endpoints/{id}/enable` and `/disable`: enabling clears `disabled_reason` and resets
-/// the failure streak; disabling records `reason`. Returns false when the endpoint already had
-/// that status (nothing changes then).
-pub fn set_status(
-    c: &mut impl GenericClient,
-    app_id: &str,
-    id: i64,
-    enabled: bool,
-    reason: DisabledReason,
-    now_ms: i64,
-) -> Result<bool, Error> {
-    let n = if enabled {
-        c.execute(
-            "UPDATE endpoints SET status = 'enabled', disabled_reason = NULL, consecutive_failures = 0,
-             failing_since = NULL, updated_at = $3
-             WHERE app_id = $1 AND id = $2 AND status != 'enabled'",
-            &[&app_id, &id, &now_ms],
-        )?
-    } else {
-        c.execute(
-            "UPDATE endpoints SET status = 'disabled', disabled_reason = $3, updated_at = $4
-             WHERE app_id = $1 AND id = $2 AND status != 'disabled'",
-            &[&app_id, &id, &reason.as_str(), &now_ms],
-        )?
-    };
-    Ok(n == 1)
-}
-
-/// Disables any endpoint, whatever its app (a `410 Gone` reply, or auto-disable). Returns the
-/// endpoint's app when it was enabled until now, `None` when it was already disabled (or is
-/// gone), so the caller tells the operator only once, whichever node saw it first.
-pub fn disable_any(
-    c: &mut impl GenericClient,
-    id: i64,
-    reason: DisabledReason,
-    now_ms: i64,
-) -> Result<Option<String>, Error> {
-    c.query_opt(
-        "UPDATE endpoints SET status = 'disabled', disabled_reason = $2, updated_at = $3
-         WHERE id = $1 AND status = 'enabled' RETURNING app_id",
-        &[&id, &reason.as_str(), &now_ms],
-    )?
-    .map(|r| r.try_get(0))
-    .transpose()
-}
-
-/// Applies a round's [`HealthDelta`] to an endpoint in the result commit, and disables it with
-/// reason `failing` when its streak reached `min_failures` attempts over at least
-/// `failing_after_ms` (`None`: never). Returns the app and streak length of an endpoint
-/// disabled by this call. The increments are relative (`consecutive_failures + $4`), so two
-/// nodes' result commits on one endpoint add up rather than overwrite each other.
-pub fn record_health(
-    c: &mut impl GenericClient,
-    id: i64,
-    delta: &HealthDelta,
-    min_failures: i64,
-    failing_after_ms: Option<i64>,
-    now_ms: i64,
-) -> Result<Option<(String, i64)>, Error> {
-    // A success in the round restarts the streak from the failures after it; without one the
-    // round's failures extend the streak. The casts type `$2` where it is only tested for NULL.
-    c.execute(
-        "UPDATE endpoints SET
-            last_success_at = coalesce($2::bigint, last_success_at),
-            last_failure_at = coalesce($3::bigint, last_failure_at),
-            consecutive_failures = CASE WHEN $2::bigint IS NULL THEN consecutive_failures + $4::bigint ELSE $4::bigint END,
-            failing_since = CASE WHEN $2::bigint IS NULL THEN coalesce(failing_since, $5::bigint) ELSE $5::bigint END
-         WHERE id = $1",
-        &[
-            &id,
-            &delta.last_success_at,
-            &delta.last_failure_at,
-            &delta.failures,
-            &delta.first_failure_at,
-        ],
-    )?;
-    let Some(after_ms) = failing_after_ms else {
-        return Ok(None);
-    };
-    if delta.failures == 0 {
-        return Ok(None);
+        .transpose()?)
     }
-    c.query_opt(
-        "UPDATE endpoints SET status = 'disabled', disabled_reason = 'failing', updated_at = $4
-         WHERE id = $1 AND status = 'enabled' AND consecutive_failures >= $2
-           AND failing_since IS NOT NULL AND $4 - failing_since >= $3
-         RETURNING app_id, consecutive_failures",
-        &[&id, &min_failures, &after_ms, &now_ms],
-    )?
-    .map(|r| Ok((r.try_get(0)?, r.try_get(1)?)))
-    .transpose()
-}
 
-/// One page, newest first, and the total count of matches.
-pub fn list(
-    c: &mut impl GenericClient,
-    app_id: &str,
-    status: Option<&str>,
-    page: Page,
-) -> Result<(i64, Vec<Endpoint>), Error> {
-    let filters = Filters::app(app_id).eq("status", status.map(str::to_string));
-    list_page(c, "endpoints", COLUMNS, &filters, page, from_row)
-}
-
-/// Every enabled endpoint of an app, oldest first (fan-out targets).
-pub fn list_enabled(c: &mut impl GenericClient, app_id: &str) -> Result<Vec<Endpoint>, Error> {
-    c.query(
-        &format!(
-            "SELECT {COLUMNS} FROM endpoints WHERE app_id = $1 AND status = 'enabled' ORDER BY id"
-        ),
-        &[&app_id],
-    )?
-    .iter()
-    .map(from_row)
-    .collect()
-}
-
-/// Names of the given endpoints of an app, in the order of `ids` (repeats included, as the
-/// SQLite twin's one lookup per id gives); unknown ids are left out. One statement.
-pub fn names(
-    c: &mut impl GenericClient,
-    app_id: &str,
-    ids: &[i64],
-) -> Result<Vec<(i64, String)>, Error> {
-    c.query(
-        "SELECT e.id, e.name FROM unnest($2::bigint[]) WITH ORDINALITY AS wanted (id, n)
-         JOIN endpoints e ON e.id = wanted.id AND e.app_id = $1 ORDER BY wanted.n",
-        &[&app_id, &ids],
-    )?
-    .iter()
-    .map(|r| Ok((r.try_get(0)?, r.try_get(1)?)))
-    .collect()
-}
-
-pub fn delete(c: &mut impl GenericClient, app_id: &str, id: i64) -> Result<bool, Error> {
-    let n = c.execute(
-        "DELETE FROM endpoints WHERE app_id = $1 AND id = $2",
-        &[&app_id, &id],
-    )?;
-    Ok(n == 1)
-}
-
-/// How many endpoints use a retry policy.
-pub fn count_using_policy(c: &mut impl GenericClient, policy_id: i64) -> Result<i64, Error> {
-    c.query_one(
-        "SELECT count(*) FROM endpoints WHERE retry_policy_id = $1",
-        &[&policy_id],
-    )?
-    .try_get(0)
-}
-
-/// Deletes an endpoint in the caller's transaction: its pending tasks become `canceled`, and
-/// schedules that name it drop it from `endpoint_ids` (JSON text, read as `jsonb`). A schedule
-/// whose only target it was is paused rather than left with an empty list (which would mean
-/// "every endpoint"). Returns `None` when there was no such endpoint, else the ids of the
-/// schedules it paused.
-///
-/// Unlike SQLite (one writer at a time), another node may update a schedule meanwhile: the
-/// schedules naming the endpoint are locked (`FOR UPDATE`) before the paused ones are chosen,
-/// so the list returned is the one the update applies.
-pub fn delete_cascade(
-    c: &mut impl GenericClient,
-    app_id: &str,
-    id: i64,
-    now_ms: i64,
-) -> Result<Option<Vec<i64>>, Error> {
-    if !delete(c, app_id, id)? {
-        return Ok(None);
-    }
-    c.execute(
-        "UPDATE tasks SET status = 'canceled', finished_at = $2, updated_at = $2, next_attempt_at = NULL,
-         last_error = coalesce(last_error, 'endpoint deleted')
-         WHERE endpoint_id = $1 AND status = 'pending'",
-        &[&id, &now_ms],
-    )?;
-    // `emptied`: every id left in the list would be this one. The caller publishes
-    // `webhookd.schedule.paused` for each paused schedule (contract §11).
-    let mut paused = Vec::new();
-    for row in c.query(
-        "SELECT id, status = 'active' AND NOT EXISTS (
-                SELECT 1 FROM jsonb_array_elements(endpoint_ids::jsonb) AS v (value)
-                WHERE v.value <> to_jsonb($1::bigint))
-           FROM schedules
-          WHERE app_id = $2 AND endpoint_ids::jsonb @> jsonb_build_array($1::bigint)
-          ORDER BY id FOR UPDATE",
-        &[&id, &app_id],
-    )? {
-        if row.try_get::<_, bool>(1)? {
-            paused.push(row.try_get::<_, i64>(0)?);
+    /// Wakes the delivery pools when an endpoint is enabled: its waiting tasks may go.
+    fn set_endpoint_status(
+        &mut self,
+        app_id: &str,
+        id: i64,
+        enabled: bool,
+        reason: DisabledReason,
+        now_ms: i64,
+    ) -> Result<bool, StoreError> {
+        let c = &mut *self.c;
+        let n = if enabled {
+            c.execute(
+                "UPDATE endpoints SET status = 'enabled', disabled_reason = NULL, consecutive_failures = 0,
+                 failing_since = NULL, updated_at = $3
+                 WHERE app_id = $1 AND id = $2 AND status != 'enabled'",
+                &[&app_id, &id, &now_ms],
+            )?
+        } else {
+            c.execute(
+                "UPDATE endpoints SET status = 'disabled', disabled_reason = $3, updated_at = $4
+                 WHERE app_id = $1 AND id = $2 AND status != 'disabled'",
+                &[&app_id, &id, &reason.as_str(), &now_ms],
+            )?
+        };
+        if n == 1 && enabled {
+            self.tasks_due();
         }
+        Ok(n == 1)
     }
-    for &schedule_id in &paused {
-        tracing::warn!(
-            schedule_id,
-            endpoint_id = id,
-            reason = "every target endpoint was deleted",
-            "schedule paused by webhookd"
-        );
-    }
-    // `kept`: the list without this id, in its order, as compact JSON like the SQLite twin's;
-    // NULL when nothing is left. The rows are locked above, so it is the list as selected.
-    c.execute(
-        "WITH kept AS (
-            SELECT s.id, (SELECT '[' || string_agg(v.value::text, ',' ORDER BY v.n) || ']'
-                            FROM jsonb_array_elements(s.endpoint_ids::jsonb)
-                                 WITH ORDINALITY AS v (value, n)
-                           WHERE v.value <> to_jsonb($1::bigint)) AS ids
-              FROM schedules s
-             WHERE s.app_id = $2 AND s.endpoint_ids::jsonb @> jsonb_build_array($1::bigint))
-         UPDATE schedules SET
-            status = CASE WHEN status = 'active' AND kept.ids IS NULL THEN 'paused' ELSE status END,
-            next_run_at = CASE WHEN status = 'active' AND kept.ids IS NULL THEN NULL ELSE next_run_at END,
-            paused_reason = CASE WHEN status = 'active' AND kept.ids IS NULL
-                THEN 'every target endpoint was deleted' ELSE paused_reason END,
-            endpoint_ids = coalesce(kept.ids, '[]'),
-            updated_at = $3
-           FROM kept WHERE schedules.id = kept.id",
-        &[&id, &app_id, &now_ms],
-    )?;
-    Ok(Some(paused))
-}
 
-/// Every enabled endpoint of an app with its task `max_attempts`, in one query.
-pub fn enabled_targets(c: &mut impl GenericClient, app_id: &str) -> Result<Vec<Target>, Error> {
-    let default_attempts = i64::from(crate::retry::RetryPolicy::DEFAULT.max_attempts);
-    c.query(
-        "SELECT e.id, e.filter_events, coalesce(p.max_attempts, $2)
-         FROM endpoints e LEFT JOIN retry_policies p ON p.id = e.retry_policy_id
-         WHERE e.app_id = $1 AND e.status = 'enabled' ORDER BY e.id",
-        &[&app_id, &default_attempts],
-    )?
-    .iter()
-    .map(|r| {
-        Ok(Target {
-            id: r.try_get(0)?,
-            filter_events: r.try_get(1)?,
-            max_attempts: r.try_get(2)?,
+    /// Disables any endpoint, whatever its app (a `410 Gone` reply, or auto-disable). Returns the
+    /// endpoint's app when it was enabled until now, `None` when it was already disabled (or is
+    /// gone), so the caller tells the operator only once, whichever node saw it first.
+    fn disable_endpoint_any(
+        &mut self,
+        id: i64,
+        reason: DisabledReason,
+        now_ms: i64,
+    ) -> Result<Option<String>, StoreError> {
+        let c = &mut *self.c;
+        Ok(c.query_opt(
+            "UPDATE endpoints SET status = 'disabled', disabled_reason = $2, updated_at = $3
+             WHERE id = $1 AND status = 'enabled' RETURNING app_id",
+            &[&id, &reason.as_str(), &now_ms],
+        )?
+        .map(|r| r.try_get(0))
+        .transpose()?)
+    }
+
+    /// Applies a round's [`HealthDelta`] to an endpoint in the result commit, and disables it with
+    /// reason `failing` when its streak reached `min_failures` attempts over at least
+    /// `failing_after_ms` (`None`: never). Returns the app and streak length of an endpoint
+    /// disabled by this call. The increments are relative (`consecutive_failures + $4`), so two
+    /// nodes' result commits on one endpoint add up rather than overwrite each other.
+    fn record_endpoint_health(
+        &mut self,
+        id: i64,
+        delta: &HealthDelta,
+        min_failures: i64,
+        failing_after_ms: Option<i64>,
+        now_ms: i64,
+    ) -> Result<Option<(String, i64)>, StoreError> {
+        let c = &mut *self.c;
+        // A success in the round restarts the streak from the failures after it; without one the
+        // round's failures extend the streak. The casts type `$2` where it is only tested for NULL.
+        c.execute(
+            "UPDATE endpoints SET
+                last_success_at = coalesce($2::bigint, last_success_at),
+                last_failure_at = coalesce($3::bigint, last_failure_at),
+                consecutive_failures = CASE WHEN $2::bigint IS NULL THEN consecutive_failures + $4::bigint ELSE $4::bigint END,
+                failing_since = CASE WHEN $2::bigint IS NULL THEN coalesce(failing_since, $5::bigint) ELSE $5::bigint END
+             WHERE id = $1",
+            &[
+                &id,
+                &delta.last_success_at,
+                &delta.last_failure_at,
+                &delta.failures,
+                &delta.first_failure_at,
+            ],
+        )?;
+        let Some(after_ms) = failing_after_ms else {
+            return Ok(None);
+        };
+        if delta.failures == 0 {
+            return Ok(None);
+        }
+        Ok(c.query_opt(
+            "UPDATE endpoints SET status = 'disabled', disabled_reason = 'failing', updated_at = $4
+             WHERE id = $1 AND status = 'enabled' AND consecutive_failures >= $2
+               AND failing_since IS NOT NULL AND $4 - failing_since >= $3
+             RETURNING app_id, consecutive_failures",
+            &[&id, &min_failures, &after_ms, &now_ms],
+        )?
+        .map(|r| Ok::<_, Error>((r.try_get(0)?, r.try_get(1)?)))
+        .transpose()?)
+    }
+
+    fn list_endpoints(
+        &mut self,
+        app_id: &str,
+        status: Option<&str>,
+        page: Page,
+    ) -> Result<(i64, Vec<Endpoint>), StoreError> {
+        let c = &mut *self.c;
+        let filters = Filters::app(app_id).eq("status", status.map(str::to_string));
+        Ok(list_page(
+            c,
+            "endpoints",
+            COLUMNS,
+            &filters,
+            page,
+            from_row,
+        )?)
+    }
+
+    /// Names of the given endpoints of an app, in the order of `ids` (repeats included, as the
+    /// SQLite twin's one lookup per id gives); unknown ids are left out. One statement.
+    fn endpoint_names(
+        &mut self,
+        app_id: &str,
+        ids: &[i64],
+    ) -> Result<Vec<(i64, String)>, StoreError> {
+        let c = &mut *self.c;
+        Ok(c.query(
+            "SELECT e.id, e.name FROM unnest($2::bigint[]) WITH ORDINALITY AS wanted (id, n)
+             JOIN endpoints e ON e.id = wanted.id AND e.app_id = $1 ORDER BY wanted.n",
+            &[&app_id, &ids],
+        )?
+        .iter()
+        .map(|r| Ok::<_, Error>((r.try_get(0)?, r.try_get(1)?)))
+        .collect::<Result<_, _>>()?)
+    }
+
+    fn count_endpoints_using_policy(&mut self, policy_id: i64) -> Result<i64, StoreError> {
+        let c = &mut *self.c;
+        Ok(c.query_one(
+            "SELECT count(*) FROM endpoints WHERE retry_policy_id = $1",
+            &[&policy_id],
+        )?
+        .try_get(0)?)
+    }
+
+    fn delete_endpoint_cascade(
+        &mut self,
+        app_id: &str,
+        id: i64,
+        now_ms: i64,
+    ) -> Result<Option<Vec<i64>>, StoreError> {
+        let c = &mut *self.c;
+        let deleted = c.execute(
+            "DELETE FROM endpoints WHERE app_id = $1 AND id = $2",
+            &[&app_id, &id],
+        )?;
+        if deleted != 1 {
+            return Ok(None);
+        }
+        c.execute(
+            "UPDATE tasks SET status = 'canceled', finished_at = $2, updated_at = $2, next_attempt_at = NULL,
+             last_error = coalesce(last_error, 'endpoint deleted')
+             WHERE endpoint_id = $1 AND status = 'pending'",
+            &[&id, &now_ms],
+        )?;
+        // `emptied`: every id left in the list would be this one. The caller publishes
+        // `webhookd.schedule.paused` for each paused schedule (contract §11).
+        let mut paused = Vec::new();
+        for row in c.query(
+            "SELECT id, status = 'active' AND NOT EXISTS (
+                    SELECT 1 FROM jsonb_array_elements(endpoint_ids::jsonb) AS v (value)
+                    WHERE v.value <> to_jsonb($1::bigint))
+               FROM schedules
+              WHERE app_id = $2 AND endpoint_ids::jsonb @> jsonb_build_array($1::bigint)
+              ORDER BY id FOR UPDATE",
+            &[&id, &app_id],
+        )? {
+            if row.try_get::<_, bool>(1)? {
+                paused.push(row.try_get::<_, i64>(0)?);
+            }
+        }
+        for &schedule_id in &paused {
+            tracing::warn!(
+                schedule_id,
+                endpoint_id = id,
+                reason = "every target endpoint was deleted",
+                "schedule paused by webhookd"
+            );
+        }
+        // `kept`: the list without this id, in its order, as compact JSON like the SQLite twin's;
+        // NULL when nothing is left. The rows are locked above, so it is the list as selected.
+        c.execute(
+            "WITH kept AS (
+                SELECT s.id, (SELECT '[' || string_agg(v.value::text, ',' ORDER BY v.n) || ']'
+                                FROM jsonb_array_elements(s.endpoint_ids::jsonb)
+                                     WITH ORDINALITY AS v (value, n)
+                               WHERE v.value <> to_jsonb($1::bigint)) AS ids
+                  FROM schedules s
+                 WHERE s.app_id = $2 AND s.endpoint_ids::jsonb @> jsonb_build_array($1::bigint))
+             UPDATE schedules SET
+                status = CASE WHEN status = 'active' AND kept.ids IS NULL THEN 'paused' ELSE status END,
+                next_run_at = CASE WHEN status = 'active' AND kept.ids IS NULL THEN NULL ELSE next_run_at END,
+                paused_reason = CASE WHEN status = 'active' AND kept.ids IS NULL
+                    THEN 'every target endpoint was deleted' ELSE paused_reason END,
+                endpoint_ids = coalesce(kept.ids, '[]'),
+                updated_at = $3
+               FROM kept WHERE schedules.id = kept.id",
+            &[&id, &app_id, &now_ms],
+        )?;
+        if !paused.is_empty() {
+            // Wakes the schedulers: a schedule was paused by the deletion.
+            self.schedules_changed();
+        }
+        Ok(Some(paused))
+    }
+
+    fn list_enabled_targets(&mut self, app_id: &str) -> Result<Vec<Target>, StoreError> {
+        let c = &mut *self.c;
+        let default_attempts = i64::from(crate::retry::RetryPolicy::DEFAULT.max_attempts);
+        Ok(c.query(
+            "SELECT e.id, e.filter_events, coalesce(p.max_attempts, $2)
+             FROM endpoints e LEFT JOIN retry_policies p ON p.id = e.retry_policy_id
+             WHERE e.app_id = $1 AND e.status = 'enabled' ORDER BY e.id",
+            &[&app_id, &default_attempts],
+        )?
+        .iter()
+        .map(|r| {
+            Ok::<_, Error>(Target {
+                id: r.try_get(0)?,
+                filter_events: r.try_get(1)?,
+                max_attempts: r.try_get(2)?,
+            })
         })
-    })
-    .collect()
+        .collect::<Result<_, _>>()?)
+    }
 }

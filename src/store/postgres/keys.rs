@@ -1,66 +1,143 @@
-//! The `api_keys` table on PostgreSQL (twin of the SQLite `keys` functions).
+//! The `api_keys` table on PostgreSQL ([`KeyQueries`] on a [`PgTx`]).
 
-use crate::store::keys::{KeyInfo, NewKey};
-use postgres::{Error, GenericClient};
+use crate::store::keys::{KEY_COLUMNS, Key, KeyAuth, LAST_USED_EVERY_MS, NewKey, Scope};
+use crate::store::postgres::PgTx;
+use crate::store::{KeyQueries, Page, StoreError};
+use postgres::{Error, GenericClient, Row};
 
-pub fn create(
-    c: &mut impl GenericClient,
-    app_id: &str,
-    name: &str,
-    now_ms: i64,
-) -> Result<NewKey, Error> {
-    let key = NewKey::generate(app_id);
-    c.execute(
-        "INSERT INTO api_keys (key_id, secret, app_id, name, created_at) VALUES ($1, $2, $3, $4, $5)",
-        &[&key.key_id, &key.secret, &key.app_id, &name, &now_ms],
-    )?;
-    Ok(key)
+fn from_row(r: &Row) -> Result<Key, Error> {
+    Ok(Key::from_columns(
+        r.try_get(0)?,
+        r.try_get(1)?,
+        r.try_get(2)?,
+        r.try_get(3)?,
+        r.try_get(4)?,
+        r.try_get(5)?,
+        r.try_get(6)?,
+        r.try_get(7)?,
+    ))
 }
 
-pub fn count(c: &mut impl GenericClient) -> Result<i64, Error> {
-    c.query_one("SELECT count(*) FROM api_keys", &[])?
-        .try_get(0)
-}
+impl<C: GenericClient> KeyQueries for PgTx<'_, C> {
+    fn create_scoped_key(
+        &mut self,
+        app_id: &str,
+        name: &str,
+        scope: Scope,
+        expires_at: Option<i64>,
+        now_ms: i64,
+    ) -> Result<NewKey, StoreError> {
+        let c = &mut *self.c;
+        let key = NewKey::generate(app_id);
+        c.execute(
+            "INSERT INTO api_keys (key_id, secret, app_id, name, created_at, scope, expires_at)
+             VALUES ($1, $2, $3, $4, $5, $6, $7)",
+            &[
+                &key.key_id,
+                &key.secret,
+                &key.app_id,
+                &name,
+                &now_ms,
+                &scope.as_str(),
+                &expires_at,
+            ],
+        )?;
+        Ok(key)
+    }
 
-/// Oldest first; `COLLATE "C"` orders ties by bytes, as SQLite does, whatever the database's
-/// collation.
-pub fn list(c: &mut impl GenericClient) -> Result<Vec<KeyInfo>, Error> {
-    c.query(
-        "SELECT key_id, app_id, name, created_at, revoked_at IS NOT NULL FROM api_keys
-         ORDER BY created_at, key_id COLLATE \"C\"",
-        &[],
-    )?
-    .iter()
-    .map(|r| {
-        Ok(KeyInfo {
-            key_id: r.try_get(0)?,
-            app_id: r.try_get(1)?,
-            name: r.try_get(2)?,
-            created_at: crate::clock::rfc3339(r.try_get(3)?),
-            revoked: r.try_get(4)?,
+    fn count_keys(&mut self) -> Result<i64, StoreError> {
+        let c = &mut *self.c;
+        Ok(c.query_one("SELECT count(*) FROM api_keys", &[])?
+            .try_get(0)?)
+    }
+
+    /// Oldest first; `COLLATE "C"` orders ties by bytes, as SQLite does, whatever the database's
+    /// collation.
+    fn list_keys(&mut self) -> Result<Vec<Key>, StoreError> {
+        let c = &mut *self.c;
+        Ok(c.query(
+            &format!(
+                "SELECT {KEY_COLUMNS} FROM api_keys ORDER BY created_at, key_id COLLATE \"C\""
+            ),
+            &[],
+        )?
+        .iter()
+        .map(from_row)
+        .collect::<Result<_, _>>()?)
+    }
+
+    fn list_app_keys(&mut self, app_id: &str, page: Page) -> Result<(i64, Vec<Key>), StoreError> {
+        let c = &mut *self.c;
+        let total: i64 = c
+            .query_one(
+                "SELECT count(*) FROM api_keys WHERE app_id = $1",
+                &[&app_id],
+            )?
+            .try_get(0)?;
+        let items = c
+            .query(
+                &format!(
+                    "SELECT {KEY_COLUMNS} FROM api_keys WHERE app_id = $1
+                     ORDER BY created_at DESC, key_id COLLATE \"C\" DESC LIMIT $2 OFFSET $3"
+                ),
+                &[&app_id, &page.limit(), &page.offset()],
+            )?
+            .iter()
+            .map(from_row)
+            .collect::<Result<_, _>>()?;
+        Ok((total, items))
+    }
+
+    fn get_key(&mut self, app_id: &str, key_id: &str) -> Result<Option<Key>, StoreError> {
+        let c = &mut *self.c;
+        Ok(c.query_opt(
+            &format!("SELECT {KEY_COLUMNS} FROM api_keys WHERE app_id = $1 AND key_id = $2"),
+            &[&app_id, &key_id],
+        )?
+        .map(|r| from_row(&r))
+        .transpose()?)
+    }
+
+    /// Marks a key revoked; false when no live key has that id. Every node reads the row on each
+    /// request ([`lookup`]), so the revocation holds on all of them from the commit on.
+    fn revoke_key(&mut self, key_id: &str, now_ms: i64) -> Result<bool, StoreError> {
+        let c = &mut *self.c;
+        let changed = c.execute(
+            "UPDATE api_keys SET revoked_at = $2 WHERE key_id = $1 AND revoked_at IS NULL",
+            &[&key_id, &now_ms],
+        )?;
+        Ok(changed == 1)
+    }
+
+    /// A live (not revoked) key. Runs on every authenticated request: a prepared-statement cache
+    /// per pooled connection would save its parse round trip later (`GenericClient` has none; no
+    /// key cache may replace the read, see docs/dev/storage.md).
+    fn lookup_key(&mut self, key_id: &str) -> Result<Option<KeyAuth>, StoreError> {
+        let c = &mut *self.c;
+        Ok(c.query_opt(
+            "SELECT secret, app_id, scope, expires_at, last_used_at FROM api_keys
+             WHERE key_id = $1 AND revoked_at IS NULL",
+            &[&key_id],
+        )?
+        .map(|r| {
+            Ok::<_, Error>(KeyAuth {
+                secret: r.try_get(0)?,
+                app_id: r.try_get(1)?,
+                scope: r.try_get(2)?,
+                expires_at: r.try_get(3)?,
+                last_used_at: r.try_get(4)?,
+            })
         })
-    })
-    .collect()
-}
+        .transpose()?)
+    }
 
-/// Marks a key revoked; false when no live key has that id. Every node reads the row on each
-/// request ([`lookup`]), so the revocation holds on all of them from the commit on.
-pub fn revoke(c: &mut impl GenericClient, key_id: &str, now_ms: i64) -> Result<bool, Error> {
-    let changed = c.execute(
-        "UPDATE api_keys SET revoked_at = $2 WHERE key_id = $1 AND revoked_at IS NULL",
-        &[&key_id, &now_ms],
-    )?;
-    Ok(changed == 1)
-}
-
-/// The secret and app of a live (not revoked) key. Runs on every authenticated request: a
-/// prepared-statement cache per pooled connection would save its parse round trip later
-/// (`GenericClient` has none; no key cache may replace the read, see docs/dev/storage.md).
-pub fn lookup(c: &mut impl GenericClient, key_id: &str) -> Result<Option<(String, String)>, Error> {
-    c.query_opt(
-        "SELECT secret, app_id FROM api_keys WHERE key_id = $1 AND revoked_at IS NULL",
-        &[&key_id],
-    )?
-    .map(|r| Ok((r.try_get(0)?, r.try_get(1)?)))
-    .transpose()
+    fn touch_key(&mut self, key_id: &str, now_ms: i64) -> Result<(), StoreError> {
+        let c = &mut *self.c;
+        c.execute(
+            "UPDATE api_keys SET last_used_at = $2
+             WHERE key_id = $1 AND (last_used_at IS NULL OR last_used_at <= $3)",
+            &[&key_id, &now_ms, &(now_ms - LAST_USED_EVERY_MS)],
+        )?;
+        Ok(())
+    }
 }

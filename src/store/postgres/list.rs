@@ -1,75 +1,43 @@
-//! List requests on PostgreSQL: the twin of `store::Filters` / `store::list_page` with `$n`
-//! placeholders, so every `list` function keeps its SQLite signature and semantics (only the
-//! filters given, newest first, the exact total).
+//! List requests on PostgreSQL: [`Filters`] (the shared `store::list::Filters` with `$n`
+//! placeholders and boxed driver values) and [`list_page`], with the SQLite store's semantics
+//! (only the filters given, newest first, the exact total).
 
 use crate::store::Page;
 use postgres::types::ToSql;
 use postgres::{Error, GenericClient, Row};
 
-/// The `WHERE` clause of a list request, built only from the filters it actually gives, so the
-/// planner sees `status = $2` (an index search) rather than `($2 IS NULL OR status = $2)`.
-#[derive(Debug)]
-pub struct Filters {
-    clauses: Vec<String>,
-    values: Vec<Box<dyn ToSql + Sync>>,
+/// One bound value, as the driver takes it.
+pub type Value = Box<dyn ToSql + Sync>;
+
+/// The `WHERE` clause of a list request (`store::list::Filters`) with PostgreSQL's values.
+pub type Filters = crate::store::list::Filters<Value>;
+
+impl crate::store::list::Bind for Value {
+    const MARK: char = '$';
+
+    fn text(value: String) -> Self {
+        Box::new(value)
+    }
 }
 
 impl Filters {
-    /// Rows of one app.
-    pub fn app(app_id: &str) -> Self {
-        Filters {
-            clauses: vec!["app_id = $1".into()],
-            values: vec![Box::new(app_id.to_string())],
-        }
-    }
-
     /// Adds `column = value` when a value is given. The value's Rust type must match the
     /// column's (`i64` for `BIGINT`, `String` for `TEXT`): PostgreSQL converts nothing.
-    pub fn eq<V: ToSql + Sync + 'static>(mut self, column: &str, value: Option<V>) -> Self {
-        if let Some(value) = value {
-            self.values.push(Box::new(value));
-            self.clauses
-                .push(format!("{column} = ${}", self.values.len()));
-        }
-        self
-    }
-
-    /// Adds `column = 'value'` with the value written into the SQL when it is one of `known` (a
-    /// closed set such as task states, so nothing a client sent reaches the SQL text), else
-    /// bound like [`Filters::eq`]. A literal lets the planner match partial indexes
-    /// (`WHERE status = 'pending'`) even in a generic plan, as SQLite's twin does.
-    pub fn eq_known(mut self, column: &str, value: Option<&str>, known: &[&str]) -> Self {
+    pub fn eq<V: ToSql + Sync + 'static>(self, column: &str, value: Option<V>) -> Self {
         match value {
-            Some(v) if known.contains(&v) => {
-                self.clauses.push(format!("{column} = '{v}'"));
-                self
-            }
-            other => self.eq(column, other.map(str::to_string)),
+            Some(value) => self.bind(column, "=", Box::new(value)),
+            None => self,
         }
     }
 
     /// Adds `column <op> value`, e.g. `finished_at >= $3`. `op` is the caller's constant.
-    pub fn cmp<V: ToSql + Sync + 'static>(mut self, column: &str, op: &str, value: V) -> Self {
-        self.values.push(Box::new(value));
-        self.clauses
-            .push(format!("{column} {op} ${}", self.values.len()));
-        self
-    }
-
-    /// Adds a fixed condition with no parameter, e.g. `status != 'deleted'`.
-    pub fn always(mut self, condition: &str) -> Self {
-        self.clauses.push(condition.to_string());
-        self
-    }
-
-    /// The conditions joined with `AND`, their parameters numbered from `$1`.
-    pub fn condition(&self) -> String {
-        self.clauses.join(" AND ")
+    pub fn cmp<V: ToSql + Sync + 'static>(self, column: &str, op: &str, value: V) -> Self {
+        self.bind(column, op, Box::new(value))
     }
 
     /// The parameters of [`Filters::condition`], in order, as the driver takes them.
     pub fn params(&self) -> Vec<&(dyn ToSql + Sync)> {
-        self.values.iter().map(|v| v.as_ref()).collect()
+        self.values().iter().map(|v| v.as_ref()).collect()
     }
 }
 

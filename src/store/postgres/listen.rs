@@ -6,6 +6,7 @@
 //! `--pg-poll-ms` through an [`IdleCap`], so a missed notice costs at most that much delay.
 
 use super::{PgUrl, connect_with};
+use crate::store::watch::{IdleCap, Wakers};
 use postgres::GenericClient;
 use postgres::fallible_iterator::FallibleIterator;
 use std::sync::Arc;
@@ -49,18 +50,11 @@ pub fn notify(
     Ok(())
 }
 
-/// What the listener calls for each notice: the delivery pool's and the scheduler's wakes.
-pub struct Wakers {
-    pub tasks: Box<dyn Fn() + Send + Sync>,
-    pub schedules: Box<dyn Fn() + Send + Sync>,
-}
-
-impl Wakers {
-    fn wake(&self, channel: Channel) {
-        match channel {
-            Channel::Tasks => (self.tasks)(),
-            Channel::Schedules => (self.schedules)(),
-        }
+/// Calls the wake of `channel`.
+fn wake(wakers: &Wakers, channel: Channel) {
+    match channel {
+        Channel::Tasks => (wakers.tasks)(),
+        Channel::Schedules => (wakers.schedules)(),
     }
 }
 
@@ -72,41 +66,6 @@ const CHECK_EVERY: Duration = Duration::from_secs(15);
 /// First and largest pause between reconnection attempts (doubling in between).
 const BACKOFF_MIN: Duration = Duration::from_millis(100);
 const BACKOFF_MAX: Duration = Duration::from_secs(10);
-
-/// The cap on the delivery pool's and the scheduler's idle sleep: none while a listener is
-/// connected (a notice wakes them), `poll` otherwise. Cheap to clone; the clones share the
-/// listening state, so the server can make one before it starts the [`Listener`].
-#[derive(Debug, Clone)]
-pub struct IdleCap {
-    listening: Arc<AtomicBool>,
-    poll: Duration,
-}
-
-impl IdleCap {
-    /// Caps sleeps at `poll` until a [`Listener`] given this cap is connected; with no listener
-    /// (`--pg-poll-only`) always. `Duration::MAX` never caps (SQLite: one process, whose own
-    /// wakes cover every change).
-    pub fn new(poll: Duration) -> IdleCap {
-        IdleCap {
-            listening: Arc::new(AtomicBool::new(false)),
-            poll,
-        }
-    }
-
-    /// Whether notices currently arrive.
-    pub fn is_listening(&self) -> bool {
-        self.listening.load(Ordering::Acquire)
-    }
-
-    /// How long to sleep when the loop would sleep `idle`.
-    pub fn cap(&self, idle: Duration) -> Duration {
-        if self.is_listening() {
-            idle
-        } else {
-            idle.min(self.poll)
-        }
-    }
-}
 
 /// The running `store-listener` thread.
 pub struct Listener {
@@ -120,7 +79,7 @@ impl Listener {
     /// and whenever the connection is down). Errors only when the thread cannot be started.
     pub fn spawn(url: &PgUrl, wakers: Wakers, cap: &IdleCap) -> std::io::Result<Listener> {
         let stop = Arc::new(AtomicBool::new(false));
-        let (url, stopping, listening) = (url.clone(), stop.clone(), cap.listening.clone());
+        let (url, stopping, listening) = (url.clone(), stop.clone(), cap.listening_flag());
         let thread = std::thread::Builder::new()
             .name("store-listener".into())
             .spawn(move || run(&url, &wakers, &stopping, &listening))?;
@@ -146,10 +105,12 @@ fn run(url: &PgUrl, wakers: &Wakers, stop: &AtomicBool, listening: &AtomicBool) 
             Ok(mut client) => {
                 if failures > 0 {
                     tracing::info!(url = %url, "PostgreSQL listener connected again");
+                } else {
+                    tracing::debug!(url = %url, "PostgreSQL listener connected");
                 }
                 listening.store(true, Ordering::Release);
-                wakers.wake(Channel::Tasks);
-                wakers.wake(Channel::Schedules);
+                wake(wakers, Channel::Tasks);
+                wake(wakers, Channel::Schedules);
                 backoff = BACKOFF_MIN;
                 failures = 0;
                 let why = listen(&mut client, wakers, stop);
@@ -209,7 +170,9 @@ fn listen(client: &mut postgres::Client, wakers: &Wakers, stop: &AtomicBool) -> 
             while let Some(notice) = iter.next()? {
                 heard = true;
                 if let Some(channel) = Channel::from_name(notice.channel()) {
-                    wakers.wake(channel);
+                    // At debug: what woke a loop is visible (tests count these lines).
+                    tracing::debug!(channel = channel.name(), "woken by a notice");
+                    wake(wakers, channel);
                 }
                 if stop.load(Ordering::Acquire) {
                     return Ok(());
@@ -244,21 +207,6 @@ fn pause(pause: Duration, stop: &AtomicBool) {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn the_cap_applies_only_while_not_listening() {
-        let cap = IdleCap::new(Duration::from_millis(1000));
-        assert_eq!(cap.cap(Duration::from_secs(60)), Duration::from_secs(1));
-        assert_eq!(
-            cap.cap(Duration::from_millis(200)),
-            Duration::from_millis(200)
-        );
-        cap.listening.store(true, Ordering::Release);
-        assert_eq!(cap.cap(Duration::from_secs(60)), Duration::from_secs(60));
-        assert!(cap.is_listening());
-        let never = IdleCap::new(Duration::MAX);
-        assert_eq!(never.cap(Duration::from_secs(60)), Duration::from_secs(60));
-    }
 
     #[test]
     fn channel_names_round_trip() {

@@ -15,7 +15,7 @@ const APPLICATION: &str = "webhookd";
 const UPGRADE_LOCK: i64 = 0x5748_4B44;
 
 /// Upgrade steps: entry `i` takes the schema from version `i` to `i + 1`. Version `N` has the
-/// shape of SQLite's version `N` (`store::SCHEMA_VERSION`), step for step.
+/// shape of SQLite's version `N` (`store::sqlite::SCHEMA_VERSION`), step for step.
 const UPGRADES: &[&str] = &[
     include_str!("../../../migrations/postgres/schema.sql"),
     include_str!("../../../migrations/postgres/health.sql"),
@@ -24,6 +24,7 @@ const UPGRADES: &[&str] = &[
     include_str!("../../../migrations/postgres/replay_guard.sql"),
     include_str!("../../../migrations/postgres/visibility.sql"),
     include_str!("../../../migrations/postgres/lease.sql"),
+    include_str!("../../../migrations/postgres/key_scopes.sql"),
 ];
 
 /// The schema version this binary writes.
@@ -80,6 +81,7 @@ pub fn upgrade(client: &mut Client, shown: &str) -> anyhow::Result<()> {
 /// [`upgrade`] over the given steps (tests use more steps than the binary has).
 fn upgrade_with(client: &mut Client, shown: &str, steps: &[&str]) -> anyhow::Result<()> {
     let latest = steps.len() as i64;
+    let mut from = None;
     loop {
         let mut tx = client.transaction()?;
         tx.execute("SELECT pg_advisory_xact_lock($1)", &[&UPGRADE_LOCK])?;
@@ -94,8 +96,10 @@ fn upgrade_with(client: &mut Client, shown: &str, steps: &[&str]) -> anyhow::Res
         }
         // Dropping `tx` when there is nothing to do rolls back a transaction that wrote nothing.
         let Some(step) = usize::try_from(version).ok().and_then(|v| steps.get(v)) else {
+            crate::store::log_schema_upgrade("PostgreSQL", from, version);
             return Ok(());
         };
+        from.get_or_insert(version);
         tx.batch_execute(step).with_context(|| {
             format!(
                 "schema upgrade of {shown} to version {} failed",
@@ -123,7 +127,6 @@ fn upgrade_with(client: &mut Client, shown: &str, steps: &[&str]) -> anyhow::Res
                 version + 1
             )
         })?;
-        tracing::info!(version = version + 1, "PostgreSQL schema upgraded");
     }
 }
 

@@ -1,10 +1,10 @@
-//! The `retry_policies` table on PostgreSQL (twin of the SQLite `policies` functions).
-//! `effective` only combines `get_any` with pure code, so it becomes a provided method of the
-//! store interface and has no twin here.
+//! The `retry_policies` table on PostgreSQL ([`PolicyQueries`] on a [`PgTx`]).
 
 use super::list::{Filters, list_page};
 use crate::store::Page;
 use crate::store::policies::Policy;
+use crate::store::postgres::PgTx;
+use crate::store::{PolicyQueries, StoreError};
 use postgres::{Error, GenericClient, Row};
 
 const COLUMNS: &str = "id, app_id, name, max_attempts, backoff_type, initial_delay_sec, max_delay_sec, status, created_at, updated_at";
@@ -24,87 +24,93 @@ fn from_row(r: &Row) -> Result<Policy, Error> {
     })
 }
 
-/// Inserts `p` (its `id` is ignored) and returns the stored record.
-pub fn insert(c: &mut impl GenericClient, p: &Policy) -> Result<Policy, Error> {
-    let id: i64 = c
-        .query_one(
-            "INSERT INTO retry_policies (app_id, name, max_attempts, backoff_type, initial_delay_sec, max_delay_sec, status, created_at, updated_at)
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) RETURNING id",
+impl<C: GenericClient> PolicyQueries for PgTx<'_, C> {
+    fn insert_policy(&mut self, p: &Policy) -> Result<Policy, StoreError> {
+        let c = &mut *self.c;
+        let id: i64 = c
+            .query_one(
+                "INSERT INTO retry_policies (app_id, name, max_attempts, backoff_type, initial_delay_sec, max_delay_sec, status, created_at, updated_at)
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) RETURNING id",
+                &[
+                    &p.app_id,
+                    &p.name,
+                    &p.max_attempts,
+                    &p.backoff_type,
+                    &p.initial_delay_sec,
+                    &p.max_delay_sec,
+                    &p.status,
+                    &p.created_at,
+                    &p.updated_at,
+                ],
+            )?
+            .try_get(0)?;
+        Ok(Policy { id, ..p.clone() })
+    }
+
+    fn update_policy(&mut self, p: &Policy) -> Result<(), StoreError> {
+        let c = &mut *self.c;
+        c.execute(
+            "UPDATE retry_policies SET name = $3, max_attempts = $4, backoff_type = $5, initial_delay_sec = $6,
+             max_delay_sec = $7, status = $8, updated_at = $9 WHERE app_id = $1 AND id = $2",
             &[
                 &p.app_id,
+                &p.id,
                 &p.name,
                 &p.max_attempts,
                 &p.backoff_type,
                 &p.initial_delay_sec,
                 &p.max_delay_sec,
                 &p.status,
-                &p.created_at,
                 &p.updated_at,
             ],
+        )?;
+        Ok(())
+    }
+
+    fn get_policy(&mut self, app_id: &str, id: i64) -> Result<Option<Policy>, StoreError> {
+        let c = &mut *self.c;
+        Ok(c.query_opt(
+            &format!("SELECT {COLUMNS} FROM retry_policies WHERE app_id = $1 AND id = $2"),
+            &[&app_id, &id],
         )?
-        .try_get(0)?;
-    Ok(Policy { id, ..p.clone() })
-}
+        .as_ref()
+        .map(from_row)
+        .transpose()?)
+    }
 
-pub fn update(c: &mut impl GenericClient, p: &Policy) -> Result<(), Error> {
-    c.execute(
-        "UPDATE retry_policies SET name = $3, max_attempts = $4, backoff_type = $5, initial_delay_sec = $6,
-         max_delay_sec = $7, status = $8, updated_at = $9 WHERE app_id = $1 AND id = $2",
-        &[
-            &p.app_id,
-            &p.id,
-            &p.name,
-            &p.max_attempts,
-            &p.backoff_type,
-            &p.initial_delay_sec,
-            &p.max_delay_sec,
-            &p.status,
-            &p.updated_at,
-        ],
-    )?;
-    Ok(())
-}
+    fn get_policy_any(&mut self, id: i64) -> Result<Option<Policy>, StoreError> {
+        let c = &mut *self.c;
+        Ok(c.query_opt(
+            &format!("SELECT {COLUMNS} FROM retry_policies WHERE id = $1"),
+            &[&id],
+        )?
+        .as_ref()
+        .map(from_row)
+        .transpose()?)
+    }
 
-pub fn get(c: &mut impl GenericClient, app_id: &str, id: i64) -> Result<Option<Policy>, Error> {
-    c.query_opt(
-        &format!("SELECT {COLUMNS} FROM retry_policies WHERE app_id = $1 AND id = $2"),
-        &[&app_id, &id],
-    )?
-    .as_ref()
-    .map(from_row)
-    .transpose()
-}
+    fn list_policies(
+        &mut self,
+        app_id: &str,
+        page: Page,
+    ) -> Result<(i64, Vec<Policy>), StoreError> {
+        let c = &mut *self.c;
+        Ok(list_page(
+            c,
+            "retry_policies",
+            COLUMNS,
+            &Filters::app(app_id),
+            page,
+            from_row,
+        )?)
+    }
 
-/// Any policy by id, whatever its app (for the delivery pool).
-pub fn get_any(c: &mut impl GenericClient, id: i64) -> Result<Option<Policy>, Error> {
-    c.query_opt(
-        &format!("SELECT {COLUMNS} FROM retry_policies WHERE id = $1"),
-        &[&id],
-    )?
-    .as_ref()
-    .map(from_row)
-    .transpose()
-}
-
-pub fn list(
-    c: &mut impl GenericClient,
-    app_id: &str,
-    page: Page,
-) -> Result<(i64, Vec<Policy>), Error> {
-    list_page(
-        c,
-        "retry_policies",
-        COLUMNS,
-        &Filters::app(app_id),
-        page,
-        from_row,
-    )
-}
-
-pub fn delete(c: &mut impl GenericClient, app_id: &str, id: i64) -> Result<bool, Error> {
-    let n = c.execute(
-        "DELETE FROM retry_policies WHERE app_id = $1 AND id = $2",
-        &[&app_id, &id],
-    )?;
-    Ok(n == 1)
+    fn delete_policy(&mut self, app_id: &str, id: i64) -> Result<bool, StoreError> {
+        let c = &mut *self.c;
+        let n = c.execute(
+            "DELETE FROM retry_policies WHERE app_id = $1 AND id = $2",
+            &[&app_id, &id],
+        )?;
+        Ok(n == 1)
+    }
 }

@@ -1,13 +1,15 @@
-//! The `schedules` table and `schedule_firings` on PostgreSQL, the twin of the SQLite schedule
-//! functions. Every node runs the scheduler: [`due`] locks with `FOR UPDATE SKIP LOCKED`, so two
-//! nodes' ticks split a batch instead of queueing, and [`record_firing`]'s row — not the lock —
-//! is the once-per-(schedule, instant) guarantee (it also holds when an API update moved
+//! The `schedules` table and `schedule_firings` on PostgreSQL, [`ScheduleQueries`] on a
+//! [`PgTx`]. Every node runs the scheduler: `due_schedules` locks with `FOR UPDATE SKIP LOCKED`,
+//! so two nodes' ticks split a batch instead of queueing, and `record_firing`'s row — not the
+//! lock — is the once-per-(schedule, instant) guarantee (it also holds when an API update moved
 //! `next_run_at` on another node mid-tick).
 
 use super::list::{Filters, list_page};
 use super::tasks::get_of_app;
 use crate::store::Page;
+use crate::store::postgres::PgTx;
 use crate::store::schedules::{Firing, Schedule};
+use crate::store::{ScheduleQueries, StoreError};
 use postgres::GenericClient;
 use postgres::Row;
 use serde_json::Value;
@@ -29,56 +31,89 @@ fn payload_json(s: &Schedule) -> String {
     Value::Object(s.payload.clone()).to_string()
 }
 
-fn from_row(r: &Row) -> Schedule {
-    let payload: String = r.get(5);
-    let endpoint_ids: String = r.get(11);
-    Schedule {
-        id: r.get(0),
-        app_id: r.get(1),
-        name: r.get(2),
-        cron_expr: r.get(3),
-        timezone: r.get(4),
+fn from_row(r: &Row) -> Result<Schedule, postgres::Error> {
+    let payload: String = r.try_get(5)?;
+    let endpoint_ids: String = r.try_get(11)?;
+    Ok(Schedule {
+        id: r.try_get(0)?,
+        app_id: r.try_get(1)?,
+        name: r.try_get(2)?,
+        cron_expr: r.try_get(3)?,
+        timezone: r.try_get(4)?,
         payload: serde_json::from_str(&payload).unwrap_or_default(),
-        status: r.get(6),
-        next_run_at: r.get(7),
-        last_run_at: r.get(8),
-        created_at: r.get(9),
-        updated_at: r.get(10),
+        status: r.try_get(6)?,
+        next_run_at: r.try_get(7)?,
+        last_run_at: r.try_get(8)?,
+        created_at: r.try_get(9)?,
+        updated_at: r.try_get(10)?,
         endpoint_ids: ids_from_json(&endpoint_ids),
-        paused_reason: r.get(12),
-        catchup: r.get(13),
-        overlap: r.get(14),
-        skipped_runs: r.get(15),
+        paused_reason: r.try_get(12)?,
+        catchup: r.try_get(13)?,
+        overlap: r.try_get(14)?,
+        skipped_runs: r.try_get(15)?,
         endpoint_names: BTreeMap::new(),
         next_run_at_local: None,
-    }
+    })
 }
 
-fn firing_from_row(r: &Row) -> Firing {
-    let endpoint_ids: String = r.get(5);
-    Firing {
-        id: r.get(0),
-        app_id: r.get(1),
-        cron_expr: r.get(2),
-        timezone: r.get(3),
-        payload: r.get(4),
+fn firing_from_row(r: &Row) -> Result<Firing, postgres::Error> {
+    let endpoint_ids: String = r.try_get(5)?;
+    Ok(Firing {
+        id: r.try_get(0)?,
+        app_id: r.try_get(1)?,
+        cron_expr: r.try_get(2)?,
+        timezone: r.try_get(3)?,
+        payload: r.try_get(4)?,
         endpoint_ids: ids_from_json(&endpoint_ids),
-        next_run_at: r.get(6),
-        catchup: r.get(7),
-        overlap: r.get(8),
-    }
+        next_run_at: r.try_get(6)?,
+        catchup: r.try_get(7)?,
+        overlap: r.try_get(8)?,
+    })
 }
 
-/// Inserts `s` (its `id` is ignored) and returns the stored record.
-pub fn insert(c: &mut impl GenericClient, s: &Schedule) -> Result<Schedule, postgres::Error> {
-    let id: i64 = c
-        .query_one(
-            "INSERT INTO schedules (app_id, name, cron_expr, timezone, payload, endpoint_ids, status, next_run_at,
-                                    last_run_at, created_at, updated_at, paused_reason, catchup, overlap, skipped_runs)
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)
-             RETURNING id",
+impl<C: GenericClient> ScheduleQueries for PgTx<'_, C> {
+    /// Wakes the schedulers of every node.
+    fn insert_schedule(&mut self, s: &Schedule) -> Result<Schedule, StoreError> {
+        let c = &mut *self.c;
+        let id: i64 = c
+            .query_one(
+                "INSERT INTO schedules (app_id, name, cron_expr, timezone, payload, endpoint_ids, status, next_run_at,
+                                        last_run_at, created_at, updated_at, paused_reason, catchup, overlap, skipped_runs)
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)
+                 RETURNING id",
+                &[
+                    &s.app_id,
+                    &s.name,
+                    &s.cron_expr,
+                    &s.timezone,
+                    &payload_json(s),
+                    &ids_json(&s.endpoint_ids),
+                    &s.status,
+                    &s.next_run_at,
+                    &s.last_run_at,
+                    &s.created_at,
+                    &s.updated_at,
+                    &s.paused_reason,
+                    &s.catchup,
+                    &s.overlap,
+                    &s.skipped_runs,
+                ],
+            )?
+            .try_get(0)?;
+        self.schedules_changed();
+        Ok(Schedule { id, ..s.clone() })
+    }
+
+    /// Wakes the schedulers of every node.
+    fn update_schedule(&mut self, s: &Schedule) -> Result<(), StoreError> {
+        let c = &mut *self.c;
+        c.execute(
+            "UPDATE schedules SET name = $3, cron_expr = $4, timezone = $5, payload = $6, endpoint_ids = $7,
+             status = $8, next_run_at = $9, updated_at = $10, paused_reason = $11, catchup = $12, overlap = $13
+             WHERE app_id = $1 AND id = $2",
             &[
                 &s.app_id,
+                &s.id,
                 &s.name,
                 &s.cron_expr,
                 &s.timezone,
@@ -86,150 +121,120 @@ pub fn insert(c: &mut impl GenericClient, s: &Schedule) -> Result<Schedule, post
                 &ids_json(&s.endpoint_ids),
                 &s.status,
                 &s.next_run_at,
-                &s.last_run_at,
-                &s.created_at,
                 &s.updated_at,
                 &s.paused_reason,
                 &s.catchup,
                 &s.overlap,
-                &s.skipped_runs,
             ],
+        )?;
+        self.schedules_changed();
+        Ok(())
+    }
+
+    fn get_schedule(&mut self, app_id: &str, id: i64) -> Result<Option<Schedule>, StoreError> {
+        let c = &mut *self.c;
+        Ok(get_of_app(c, "schedules", COLUMNS, app_id, id, from_row)?)
+    }
+
+    fn list_schedules(
+        &mut self,
+        app_id: &str,
+        status: Option<&str>,
+        page: Page,
+    ) -> Result<(i64, Vec<Schedule>), StoreError> {
+        let c = &mut *self.c;
+        let filters = Filters::app(app_id).always("status <> 'deleted'").eq_known(
+            "status",
+            status,
+            &["active", "paused"],
+        );
+        Ok(list_page(
+            c,
+            "schedules",
+            COLUMNS,
+            &filters,
+            page,
+            from_row,
+        )?)
+    }
+
+    /// Active schedules due at `now_ms`, earliest first, at most `limit`, locked for the caller's
+    /// transaction. Schedules another node's scheduler holds are skipped, not waited for.
+    fn due_schedules(&mut self, now_ms: i64, limit: usize) -> Result<Vec<Firing>, StoreError> {
+        let c = &mut *self.c;
+        Ok(c.query(
+            &format!(
+                "SELECT {FIRING_COLUMNS} FROM schedules
+                      WHERE status = 'active' AND next_run_at <= $1 ORDER BY next_run_at LIMIT $2
+                      FOR UPDATE SKIP LOCKED"
+            ),
+            &[&now_ms, &i64::try_from(limit).unwrap_or(i64::MAX)],
         )?
-        .get(0);
-    Ok(Schedule { id, ..s.clone() })
-}
+        .iter()
+        .map(firing_from_row)
+        .collect::<Result<_, _>>()?)
+    }
 
-/// Writes every field an API call may change back (`last_run_at` belongs to the scheduler).
-pub fn update(c: &mut impl GenericClient, s: &Schedule) -> Result<(), postgres::Error> {
-    c.execute(
-        "UPDATE schedules SET name = $3, cron_expr = $4, timezone = $5, payload = $6, endpoint_ids = $7,
-         status = $8, next_run_at = $9, updated_at = $10, paused_reason = $11, catchup = $12, overlap = $13
-         WHERE app_id = $1 AND id = $2",
-        &[
-            &s.app_id,
-            &s.id,
-            &s.name,
-            &s.cron_expr,
-            &s.timezone,
-            &payload_json(s),
-            &ids_json(&s.endpoint_ids),
-            &s.status,
-            &s.next_run_at,
-            &s.updated_at,
-            &s.paused_reason,
-            &s.catchup,
-            &s.overlap,
-        ],
-    )?;
-    Ok(())
-}
+    fn get_active_schedule(&mut self, id: i64) -> Result<Option<Firing>, StoreError> {
+        let c = &mut *self.c;
+        Ok(c.query_opt(
+            &format!("SELECT {FIRING_COLUMNS} FROM schedules WHERE id = $1 AND status = 'active'"),
+            &[&id],
+        )?
+        .as_ref()
+        .map(firing_from_row)
+        .transpose()?)
+    }
 
-/// A schedule of an app, deleted ones included.
-pub fn get(
-    c: &mut impl GenericClient,
-    app_id: &str,
-    id: i64,
-) -> Result<Option<Schedule>, postgres::Error> {
-    get_of_app(c, "schedules", COLUMNS, app_id, id, from_row)
-}
+    /// The earliest `next_run_at` of all active schedules.
+    fn earliest_next_run(&mut self) -> Result<Option<i64>, StoreError> {
+        let c = &mut *self.c;
+        Ok(c.query_one(
+            "SELECT min(next_run_at) FROM schedules WHERE status = 'active'",
+            &[],
+        )?
+        .try_get(0)?)
+    }
 
-/// One page of an app's schedules that are not deleted, newest first, and the total count.
-pub fn list(
-    c: &mut impl GenericClient,
-    app_id: &str,
-    status: Option<&str>,
-    page: Page,
-) -> Result<(i64, Vec<Schedule>), postgres::Error> {
-    let filters = Filters::app(app_id).always("status <> 'deleted'").eq_known(
-        "status",
-        status,
-        &["active", "paused"],
-    );
-    list_page(c, "schedules", COLUMNS, &filters, page, |r| Ok(from_row(r)))
-}
+    /// Records that `schedule_id` fired for `scheduled_at`; false when it already had, on this node
+    /// or another (a concurrent insert of the same instant waits for the first to commit, then
+    /// inserts nothing).
+    fn record_firing(&mut self, schedule_id: i64, scheduled_at: i64) -> Result<bool, StoreError> {
+        let c = &mut *self.c;
+        let n = c.execute(
+            "INSERT INTO schedule_firings (schedule_id, scheduled_at) VALUES ($1, $2)
+             ON CONFLICT DO NOTHING",
+            &[&schedule_id, &scheduled_at],
+        )?;
+        Ok(n == 1)
+    }
 
-/// Active schedules due at `now_ms`, earliest first, at most `limit`, locked for the caller's
-/// transaction. Schedules another node's scheduler holds are skipped, not waited for.
-pub fn due(
-    c: &mut impl GenericClient,
-    now_ms: i64,
-    limit: usize,
-) -> Result<Vec<Firing>, postgres::Error> {
-    Ok(c.query(
-        &format!(
-            "SELECT {FIRING_COLUMNS} FROM schedules
-                  WHERE status = 'active' AND next_run_at <= $1 ORDER BY next_run_at LIMIT $2
-                  FOR UPDATE SKIP LOCKED"
-        ),
-        &[&now_ms, &i64::try_from(limit).unwrap_or(i64::MAX)],
-    )?
-    .iter()
-    .map(firing_from_row)
-    .collect())
-}
+    /// Moves an active schedule on: `next_run_at` always, `last_run_at` when it fired,
+    /// `skipped_runs` up by `skipped`. `updated_at` is left alone.
+    fn advance_schedule(
+        &mut self,
+        id: i64,
+        fired_at: Option<i64>,
+        next_run_at: Option<i64>,
+        skipped: i64,
+    ) -> Result<(), StoreError> {
+        let c = &mut *self.c;
+        c.execute(
+            "UPDATE schedules SET last_run_at = coalesce($2, last_run_at), next_run_at = $3,
+             skipped_runs = skipped_runs + $4
+             WHERE id = $1 AND status = 'active'",
+            &[&id, &fired_at, &next_run_at, &skipped],
+        )?;
+        Ok(())
+    }
 
-/// An active schedule by id, whatever its app.
-pub fn get_active(c: &mut impl GenericClient, id: i64) -> Result<Option<Firing>, postgres::Error> {
-    Ok(c.query_opt(
-        &format!("SELECT {FIRING_COLUMNS} FROM schedules WHERE id = $1 AND status = 'active'"),
-        &[&id],
-    )?
-    .as_ref()
-    .map(firing_from_row))
-}
-
-/// The earliest `next_run_at` of all active schedules.
-pub fn earliest_next_run(c: &mut impl GenericClient) -> Result<Option<i64>, postgres::Error> {
-    Ok(c.query_one(
-        "SELECT min(next_run_at) FROM schedules WHERE status = 'active'",
-        &[],
-    )?
-    .get(0))
-}
-
-/// Records that `schedule_id` fired for `scheduled_at`; false when it already had, on this node
-/// or another (a concurrent insert of the same instant waits for the first to commit, then
-/// inserts nothing).
-pub fn record_firing(
-    c: &mut impl GenericClient,
-    schedule_id: i64,
-    scheduled_at: i64,
-) -> Result<bool, postgres::Error> {
-    let n = c.execute(
-        "INSERT INTO schedule_firings (schedule_id, scheduled_at) VALUES ($1, $2)
-         ON CONFLICT DO NOTHING",
-        &[&schedule_id, &scheduled_at],
-    )?;
-    Ok(n == 1)
-}
-
-/// Moves an active schedule on: `next_run_at` always, `last_run_at` when it fired,
-/// `skipped_runs` up by `skipped`. `updated_at` is left alone.
-pub fn advance(
-    c: &mut impl GenericClient,
-    id: i64,
-    fired_at: Option<i64>,
-    next_run_at: Option<i64>,
-    skipped: i64,
-) -> Result<(), postgres::Error> {
-    c.execute(
-        "UPDATE schedules SET last_run_at = coalesce($2, last_run_at), next_run_at = $3,
-         skipped_runs = skipped_runs + $4
-         WHERE id = $1 AND status = 'active'",
-        &[&id, &fired_at, &next_run_at, &skipped],
-    )?;
-    Ok(())
-}
-
-/// Forgets a schedule's firings scheduled before `cutoff_ms`.
-pub fn forget_firings(
-    c: &mut impl GenericClient,
-    schedule_id: i64,
-    cutoff_ms: i64,
-) -> Result<(), postgres::Error> {
-    c.execute(
-        "DELETE FROM schedule_firings WHERE schedule_id = $1 AND scheduled_at < $2",
-        &[&schedule_id, &cutoff_ms],
-    )?;
-    Ok(())
+    /// Forgets a schedule's firings scheduled before `cutoff_ms`.
+    fn forget_firings(&mut self, schedule_id: i64, cutoff_ms: i64) -> Result<(), StoreError> {
+        let c = &mut *self.c;
+        c.execute(
+            "DELETE FROM schedule_firings WHERE schedule_id = $1 AND scheduled_at < $2",
+            &[&schedule_id, &cutoff_ms],
+        )?;
+        Ok(())
+    }
 }

@@ -1,16 +1,18 @@
-//! The `tasks` table on PostgreSQL: the twin of the SQLite task functions, plus the per-task
+//! The `tasks` table on PostgreSQL: [`TaskQueries`] on a [`PgTx`], plus the per-task
 //! lease that lets several nodes share one database (contract §16, docs/dev/storage.md).
 //!
 //! A claim marks a task `running` with `claimed_by` = the claiming node and `lease_until` = now
-//! plus the endpoint's timeout plus [`LEASE_MARGIN_MS`]. Claims lock with `FOR UPDATE SKIP LOCKED`, so
-//! concurrent nodes take disjoint rows without waiting on each other. A result is recorded only
-//! by the node that still holds the claim; a running task whose lease ran out goes back to
-//! `pending` ([`rescue_expired_leases`]) and another node may take it.
+//! plus the endpoint's timeout plus [`LEASE_MARGIN_MS`]. Claims lock with `FOR UPDATE SKIP
+//! LOCKED`, so concurrent nodes take disjoint rows without waiting on each other. A result is
+//! recorded only by the node that still holds the claim; a running task whose lease ran out
+//! goes back to `pending` (`rescue_expired_leases`) and another node may take it.
 
 use super::list::{Filters, list_page};
 use crate::store::Page;
+use crate::store::postgres::PgTx;
 use crate::store::tasks::{AfterAttempt, Claimed, NewTask, RetryFilter, STATUSES, TASK_TYPES};
 use crate::store::tasks::{Task, TaskFilter};
+use crate::store::{StoreError, TaskQueries};
 use postgres::GenericClient;
 use postgres::Row;
 use postgres::types::ToSql;
@@ -22,27 +24,27 @@ pub const LEASE_MARGIN_MS: i64 = 30_000;
 
 const COLUMNS: &str = "id, app_id, schedule_id, event_id, endpoint_id, task_type, payload, status, run_at, attempts, max_attempts, next_attempt_at, last_status_code, last_error, finished_at, created_at, updated_at";
 
-fn from_row(r: &Row) -> Task {
-    let payload: String = r.get(6);
-    Task {
-        id: r.get(0),
-        app_id: r.get(1),
-        schedule_id: r.get(2),
-        event_id: r.get(3),
-        endpoint_id: r.get(4),
-        task_type: r.get(5),
+fn from_row(r: &Row) -> Result<Task, postgres::Error> {
+    let payload: String = r.try_get(6)?;
+    Ok(Task {
+        id: r.try_get(0)?,
+        app_id: r.try_get(1)?,
+        schedule_id: r.try_get(2)?,
+        event_id: r.try_get(3)?,
+        endpoint_id: r.try_get(4)?,
+        task_type: r.try_get(5)?,
         payload: serde_json::from_str(&payload).unwrap_or_default(),
-        status: r.get(7),
-        run_at: r.get(8),
-        attempts: r.get(9),
-        max_attempts: r.get(10),
-        next_attempt_at: r.get(11),
-        last_status_code: r.get(12),
-        last_error: r.get(13),
-        finished_at: r.get(14),
-        created_at: r.get(15),
-        updated_at: r.get(16),
-    }
+        status: r.try_get(7)?,
+        run_at: r.try_get(8)?,
+        attempts: r.try_get(9)?,
+        max_attempts: r.try_get(10)?,
+        next_attempt_at: r.try_get(11)?,
+        last_status_code: r.try_get(12)?,
+        last_error: r.try_get(13)?,
+        finished_at: r.try_get(14)?,
+        created_at: r.try_get(15)?,
+        updated_at: r.try_get(16)?,
+    })
 }
 
 /// The row `id` of `table` if it belongs to `app_id`.
@@ -52,73 +54,402 @@ pub(super) fn get_of_app<T>(
     columns: &str,
     app_id: &str,
     id: i64,
-    from_row: impl Fn(&Row) -> T,
+    from_row: impl Fn(&Row) -> Result<T, postgres::Error>,
 ) -> Result<Option<T>, postgres::Error> {
-    Ok(c.query_opt(
+    c.query_opt(
         &format!("SELECT {columns} FROM {table} WHERE app_id = $1 AND id = $2"),
         &[&app_id, &id],
     )?
     .as_ref()
-    .map(from_row))
+    .map(from_row)
+    .transpose()
 }
 
 fn limit_of(limit: usize) -> i64 {
     i64::try_from(limit).unwrap_or(i64::MAX)
 }
 
-/// Inserts a pending task and returns its id.
-pub fn insert(c: &mut impl GenericClient, t: &NewTask<'_>) -> Result<i64, postgres::Error> {
-    Ok(c.query_one(
-        "INSERT INTO tasks (app_id, schedule_id, event_id, endpoint_id, task_type, payload, status, run_at,
-                            attempts, max_attempts, next_attempt_at, created_at, updated_at)
-         VALUES ($1, $2, $3, $4, $5, $6, 'pending', $7, 0, $8, $7, $9, $9)
-         RETURNING id",
-        &[
-            &t.app_id,
-            &t.schedule_id,
-            &t.event_id,
-            &t.endpoint_id,
-            &t.task_type,
-            &t.payload,
-            &t.run_at,
-            &t.max_attempts,
-            &t.now_ms,
-        ],
-    )?
-    .get(0))
-}
-
-pub fn get(
-    c: &mut impl GenericClient,
-    app_id: &str,
-    id: i64,
-) -> Result<Option<Task>, postgres::Error> {
-    get_of_app(c, "tasks", COLUMNS, app_id, id, from_row)
-}
-
-/// One page, newest first, and the total count of matches (`retrying` = pending tasks that
-/// failed at least one attempt).
-pub fn list(
-    c: &mut impl GenericClient,
-    app_id: &str,
-    f: &TaskFilter,
-    page: Page,
-) -> Result<(i64, Vec<Task>), postgres::Error> {
-    let (status, retrying) = match f.status.as_deref() {
-        Some("retrying") => (None, true),
-        other => (other, false),
-    };
-    let mut filters = Filters::app(app_id);
-    if retrying {
-        filters = filters.always("status = 'pending' AND attempts > 0");
+impl<C: GenericClient> TaskQueries for PgTx<'_, C> {
+    /// Inserts a pending task and returns its id.
+    fn insert_task(&mut self, t: &NewTask<'_>) -> Result<i64, StoreError> {
+        let c = &mut *self.c;
+        let id: i64 = c.query_one(
+            "INSERT INTO tasks (app_id, schedule_id, event_id, endpoint_id, task_type, payload, status, run_at,
+                                attempts, max_attempts, next_attempt_at, created_at, updated_at)
+             VALUES ($1, $2, $3, $4, $5, $6, 'pending', $7, 0, $8, $7, $9, $9)
+             RETURNING id",
+            &[
+                &t.app_id,
+                &t.schedule_id,
+                &t.event_id,
+                &t.endpoint_id,
+                &t.task_type,
+                &t.payload,
+                &t.run_at,
+                &t.max_attempts,
+                &t.now_ms,
+            ],
+        )?
+        .try_get(0)?;
+        self.tasks_due();
+        Ok(id)
     }
-    let filters = filters
-        .eq_known("status", status, &STATUSES)
-        .eq("schedule_id", f.schedule_id)
-        .eq("event_id", f.event_id)
-        .eq("endpoint_id", f.endpoint_id)
-        .eq_known("task_type", f.task_type.as_deref(), &TASK_TYPES);
-    list_page(c, "tasks", COLUMNS, &filters, page, |r| Ok(from_row(r)))
+
+    fn get_task(&mut self, app_id: &str, id: i64) -> Result<Option<Task>, StoreError> {
+        let c = &mut *self.c;
+        Ok(get_of_app(c, "tasks", COLUMNS, app_id, id, from_row)?)
+    }
+
+    /// One page, newest first, and the total count of matches (`retrying` = pending tasks that
+    /// failed at least one attempt).
+    fn list_tasks(
+        &mut self,
+        app_id: &str,
+        f: &TaskFilter,
+        page: Page,
+    ) -> Result<(i64, Vec<Task>), StoreError> {
+        let c = &mut *self.c;
+        let (status, retrying) = match f.status.as_deref() {
+            Some("retrying") => (None, true),
+            other => (other, false),
+        };
+        let mut filters = Filters::app(app_id);
+        if retrying {
+            filters = filters.always("status = 'pending' AND attempts > 0");
+        }
+        let filters = filters
+            .eq_known("status", status, &STATUSES)
+            .eq("schedule_id", f.schedule_id)
+            .eq("event_id", f.event_id)
+            .eq("endpoint_id", f.endpoint_id)
+            .eq_known("task_type", f.task_type.as_deref(), &TASK_TYPES);
+        Ok(list_page(c, "tasks", COLUMNS, &filters, page, from_row)?)
+    }
+
+    fn next_endpoint_with_pending(&mut self, after: i64) -> Result<Option<(i64, i64)>, StoreError> {
+        let c = &mut *self.c;
+        Ok(c.query_opt(
+            "SELECT endpoint_id, next_attempt_at FROM tasks
+                 WHERE status = 'pending' AND endpoint_id > $1 AND next_attempt_at IS NOT NULL
+                 ORDER BY endpoint_id, next_attempt_at LIMIT 1",
+            &[&after],
+        )?
+        .map(|r| Ok::<_, postgres::Error>((r.try_get(0)?, r.try_get(1)?)))
+        .transpose()?)
+    }
+
+    fn in_order_head(&mut self, endpoint_id: i64) -> Result<Option<(i64, i64)>, StoreError> {
+        let c = &mut *self.c;
+        Ok(c.query_opt(
+            "SELECT id, next_attempt_at FROM tasks
+                 WHERE status = 'pending' AND endpoint_id = $1 ORDER BY run_at, id LIMIT 1",
+            &[&endpoint_id],
+        )?
+        .map(|r| {
+            let due: Option<i64> = r.try_get(1)?;
+            Ok::<_, postgres::Error>((r.try_get(0)?, due.unwrap_or(i64::MAX)))
+        })
+        .transpose()?)
+    }
+
+    /// Claims for `node` up to `limit` due tasks of one endpoint, earliest due first (ties by id).
+    /// Rows another node is claiming right now are skipped, not waited for.
+    fn claim_endpoint_tasks(
+        &mut self,
+        endpoint_id: i64,
+        now_ms: i64,
+        limit: usize,
+    ) -> Result<Vec<Claimed>, StoreError> {
+        let c = &mut *self.c;
+        let node = self.node;
+        let sql = format!(
+            "WITH due AS (
+                 SELECT id FROM tasks
+                  WHERE status = 'pending' AND endpoint_id = $1 AND next_attempt_at <= $2
+                  ORDER BY next_attempt_at, id LIMIT $3
+                  FOR UPDATE SKIP LOCKED)
+             UPDATE tasks t SET {}
+               FROM due WHERE t.id = due.id AND t.status = 'pending'
+             {CLAIM_RETURNING}",
+            claim_set(4, 2)
+        );
+        let mut claimed: Vec<_> = c
+            .query(&sql, &[&endpoint_id, &now_ms, &limit_of(limit), &node])?
+            .iter()
+            .map(claimed_from)
+            .collect::<Result<_, _>>()?;
+        claimed.sort_by_key(|(due, c)| (*due, c.id));
+        Ok(claimed.into_iter().map(|(_, c)| c).collect())
+    }
+
+    /// Claims for `node` one task of an in-order endpoint by id, if it is still pending, due, and
+    /// the endpoint's head with nothing of the endpoint running (on any node).
+    ///
+    /// Two statements under a savepoint: the endpoint row is locked first, so concurrent claimers of
+    /// one endpoint take turns; the update then runs with a snapshot taken after the lock was
+    /// granted, so it sees a task another node claimed (or handed back for a retry) meanwhile. In
+    /// one statement the checks would read the snapshot from before the wait, and two nodes could
+    /// each start a task of the endpoint.
+    fn claim_task(&mut self, id: i64, now_ms: i64) -> Result<Option<Claimed>, StoreError> {
+        let c = &mut *self.c;
+        let node = self.node;
+        let mut tx = c.transaction()?;
+        tx.execute(
+            "SELECT 1 FROM endpoints WHERE id = (SELECT endpoint_id FROM tasks WHERE id = $1)
+             FOR NO KEY UPDATE",
+            &[&id],
+        )?;
+        let sql = format!(
+            "UPDATE tasks t SET {}
+              WHERE t.id = $1 AND t.status = 'pending' AND t.next_attempt_at <= $2
+                AND NOT EXISTS (SELECT 1 FROM tasks o
+                                 WHERE o.endpoint_id = t.endpoint_id AND o.id <> t.id
+                                   AND (o.status = 'running'
+                                        OR (o.status = 'pending' AND (o.run_at, o.id) < (t.run_at, t.id))))
+             {CLAIM_RETURNING}",
+            claim_set(3, 2)
+        );
+        let claimed = tx
+            .query_opt(&sql, &[&id, &now_ms, &node])?
+            .map(|r| claimed_from(&r).map(|(_, claimed)| claimed))
+            .transpose()?;
+        tx.commit()?;
+        Ok(claimed)
+    }
+
+    /// Records the result of attempt `attempt` on a task `node` holds. A task whose endpoint was
+    /// deleted while it was in flight is `canceled` instead of going back to `pending`. Returns
+    /// false (and changes nothing) when the task is not `running` under `node`'s claim — handed
+    /// back, or rescued after the lease ran out and perhaps claimed by another node — so the
+    /// caller leaves the attempt unrecorded.
+    #[allow(clippy::too_many_arguments)]
+    fn finish_attempt(
+        &mut self,
+        task_id: i64,
+        attempt: i64,
+        after: AfterAttempt,
+        last_status_code: Option<i64>,
+        last_error: Option<&str>,
+        now_ms: i64,
+    ) -> Result<bool, StoreError> {
+        let c = &mut *self.c;
+        let node = self.node;
+        let (status, next_attempt_at) = match after {
+            AfterAttempt::Success => ("success", None),
+            AfterAttempt::RetryAt(at) => ("pending", Some(at)),
+            AfterAttempt::Failed => ("failed", None),
+        };
+        let n = c.execute(
+            "UPDATE tasks SET
+                status = CASE WHEN $2::text = 'pending' AND NOT EXISTS
+                    (SELECT 1 FROM endpoints e WHERE e.id = tasks.endpoint_id) THEN 'canceled' ELSE $2::text END,
+                finished_at = CASE WHEN $2::text <> 'pending' OR NOT EXISTS
+                    (SELECT 1 FROM endpoints e WHERE e.id = tasks.endpoint_id) THEN $7::bigint END,
+                next_attempt_at = CASE WHEN EXISTS
+                    (SELECT 1 FROM endpoints e WHERE e.id = tasks.endpoint_id) THEN $4::bigint END,
+                attempts = $3, last_status_code = $5, last_error = $6, updated_at = $7,
+                claimed_by = NULL, lease_until = NULL
+             WHERE id = $1 AND status = 'running' AND claimed_by = $8",
+            &[
+                &task_id,
+                &status,
+                &attempt,
+                &next_attempt_at,
+                &last_status_code,
+                &last_error,
+                &now_ms,
+                &node,
+            ],
+        )?;
+        Ok(n == 1)
+    }
+
+    /// Marks a task just inserted in the caller's transaction as `running` under `node`'s claim,
+    /// so no dispatcher claims it and `node` can record its result (`POST /endpoints/{id}/test`).
+    fn start_task_now(&mut self, id: i64, now_ms: i64) -> Result<(), StoreError> {
+        let c = &mut *self.c;
+        let node = self.node;
+        c.execute(
+            &format!(
+                "UPDATE tasks t SET {} WHERE t.id = $1 AND t.status = 'pending'",
+                claim_set(3, 2)
+            ),
+            &[&id, &now_ms, &node],
+        )?;
+        Ok(())
+    }
+
+    /// The app a task belongs to.
+    fn task_app(&mut self, id: i64) -> Result<Option<String>, StoreError> {
+        let c = &mut *self.c;
+        Ok(
+            c.query_opt("SELECT app_id FROM tasks WHERE id = $1", &[&id])?
+                .map(|r| r.try_get(0))
+                .transpose()?,
+        )
+    }
+
+    /// Start-up and shutdown hand-back on PostgreSQL: `node`'s own running tasks, and every expired
+    /// lease, go back to `pending`. Another live node's running tasks are left alone.
+    fn requeue_running_tasks(&mut self, now_ms: i64) -> Result<usize, StoreError> {
+        let c = &mut *self.c;
+        let node = self.node;
+        let n = hand_back(
+            c,
+            &format!("claimed_by = $2 OR {LEASE_OVER}"),
+            &[&now_ms, &node],
+        )?;
+        if n > 0 {
+            self.tasks_due();
+        }
+        Ok(n)
+    }
+
+    /// Extends `node`'s leases on the given running tasks to now + timeout + margin (a claimed task
+    /// waiting in memory for a worker may otherwise outlive its lease). Returns the ids still held:
+    /// a task missing from the answer was rescued and must not be sent.
+    fn renew_leases(&mut self, ids: &[i64], now_ms: i64) -> Result<Vec<i64>, StoreError> {
+        let c = &mut *self.c;
+        let node = self.node;
+        Ok(c.query(
+            "UPDATE tasks t SET lease_until = $3 + coalesce((SELECT e.timeout_ms FROM endpoints e
+                                                                   WHERE e.id = t.endpoint_id), 0)
+                                                    + $4
+                  WHERE t.id = ANY($2) AND t.status = 'running' AND t.claimed_by = $1
+                 RETURNING t.id",
+            &[&node, &ids, &now_ms, &LEASE_MARGIN_MS],
+        )?
+        .iter()
+        .map(|r| r.try_get(0))
+        .collect::<Result<_, _>>()?)
+    }
+
+    /// Running tasks whose lease ended by `now_ms` go back to `pending` (their node died or
+    /// stalled): the attempt is made again, by whichever node claims it. Returns how many.
+    fn rescue_expired_leases(&mut self, now_ms: i64) -> Result<usize, StoreError> {
+        let c = &mut *self.c;
+        let n = hand_back(c, LEASE_OVER, &[&now_ms])?;
+        if n > 0 {
+            self.tasks_due();
+        }
+        Ok(n)
+    }
+
+    /// Cancels pending tasks whose endpoint no longer exists.
+    fn cancel_orphan_tasks(&mut self, now_ms: i64) -> Result<usize, StoreError> {
+        let c = &mut *self.c;
+        let n = c.execute(
+            "UPDATE tasks SET status = 'canceled', finished_at = $1, updated_at = $1, next_attempt_at = NULL,
+             last_error = coalesce(last_error, 'endpoint deleted')
+             WHERE status = 'pending' AND NOT EXISTS (SELECT 1 FROM endpoints e WHERE e.id = tasks.endpoint_id)",
+            &[&now_ms],
+        )?;
+        Ok(usize::try_from(n).unwrap_or(usize::MAX))
+    }
+
+    /// `POST /tasks/{id}/cancel`: a pending task becomes `canceled`; false when it is not pending.
+    fn cancel_task(&mut self, app_id: &str, id: i64, now_ms: i64) -> Result<bool, StoreError> {
+        let c = &mut *self.c;
+        let n = c.execute(
+            "UPDATE tasks SET status = 'canceled', finished_at = $3, updated_at = $3, next_attempt_at = NULL
+             WHERE app_id = $1 AND id = $2 AND status = 'pending'",
+            &[&app_id, &id, &now_ms],
+        )?;
+        Ok(n == 1)
+    }
+
+    /// `POST /tasks/{id}/retry` and `POST /tasks/retry`: the failed or canceled tasks among `ids`
+    /// (of `app_id`, endpoint still there) go back to `pending`, due now, attempts reset,
+    /// `max_attempts` from the endpoint's current policy. Returns the ids it changed.
+    fn retry_tasks(
+        &mut self,
+        app_id: &str,
+        ids: &[i64],
+        now_ms: i64,
+    ) -> Result<Vec<i64>, StoreError> {
+        let c = &mut *self.c;
+        let default_attempts = i64::from(crate::retry::RetryPolicy::DEFAULT.max_attempts);
+        let retried: Vec<i64> = c
+            .query(
+                "UPDATE tasks SET status = 'pending', attempts = 0, next_attempt_at = $3, finished_at = NULL,
+                     updated_at = $3,
+                     max_attempts = (SELECT coalesce(p.max_attempts, $4)
+                                     FROM endpoints e LEFT JOIN retry_policies p ON p.id = e.retry_policy_id
+                                     WHERE e.id = tasks.endpoint_id)
+                 WHERE id = ANY($2) AND app_id = $1
+                   AND status IN ('failed', 'canceled')
+                   AND EXISTS (SELECT 1 FROM endpoints e WHERE e.id = tasks.endpoint_id)
+                 RETURNING id",
+                &[&app_id, &ids, &now_ms, &default_attempts],
+            )?
+            .iter()
+            .map(|r| r.try_get(0))
+            .collect::<Result<_, _>>()?;
+        if !retried.is_empty() {
+            self.tasks_due();
+        }
+        Ok(retried)
+    }
+
+    /// The ids of the tasks `f` matches whose endpoint still exists, lowest first, at most `limit`.
+    fn retryable_task_ids(
+        &mut self,
+        app_id: &str,
+        f: &RetryFilter,
+        limit: usize,
+    ) -> Result<Vec<i64>, StoreError> {
+        let c = &mut *self.c;
+        let mut filters = Filters::app(app_id)
+            .eq_known("status", Some(f.status), &["failed", "canceled"])
+            .eq("endpoint_id", f.endpoint_id)
+            .eq("schedule_id", f.schedule_id)
+            .eq("event_id", f.event_id)
+            .always("EXISTS (SELECT 1 FROM endpoints e WHERE e.id = tasks.endpoint_id)");
+        if let Some(since) = f.since {
+            filters = filters.cmp("finished_at", ">=", since);
+        }
+        if let Some(until) = f.until {
+            filters = filters.cmp("finished_at", "<", until);
+        }
+        let limit = limit_of(limit);
+        let mut params = filters.params();
+        let sql = format!(
+            "SELECT id FROM tasks WHERE {} ORDER BY id LIMIT ${}",
+            filters.condition(),
+            params.len() + 1
+        );
+        params.push(&limit);
+        Ok(c.query(&sql, &params)?
+            .iter()
+            .map(|r| r.try_get(0))
+            .collect::<Result<_, _>>()?)
+    }
+
+    /// Whether a task of `schedule_id` for `endpoint_id` is still `pending` or `running`.
+    fn schedule_task_open(
+        &mut self,
+        schedule_id: i64,
+        endpoint_id: i64,
+    ) -> Result<bool, StoreError> {
+        let c = &mut *self.c;
+        Ok(c.query_one(
+            "SELECT EXISTS (SELECT 1 FROM tasks WHERE schedule_id = $1 AND endpoint_id = $2
+                                AND status IN ('pending', 'running'))",
+            &[&schedule_id, &endpoint_id],
+        )?
+        .try_get(0)?)
+    }
+
+    /// How many tasks are in each status, over every app.
+    fn count_tasks_by_status(&mut self) -> Result<Vec<(String, i64)>, StoreError> {
+        let c = &mut *self.c;
+        Ok(
+            c.query("SELECT status, count(*) FROM tasks GROUP BY status", &[])?
+                .iter()
+                .map(|r| Ok::<_, postgres::Error>((r.try_get(0)?, r.try_get(1)?)))
+                .collect::<Result<_, _>>()?,
+        )
+    }
 }
 
 /// `SET` of a claim by node `$node` at `$now` (the parameter numbers are the caller's).
@@ -135,209 +466,20 @@ const CLAIM_RETURNING: &str = "RETURNING t.id, t.endpoint_id, t.schedule_id, t.e
     (SELECT event_name FROM events WHERE events.id = t.event_id),
     t.payload, t.attempts + 1, t.max_attempts, t.next_attempt_at";
 
-fn claimed_from(r: &Row) -> (Option<i64>, Claimed) {
-    (
-        r.get(8),
+fn claimed_from(r: &Row) -> Result<(Option<i64>, Claimed), postgres::Error> {
+    Ok((
+        r.try_get(8)?,
         Claimed {
-            id: r.get(0),
-            endpoint_id: r.get(1),
-            schedule_id: r.get(2),
-            event_id: r.get(3),
-            event_name: r.get(4),
-            payload: r.get(5),
-            attempt: r.get(6),
-            max_attempts: r.get(7),
+            id: r.try_get(0)?,
+            endpoint_id: r.try_get(1)?,
+            schedule_id: r.try_get(2)?,
+            event_id: r.try_get(3)?,
+            event_name: r.try_get(4)?,
+            payload: r.try_get(5)?,
+            attempt: r.try_get(6)?,
+            max_attempts: r.try_get(7)?,
         },
-    )
-}
-
-/// The first endpoint after `after` (by id) that has pending tasks, and when its earliest one
-/// is due (one seek in `tasks_endpoint_due`).
-pub fn next_endpoint_with_pending(
-    c: &mut impl GenericClient,
-    after: i64,
-) -> Result<Option<(i64, i64)>, postgres::Error> {
-    Ok(c.query_opt(
-        "SELECT endpoint_id, next_attempt_at FROM tasks
-             WHERE status = 'pending' AND endpoint_id > $1 AND next_attempt_at IS NOT NULL
-             ORDER BY endpoint_id, next_attempt_at LIMIT 1",
-        &[&after],
-    )?
-    .map(|r| (r.get(0), r.get(1))))
-}
-
-/// The head of an in-order endpoint: its pending task that became due first (ties by id), and
-/// when it is due now.
-pub fn in_order_head(
-    c: &mut impl GenericClient,
-    endpoint_id: i64,
-) -> Result<Option<(i64, i64)>, postgres::Error> {
-    Ok(c.query_opt(
-        "SELECT id, next_attempt_at FROM tasks
-             WHERE status = 'pending' AND endpoint_id = $1 ORDER BY run_at, id LIMIT 1",
-        &[&endpoint_id],
-    )?
-    .map(|r| (r.get(0), r.get::<_, Option<i64>>(1).unwrap_or(i64::MAX))))
-}
-
-/// Claims for `node` up to `limit` due tasks of one endpoint, earliest due first (ties by id).
-/// Rows another node is claiming right now are skipped, not waited for.
-pub fn claim_endpoint(
-    c: &mut impl GenericClient,
-    node: &str,
-    endpoint_id: i64,
-    now_ms: i64,
-    limit: usize,
-) -> Result<Vec<Claimed>, postgres::Error> {
-    let sql = format!(
-        "WITH due AS (
-             SELECT id FROM tasks
-              WHERE status = 'pending' AND endpoint_id = $1 AND next_attempt_at <= $2
-              ORDER BY next_attempt_at, id LIMIT $3
-              FOR UPDATE SKIP LOCKED)
-         UPDATE tasks t SET {}
-           FROM due WHERE t.id = due.id AND t.status = 'pending'
-         {CLAIM_RETURNING}",
-        claim_set(4, 2)
-    );
-    let mut claimed: Vec<_> = c
-        .query(&sql, &[&endpoint_id, &now_ms, &limit_of(limit), &node])?
-        .iter()
-        .map(claimed_from)
-        .collect();
-    claimed.sort_by_key(|(due, c)| (*due, c.id));
-    Ok(claimed.into_iter().map(|(_, c)| c).collect())
-}
-
-/// Claims for `node` one task of an in-order endpoint by id, if it is still pending, due, and
-/// the endpoint's head with nothing of the endpoint running (on any node).
-///
-/// Two statements under a savepoint: the endpoint row is locked first, so concurrent claimers of
-/// one endpoint take turns; the update then runs with a snapshot taken after the lock was
-/// granted, so it sees a task another node claimed (or handed back for a retry) meanwhile. In
-/// one statement the checks would read the snapshot from before the wait, and two nodes could
-/// each start a task of the endpoint.
-pub fn claim_one(
-    c: &mut impl GenericClient,
-    node: &str,
-    id: i64,
-    now_ms: i64,
-) -> Result<Option<Claimed>, postgres::Error> {
-    let mut tx = c.transaction()?;
-    tx.execute(
-        "SELECT 1 FROM endpoints WHERE id = (SELECT endpoint_id FROM tasks WHERE id = $1)
-         FOR NO KEY UPDATE",
-        &[&id],
-    )?;
-    let sql = format!(
-        "UPDATE tasks t SET {}
-          WHERE t.id = $1 AND t.status = 'pending' AND t.next_attempt_at <= $2
-            AND NOT EXISTS (SELECT 1 FROM tasks o
-                             WHERE o.endpoint_id = t.endpoint_id AND o.id <> t.id
-                               AND (o.status = 'running'
-                                    OR (o.status = 'pending' AND (o.run_at, o.id) < (t.run_at, t.id))))
-         {CLAIM_RETURNING}",
-        claim_set(3, 2)
-    );
-    let claimed = tx
-        .query_opt(&sql, &[&id, &now_ms, &node])?
-        .map(|r| claimed_from(&r).1);
-    tx.commit()?;
-    Ok(claimed)
-}
-
-/// Records the result of attempt `attempt` on a task `node` holds. A task whose endpoint was
-/// deleted while it was in flight is `canceled` instead of going back to `pending`. Returns
-/// false (and changes nothing) when the task is not `running` under `node`'s claim — handed
-/// back, or rescued after the lease ran out and perhaps claimed by another node — so the
-/// caller leaves the attempt unrecorded.
-#[allow(clippy::too_many_arguments)]
-pub fn finish_attempt(
-    c: &mut impl GenericClient,
-    node: &str,
-    task_id: i64,
-    attempt: i64,
-    after: AfterAttempt,
-    last_status_code: Option<i64>,
-    last_error: Option<&str>,
-    now_ms: i64,
-) -> Result<bool, postgres::Error> {
-    let (status, next_attempt_at) = match after {
-        AfterAttempt::Success => ("success", None),
-        AfterAttempt::RetryAt(at) => ("pending", Some(at)),
-        AfterAttempt::Failed => ("failed", None),
-    };
-    let n = c.execute(
-        "UPDATE tasks SET
-            status = CASE WHEN $2::text = 'pending' AND NOT EXISTS
-                (SELECT 1 FROM endpoints e WHERE e.id = tasks.endpoint_id) THEN 'canceled' ELSE $2::text END,
-            finished_at = CASE WHEN $2::text <> 'pending' OR NOT EXISTS
-                (SELECT 1 FROM endpoints e WHERE e.id = tasks.endpoint_id) THEN $7::bigint END,
-            next_attempt_at = CASE WHEN EXISTS
-                (SELECT 1 FROM endpoints e WHERE e.id = tasks.endpoint_id) THEN $4::bigint END,
-            attempts = $3, last_status_code = $5, last_error = $6, updated_at = $7,
-            claimed_by = NULL, lease_until = NULL
-         WHERE id = $1 AND status = 'running' AND claimed_by = $8",
-        &[
-            &task_id,
-            &status,
-            &attempt,
-            &next_attempt_at,
-            &last_status_code,
-            &last_error,
-            &now_ms,
-            &node,
-        ],
-    )?;
-    Ok(n == 1)
-}
-
-/// Marks a task just inserted in the caller's transaction as `running` under `node`'s claim,
-/// so no dispatcher claims it and `node` can record its result (`POST /endpoints/{id}/test`).
-pub fn start_now(
-    c: &mut impl GenericClient,
-    node: &str,
-    id: i64,
-    now_ms: i64,
-) -> Result<(), postgres::Error> {
-    c.execute(
-        &format!(
-            "UPDATE tasks t SET {} WHERE t.id = $1 AND t.status = 'pending'",
-            claim_set(3, 2)
-        ),
-        &[&id, &now_ms, &node],
-    )?;
-    Ok(())
-}
-
-/// Extends `node`'s leases on the given running tasks to now + timeout + margin (a claimed task
-/// waiting in memory for a worker may otherwise outlive its lease). Returns the ids still held:
-/// a task missing from the answer was rescued and must not be sent.
-pub fn renew_leases(
-    c: &mut impl GenericClient,
-    node: &str,
-    ids: &[i64],
-    now_ms: i64,
-) -> Result<Vec<i64>, postgres::Error> {
-    Ok(c.query(
-        "UPDATE tasks t SET lease_until = $3 + coalesce((SELECT e.timeout_ms FROM endpoints e
-                                                               WHERE e.id = t.endpoint_id), 0)
-                                                + $4
-              WHERE t.id = ANY($2) AND t.status = 'running' AND t.claimed_by = $1
-             RETURNING t.id",
-        &[&node, &ids, &now_ms, &LEASE_MARGIN_MS],
-    )?
-    .iter()
-    .map(|r| r.get(0))
-    .collect())
-}
-
-/// The app a task belongs to.
-pub fn app_of(c: &mut impl GenericClient, id: i64) -> Result<Option<String>, postgres::Error> {
-    Ok(
-        c.query_opt("SELECT app_id FROM tasks WHERE id = $1", &[&id])?
-            .map(|r| r.get(0)),
-    )
+    ))
 }
 
 /// Which running tasks go back to `pending`: a lease that ended, or none at all (a row no
@@ -359,135 +501,4 @@ fn hand_back(
         params,
     )?;
     Ok(usize::try_from(n).unwrap_or(usize::MAX))
-}
-
-/// Running tasks whose lease ended by `now_ms` go back to `pending` (their node died or
-/// stalled): the attempt is made again, by whichever node claims it. Returns how many.
-pub fn rescue_expired_leases(
-    c: &mut impl GenericClient,
-    now_ms: i64,
-) -> Result<usize, postgres::Error> {
-    hand_back(c, LEASE_OVER, &[&now_ms])
-}
-
-/// Start-up and shutdown hand-back on PostgreSQL: `node`'s own running tasks, and every expired
-/// lease, go back to `pending`. Another live node's running tasks are left alone.
-pub fn requeue_running(
-    c: &mut impl GenericClient,
-    node: &str,
-    now_ms: i64,
-) -> Result<usize, postgres::Error> {
-    hand_back(
-        c,
-        &format!("claimed_by = $2 OR {LEASE_OVER}"),
-        &[&now_ms, &node],
-    )
-}
-
-/// Cancels pending tasks whose endpoint no longer exists.
-pub fn cancel_orphans(c: &mut impl GenericClient, now_ms: i64) -> Result<usize, postgres::Error> {
-    let n = c.execute(
-        "UPDATE tasks SET status = 'canceled', finished_at = $1, updated_at = $1, next_attempt_at = NULL,
-         last_error = coalesce(last_error, 'endpoint deleted')
-         WHERE status = 'pending' AND NOT EXISTS (SELECT 1 FROM endpoints e WHERE e.id = tasks.endpoint_id)",
-        &[&now_ms],
-    )?;
-    Ok(usize::try_from(n).unwrap_or(usize::MAX))
-}
-
-/// `POST /tasks/{id}/cancel`: a pending task becomes `canceled`; false when it is not pending.
-pub fn cancel(
-    c: &mut impl GenericClient,
-    app_id: &str,
-    id: i64,
-    now_ms: i64,
-) -> Result<bool, postgres::Error> {
-    let n = c.execute(
-        "UPDATE tasks SET status = 'canceled', finished_at = $3, updated_at = $3, next_attempt_at = NULL
-         WHERE app_id = $1 AND id = $2 AND status = 'pending'",
-        &[&app_id, &id, &now_ms],
-    )?;
-    Ok(n == 1)
-}
-
-/// `POST /tasks/{id}/retry` and `POST /tasks/retry`: the failed or canceled tasks among `ids`
-/// (of `app_id`, endpoint still there) go back to `pending`, due now, attempts reset,
-/// `max_attempts` from the endpoint's current policy. Returns the ids it changed.
-pub fn retry(
-    c: &mut impl GenericClient,
-    app_id: &str,
-    ids: &[i64],
-    now_ms: i64,
-) -> Result<Vec<i64>, postgres::Error> {
-    let default_attempts = i64::from(crate::retry::RetryPolicy::DEFAULT.max_attempts);
-    Ok(c
-        .query(
-            "UPDATE tasks SET status = 'pending', attempts = 0, next_attempt_at = $3, finished_at = NULL,
-                 updated_at = $3,
-                 max_attempts = (SELECT coalesce(p.max_attempts, $4)
-                                 FROM endpoints e LEFT JOIN retry_policies p ON p.id = e.retry_policy_id
-                                 WHERE e.id = tasks.endpoint_id)
-             WHERE id = ANY($2) AND app_id = $1
-               AND status IN ('failed', 'canceled')
-               AND EXISTS (SELECT 1 FROM endpoints e WHERE e.id = tasks.endpoint_id)
-             RETURNING id",
-            &[&app_id, &ids, &now_ms, &default_attempts],
-        )?
-        .iter()
-        .map(|r| r.get(0))
-        .collect())
-}
-
-/// The ids of the tasks `f` matches whose endpoint still exists, lowest first, at most `limit`.
-pub fn retryable_ids(
-    c: &mut impl GenericClient,
-    app_id: &str,
-    f: &RetryFilter,
-    limit: usize,
-) -> Result<Vec<i64>, postgres::Error> {
-    let mut filters = Filters::app(app_id)
-        .eq_known("status", Some(f.status), &["failed", "canceled"])
-        .eq("endpoint_id", f.endpoint_id)
-        .eq("schedule_id", f.schedule_id)
-        .eq("event_id", f.event_id)
-        .always("EXISTS (SELECT 1 FROM endpoints e WHERE e.id = tasks.endpoint_id)");
-    if let Some(since) = f.since {
-        filters = filters.cmp("finished_at", ">=", since);
-    }
-    if let Some(until) = f.until {
-        filters = filters.cmp("finished_at", "<", until);
-    }
-    let limit = limit_of(limit);
-    let mut params = filters.params();
-    let sql = format!(
-        "SELECT id FROM tasks WHERE {} ORDER BY id LIMIT ${}",
-        filters.condition(),
-        params.len() + 1
-    );
-    params.push(&limit);
-    Ok(c.query(&sql, &params)?.iter().map(|r| r.get(0)).collect())
-}
-
-/// Whether a task of `schedule_id` for `endpoint_id` is still `pending` or `running`.
-pub fn schedule_task_open(
-    c: &mut impl GenericClient,
-    schedule_id: i64,
-    endpoint_id: i64,
-) -> Result<bool, postgres::Error> {
-    Ok(c.query_one(
-        "SELECT EXISTS (SELECT 1 FROM tasks WHERE schedule_id = $1 AND endpoint_id = $2
-                            AND status IN ('pending', 'running'))",
-        &[&schedule_id, &endpoint_id],
-    )?
-    .get(0))
-}
-
-/// How many tasks are in each status, over every app.
-pub fn count_by_status(c: &mut impl GenericClient) -> Result<Vec<(String, i64)>, postgres::Error> {
-    Ok(
-        c.query("SELECT status, count(*) FROM tasks GROUP BY status", &[])?
-            .iter()
-            .map(|r| (r.get(0), r.get(1)))
-            .collect(),
-    )
 }

@@ -1,6 +1,9 @@
 //! A `postgres://` / `postgresql://` URL that never shows its password: `Display` and `Debug`
 //! print `***` in its place, so the URL can go into error messages and log lines as it is.
+//! The TLS parameters (`sslmode`, `sslrootcert`) are read here as libpq reads them and handed
+//! to `tls.rs`; the driver gets the rest.
 
+use super::tls::{RootCert, SslMode, TlsSettings};
 use std::fmt;
 
 /// A parsed PostgreSQL connection URL. The raw text is kept private; only the redacted form is
@@ -9,6 +12,9 @@ use std::fmt;
 pub struct PgUrl {
     raw: String,
     config: postgres::Config,
+    tls: TlsSettings,
+    /// The query parameters the URL sets (their names), so defaults never override them.
+    given: Vec<String>,
 }
 
 /// Whether `--db` names a PostgreSQL database (a `postgres://` or `postgresql://` URL) rather
@@ -32,12 +38,53 @@ impl PgUrl {
         if !is_url(raw) {
             anyhow::bail!("{} is not a postgres:// or postgresql:// URL", redact(raw));
         }
-        let config = raw
+        let invalid = |why: &dyn fmt::Display| {
+            anyhow::anyhow!("{} is not a valid PostgreSQL URL: {why}", redact(raw))
+        };
+        let (base, query) = raw.split_once('?').unwrap_or((raw, ""));
+        let mut tls = TlsSettings::default();
+        let mut given = Vec::new();
+        let mut driver_params = Vec::new();
+        for param in query.split('&').filter(|p| !p.is_empty()) {
+            let (key, value) = param.split_once('=').unwrap_or((param, ""));
+            let key_text = percent_decode(key).map_err(|e| invalid(&e))?;
+            match key_text.as_str() {
+                "sslmode" => {
+                    let value = percent_decode(value).map_err(|e| invalid(&e))?;
+                    tls.mode = SslMode::parse(&value).map_err(|e| invalid(&e))?;
+                }
+                "sslrootcert" => {
+                    let value = percent_decode(value).map_err(|e| invalid(&e))?;
+                    tls.root = Some(match value.as_str() {
+                        "system" => RootCert::System,
+                        "" => return Err(invalid(&"sslrootcert is empty")),
+                        path => RootCert::File(path.into()),
+                    });
+                }
+                "sslcert" | "sslkey" | "sslpassword" => {
+                    return Err(invalid(&format!(
+                        "{key_text}: client certificates are not supported; authenticate with a password"
+                    )));
+                }
+                _ => driver_params.push(param),
+            }
+            given.push(key_text);
+        }
+        tls.validate().map_err(|e| invalid(&e))?;
+        let driver_url = if driver_params.is_empty() {
+            base.to_string()
+        } else {
+            format!("{base}?{}", driver_params.join("&"))
+        };
+        let mut config = driver_url
             .parse::<postgres::Config>()
-            .map_err(|e| anyhow::anyhow!("{} is not a valid PostgreSQL URL: {e}", redact(raw)))?;
+            .map_err(|e| invalid(&e))?;
+        config.ssl_mode(super::tls::driver_mode(tls.mode));
         Ok(PgUrl {
             raw: raw.to_string(),
             config,
+            tls,
+            given,
         })
     }
 
@@ -45,6 +92,37 @@ impl PgUrl {
     pub fn config(&self) -> &postgres::Config {
         &self.config
     }
+
+    /// The URL's `sslmode` and `sslrootcert`.
+    pub fn tls(&self) -> &TlsSettings {
+        &self.tls
+    }
+
+    /// Whether the URL sets query parameter `key` (e.g. `connect_timeout`).
+    pub fn sets(&self, key: &str) -> bool {
+        self.given.iter().any(|k| k == key)
+    }
+}
+
+/// `%XX` escapes decoded (as libpq decodes URL parameters); `+` stays a `+`.
+fn percent_decode(text: &str) -> Result<String, String> {
+    let bytes = text.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%' {
+            let hex = text
+                .get(i + 1..i + 3)
+                .and_then(|h| u8::from_str_radix(h, 16).ok())
+                .ok_or_else(|| format!("invalid percent-encoded token in {text:?}"))?;
+            out.push(hex);
+            i += 3;
+        } else {
+            out.push(bytes[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8(out).map_err(|_| format!("{text:?} is not UTF-8 once decoded"))
 }
 
 impl fmt::Display for PgUrl {
@@ -136,6 +214,56 @@ mod tests {
             .to_string();
         assert!(!bad.contains("hunter2"), "{bad}");
         assert!(bad.contains("webhookd:***@"), "{bad}");
+    }
+
+    #[test]
+    fn tls_parameters_are_read_as_libpq_reads_them() {
+        let url = PgUrl::parse("postgres://u:pw@db.example/hooks").unwrap();
+        assert_eq!(url.tls(), &TlsSettings::default());
+        assert_eq!(url.tls().mode, SslMode::Prefer, "libpq's default");
+        let url = PgUrl::parse(
+            "postgres://u:pw@db.example/hooks?application_name=x&sslmode=verify-full&sslrootcert=%2Fetc%2Fca%20dir%2Froot.pem&connect_timeout=3",
+        )
+        .unwrap();
+        assert_eq!(url.tls().mode, SslMode::VerifyFull);
+        assert_eq!(
+            url.tls().root,
+            Some(RootCert::File("/etc/ca dir/root.pem".into()))
+        );
+        assert_eq!(
+            url.config().get_ssl_mode(),
+            postgres::config::SslMode::Require
+        );
+        assert_eq!(url.config().get_application_name(), Some("x"));
+        assert!(url.sets("connect_timeout") && url.sets("sslmode"));
+        assert!(!url.sets("keepalives_idle"));
+        let url = PgUrl::parse("postgres://h/db?sslmode=disable").unwrap();
+        assert_eq!(
+            url.config().get_ssl_mode(),
+            postgres::config::SslMode::Disable
+        );
+        let url = PgUrl::parse("postgres://h/db?sslrootcert=system&sslmode=verify-full").unwrap();
+        assert_eq!(url.tls().root, Some(RootCert::System));
+        for (bad, says) in [
+            (
+                "postgres://u:hunter2@h/db?sslmode=verify_full",
+                "verify-full",
+            ),
+            ("postgres://u:hunter2@h/db?sslmode=allow", "not supported"),
+            (
+                "postgres://u:hunter2@h/db?sslrootcert=system",
+                "needs sslmode=verify-full",
+            ),
+            (
+                "postgres://u:hunter2@h/db?sslcert=c.pem",
+                "client certificates",
+            ),
+            ("postgres://u:hunter2@h/db?sslrootcert=%zz", "percent"),
+        ] {
+            let err = PgUrl::parse(bad).unwrap_err().to_string();
+            assert!(err.contains(says), "{bad}: {err}");
+            assert!(!err.contains("hunter2"), "{err}");
+        }
     }
 
     #[test]

@@ -1,9 +1,11 @@
-//! SQLite SQL of the `attempts` table (records in `store::attempts`).
+//! [`AttemptQueries`] on SQLite: the SQL of the `attempts` table (records in `store::attempts`).
 
 use crate::store::Page;
 #[allow(unused_imports)]
 use crate::store::attempts::*;
-use rusqlite::{Connection, Row, params};
+use crate::store::sqlite::SqliteTx;
+use crate::store::{AttemptQueries, StoreError};
+use rusqlite::{Row, params};
 
 const COLUMNS: &str =
     "id, task_id, attempt, started_at, duration_ms, status_code, error, response_body";
@@ -21,35 +23,40 @@ fn from_row(r: &Row<'_>) -> rusqlite::Result<Attempt> {
     })
 }
 
-/// Appends an attempt row (its `id` is ignored). Called in the delivery pool's result
-/// transaction, together with the task's state change.
-pub fn insert(conn: &Connection, a: &Attempt) -> rusqlite::Result<()> {
-    conn.prepare_cached(
-        "INSERT INTO attempts (task_id, attempt, started_at, duration_ms, status_code, error, response_body)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
-    )?
-    .execute(params![
-        a.task_id,
-        a.attempt,
-        a.started_at,
-        a.duration_ms,
-        a.status_code,
-        a.error,
-        a.response_body
-    ])?;
-    Ok(())
-}
+impl AttemptQueries for SqliteTx<'_> {
+    fn insert_attempt(&mut self, a: &Attempt) -> Result<(), StoreError> {
+        let conn = self.0;
+        conn.prepare_cached(
+            "INSERT INTO attempts (task_id, attempt, started_at, duration_ms, status_code, error, response_body)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+        )?
+        .execute(params![
+            a.task_id,
+            a.attempt,
+            a.started_at,
+            a.duration_ms,
+            a.status_code,
+            a.error,
+            a.response_body
+        ])?;
+        Ok(())
+    }
 
-/// One page of a task's attempts in the order they were made, and their total count.
-pub fn list(conn: &Connection, task_id: i64, page: Page) -> rusqlite::Result<(i64, Vec<Attempt>)> {
-    let total = conn
-        .prepare_cached("SELECT count(*) FROM attempts WHERE task_id = ?1")?
-        .query_row(params![task_id], |r| r.get(0))?;
-    let items = conn
-        .prepare_cached(&format!(
-            "SELECT {COLUMNS} FROM attempts WHERE task_id = ?1 ORDER BY id LIMIT ?2 + 0 OFFSET ?3 + 0"
-        ))?
-        .query_map(params![task_id, page.limit(), page.offset()], from_row)?
-        .collect::<rusqlite::Result<Vec<_>>>()?;
-    Ok((total, items))
+    fn list_attempts(
+        &mut self,
+        task_id: i64,
+        page: Page,
+    ) -> Result<(i64, Vec<Attempt>), StoreError> {
+        let conn = self.0;
+        let total = conn
+            .prepare_cached("SELECT count(*) FROM attempts WHERE task_id = ?1")?
+            .query_row(params![task_id], |r| r.get(0))?;
+        let items = conn
+            .prepare_cached(&format!(
+                "SELECT {COLUMNS} FROM attempts WHERE task_id = ?1 ORDER BY id LIMIT ?2 + 0 OFFSET ?3 + 0"
+            ))?
+            .query_map(params![task_id, page.limit(), page.offset()], from_row)?
+            .collect::<rusqlite::Result<Vec<_>>>()?;
+        Ok((total, items))
+    }
 }

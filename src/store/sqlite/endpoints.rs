@@ -1,10 +1,12 @@
-//! SQLite SQL of the `endpoints` table (records in `store::endpoints`).
+//! [`EndpointQueries`] on SQLite: the SQL of the `endpoints` table (records in `store::endpoints`).
 
 use crate::store::Page;
 #[allow(unused_imports)]
 use crate::store::endpoints::*;
-use crate::store::sqlite::Filters;
-use rusqlite::{Connection, OptionalExtension, Row, params};
+use crate::store::sqlite::SqliteTx;
+use crate::store::sqlite::list::{Filters, list_page};
+use crate::store::{EndpointQueries, StoreError};
+use rusqlite::{OptionalExtension, Row, params};
 
 const COLUMNS: &str = "id, app_id, name, url, method, headers, secret, timeout_ms, retry_policy_id, filter_events, status, created_at, updated_at, rate_limit_per_sec, max_in_flight, previous_secret, previous_secret_expires_at, disabled_reason, last_success_at, last_failure_at, consecutive_failures";
 
@@ -39,314 +41,306 @@ fn headers_json(ep: &Endpoint) -> String {
     serde_json::Value::Object(ep.headers.clone()).to_string()
 }
 
-/// Inserts `ep` (its `id` is ignored) and returns the stored record.
-pub fn insert(conn: &Connection, ep: &Endpoint) -> rusqlite::Result<Endpoint> {
-    conn.prepare_cached(
-        "INSERT INTO endpoints (app_id, name, url, method, headers, secret, timeout_ms, retry_policy_id, filter_events, status, created_at, updated_at,
-                                rate_limit_per_sec, max_in_flight, previous_secret, previous_secret_expires_at)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16)",
-    )?
-    .execute(params![
-        ep.app_id,
-        ep.name,
-        ep.url,
-        ep.method,
-        headers_json(ep),
-        ep.secret,
-        ep.timeout_ms,
-        ep.retry_policy_id,
-        ep.filter_events,
-        ep.status,
-        ep.created_at,
-        ep.updated_at,
-        ep.rate_limit_per_sec,
-        ep.max_in_flight,
-        ep.previous_secret,
-        ep.previous_secret_expires_at
-    ])?;
-    Ok(Endpoint {
-        id: conn.last_insert_rowid(),
-        ..ep.clone()
-    })
-}
-
-/// Writes every field a PATCH may change back. Status and health are left alone: they have
-/// their own statements ([`set_status`], [`record_health`]), so a PATCH racing the delivery
-/// pool cannot undo a disabling.
-pub fn update(conn: &Connection, ep: &Endpoint) -> rusqlite::Result<()> {
-    conn.prepare_cached(
-        "UPDATE endpoints SET name = ?3, url = ?4, method = ?5, headers = ?6, secret = ?7, timeout_ms = ?8,
-         retry_policy_id = ?9, filter_events = ?10, updated_at = ?11,
-         rate_limit_per_sec = ?12, max_in_flight = ?13, previous_secret = ?14, previous_secret_expires_at = ?15
-         WHERE app_id = ?1 AND id = ?2",
-    )?
-    .execute(params![
-        ep.app_id,
-        ep.id,
-        ep.name,
-        ep.url,
-        ep.method,
-        headers_json(ep),
-        ep.secret,
-        ep.timeout_ms,
-        ep.retry_policy_id,
-        ep.filter_events,
-        ep.updated_at,
-        ep.rate_limit_per_sec,
-        ep.max_in_flight,
-        ep.previous_secret,
-        ep.previous_secret_expires_at
-    ])?;
-    Ok(())
-}
-
-pub fn get(conn: &Connection, app_id: &str, id: i64) -> rusqlite::Result<Option<Endpoint>> {
-    conn.prepare_cached(&format!(
-        "SELECT {COLUMNS} FROM endpoints WHERE app_id = ?1 AND id = ?2"
-    ))?
-    .query_row(params![app_id, id], from_row)
-    .optional()
-}
-
-/// Any endpoint by id, whatever its app (for the delivery pool).
-pub fn get_any(conn: &Connection, id: i64) -> rusqlite::Result<Option<Endpoint>> {
-    conn.prepare_cached(&format!("SELECT {COLUMNS} FROM endpoints WHERE id = ?1"))?
-        .query_row(params![id], from_row)
-        .optional()
-}
-
-/// The limits of any endpoint by id, whatever its app; `None` when it is gone.
-pub fn limits_any(conn: &Connection, id: i64) -> rusqlite::Result<Option<Limits>> {
-    conn.prepare_cached(
-        "SELECT status = 'enabled', rate_limit_per_sec, max_in_flight FROM endpoints WHERE id = ?1",
-    )?
-    .query_row(params![id], |r| {
-        Ok(Limits {
-            enabled: r.get(0)?,
-            rate_limit_per_sec: r.get(1)?,
-            max_in_flight: r.get(2)?,
+impl EndpointQueries for SqliteTx<'_> {
+    fn insert_endpoint(&mut self, ep: &Endpoint) -> Result<Endpoint, StoreError> {
+        let conn = self.0;
+        conn.prepare_cached(
+            "INSERT INTO endpoints (app_id, name, url, method, headers, secret, timeout_ms, retry_policy_id, filter_events, status, created_at, updated_at,
+                                    rate_limit_per_sec, max_in_flight, previous_secret, previous_secret_expires_at)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16)",
+        )?
+        .execute(params![
+            ep.app_id,
+            ep.name,
+            ep.url,
+            ep.method,
+            headers_json(ep),
+            ep.secret,
+            ep.timeout_ms,
+            ep.retry_policy_id,
+            ep.filter_events,
+            ep.status,
+            ep.created_at,
+            ep.updated_at,
+            ep.rate_limit_per_sec,
+            ep.max_in_flight,
+            ep.previous_secret,
+            ep.previous_secret_expires_at
+        ])?;
+        Ok(Endpoint {
+            id: conn.last_insert_rowid(),
+            ..ep.clone()
         })
-    })
-    .optional()
-}
-
-/// `POST /endpoints/{id}/enable` and `/disable`: enabling clears `disabled_reason` and resets
-/// the failure streak (so auto-disable starts counting afresh); disabling records `reason`.
-/// Returns false when the endpoint already had that status (nothing changes then).
-pub fn set_status(
-    conn: &Connection,
-    app_id: &str,
-    id: i64,
-    enabled: bool,
-    reason: DisabledReason,
-    now_ms: i64,
-) -> rusqlite::Result<bool> {
-    let n = if enabled {
-        conn.prepare_cached(
-            "UPDATE endpoints SET status = 'enabled', disabled_reason = NULL, consecutive_failures = 0,
-             failing_since = NULL, updated_at = ?3
-             WHERE app_id = ?1 AND id = ?2 AND status != 'enabled'",
-        )?
-        .execute(params![app_id, id, now_ms])?
-    } else {
-        conn.prepare_cached(
-            "UPDATE endpoints SET status = 'disabled', disabled_reason = ?3, updated_at = ?4
-             WHERE app_id = ?1 AND id = ?2 AND status != 'disabled'",
-        )?
-        .execute(params![app_id, id, reason.as_str(), now_ms])?
-    };
-    Ok(n == 1)
-}
-
-/// Disables any endpoint, whatever its app (the delivery pool: a `410 Gone` reply, or
-/// auto-disable). Returns the endpoint's app when it was enabled until now, `None` when it was
-/// already disabled (or is gone), so the caller tells the operator only once.
-pub fn disable_any(
-    conn: &Connection,
-    id: i64,
-    reason: DisabledReason,
-    now_ms: i64,
-) -> rusqlite::Result<Option<String>> {
-    conn.prepare_cached(
-        "UPDATE endpoints SET status = 'disabled', disabled_reason = ?2, updated_at = ?3
-         WHERE id = ?1 AND status = 'enabled' RETURNING app_id",
-    )?
-    .query_row(params![id, reason.as_str(), now_ms], |r| r.get(0))
-    .optional()
-}
-
-/// Applies a round's [`HealthDelta`] to an endpoint in the result commit, and disables it
-/// with reason `failing` when its streak reached `min_failures` attempts over at least
-/// `failing_after_ms` (`None`: never). Returns the app and streak length of an endpoint
-/// disabled by this call.
-/// One statement per endpoint per round, however many of its attempts the round holds.
-pub fn record_health(
-    conn: &Connection,
-    id: i64,
-    delta: &HealthDelta,
-    min_failures: i64,
-    failing_after_ms: Option<i64>,
-    now_ms: i64,
-) -> rusqlite::Result<Option<(String, i64)>> {
-    // A success in the round restarts the streak from the failures after it; without one the
-    // round's failures extend the streak.
-    conn.prepare_cached(
-        "UPDATE endpoints SET
-            last_success_at = coalesce(?2, last_success_at),
-            last_failure_at = coalesce(?3, last_failure_at),
-            consecutive_failures = CASE WHEN ?2 IS NULL THEN consecutive_failures + ?4 ELSE ?4 END,
-            failing_since = CASE WHEN ?2 IS NULL THEN coalesce(failing_since, ?5) ELSE ?5 END
-         WHERE id = ?1",
-    )?
-    .execute(params![
-        id,
-        delta.last_success_at,
-        delta.last_failure_at,
-        delta.failures,
-        delta.first_failure_at
-    ])?;
-    let Some(after_ms) = failing_after_ms else {
-        return Ok(None);
-    };
-    if delta.failures == 0 {
-        return Ok(None);
     }
-    conn.prepare_cached(
-        "UPDATE endpoints SET status = 'disabled', disabled_reason = 'failing', updated_at = ?4
-         WHERE id = ?1 AND status = 'enabled' AND consecutive_failures >= ?2
-           AND failing_since IS NOT NULL AND ?4 - failing_since >= ?3
-         RETURNING app_id, consecutive_failures",
-    )?
-    .query_row(params![id, min_failures, after_ms, now_ms], |r| {
-        Ok((r.get(0)?, r.get(1)?))
-    })
-    .optional()
-}
 
-/// One page, newest first, and the total count of matches.
-pub fn list(
-    conn: &Connection,
-    app_id: &str,
-    status: Option<&str>,
-    page: Page,
-) -> rusqlite::Result<(i64, Vec<Endpoint>)> {
-    let filters = Filters::app(app_id).eq("status", status.map(str::to_string));
-    super::list_page(conn, "endpoints", COLUMNS, &filters, page, from_row)
-}
+    fn update_endpoint(&mut self, ep: &Endpoint) -> Result<(), StoreError> {
+        let conn = self.0;
+        conn.prepare_cached(
+            "UPDATE endpoints SET name = ?3, url = ?4, method = ?5, headers = ?6, secret = ?7, timeout_ms = ?8,
+             retry_policy_id = ?9, filter_events = ?10, updated_at = ?11,
+             rate_limit_per_sec = ?12, max_in_flight = ?13, previous_secret = ?14, previous_secret_expires_at = ?15
+             WHERE app_id = ?1 AND id = ?2",
+        )?
+        .execute(params![
+            ep.app_id,
+            ep.id,
+            ep.name,
+            ep.url,
+            ep.method,
+            headers_json(ep),
+            ep.secret,
+            ep.timeout_ms,
+            ep.retry_policy_id,
+            ep.filter_events,
+            ep.updated_at,
+            ep.rate_limit_per_sec,
+            ep.max_in_flight,
+            ep.previous_secret,
+            ep.previous_secret_expires_at
+        ])?;
+        Ok(())
+    }
 
-/// Every enabled endpoint of an app, oldest first (fan-out targets).
-pub fn list_enabled(conn: &Connection, app_id: &str) -> rusqlite::Result<Vec<Endpoint>> {
-    conn.prepare_cached(&format!(
-        "SELECT {COLUMNS} FROM endpoints WHERE app_id = ?1 AND status = 'enabled' ORDER BY id"
-    ))?
-    .query_map(params![app_id], from_row)?
-    .collect()
-}
+    fn get_endpoint(&mut self, app_id: &str, id: i64) -> Result<Option<Endpoint>, StoreError> {
+        let conn = self.0;
+        Ok(conn
+            .prepare_cached(&format!(
+                "SELECT {COLUMNS} FROM endpoints WHERE app_id = ?1 AND id = ?2"
+            ))?
+            .query_row(params![app_id, id], from_row)
+            .optional()?)
+    }
 
-/// Names of the given endpoints of an app, for `endpoint_names`; unknown ids are left out.
-pub fn names(conn: &Connection, app_id: &str, ids: &[i64]) -> rusqlite::Result<Vec<(i64, String)>> {
-    let mut stmt =
-        conn.prepare_cached("SELECT id, name FROM endpoints WHERE app_id = ?1 AND id = ?2")?;
-    let mut out = Vec::with_capacity(ids.len());
-    for id in ids {
-        if let Some(row) = stmt
-            .query_row(params![app_id, id], |r| Ok((r.get(0)?, r.get(1)?)))
-            .optional()?
-        {
-            out.push(row);
+    fn get_endpoint_any(&mut self, id: i64) -> Result<Option<Endpoint>, StoreError> {
+        let conn = self.0;
+        Ok(conn
+            .prepare_cached(&format!("SELECT {COLUMNS} FROM endpoints WHERE id = ?1"))?
+            .query_row(params![id], from_row)
+            .optional()?)
+    }
+
+    fn endpoint_limits_any(&mut self, id: i64) -> Result<Option<Limits>, StoreError> {
+        let conn = self.0;
+        Ok(conn.prepare_cached(
+            "SELECT status = 'enabled', rate_limit_per_sec, max_in_flight FROM endpoints WHERE id = ?1",
+        )?
+        .query_row(params![id], |r| {
+            Ok(Limits {
+                enabled: r.get(0)?,
+                rate_limit_per_sec: r.get(1)?,
+                max_in_flight: r.get(2)?,
+            })
+        })
+        .optional()?)
+    }
+
+    fn set_endpoint_status(
+        &mut self,
+        app_id: &str,
+        id: i64,
+        enabled: bool,
+        reason: DisabledReason,
+        now_ms: i64,
+    ) -> Result<bool, StoreError> {
+        let conn = self.0;
+        let n = if enabled {
+            conn.prepare_cached(
+                "UPDATE endpoints SET status = 'enabled', disabled_reason = NULL, consecutive_failures = 0,
+                 failing_since = NULL, updated_at = ?3
+                 WHERE app_id = ?1 AND id = ?2 AND status != 'enabled'",
+            )?
+            .execute(params![app_id, id, now_ms])?
+        } else {
+            conn.prepare_cached(
+                "UPDATE endpoints SET status = 'disabled', disabled_reason = ?3, updated_at = ?4
+                 WHERE app_id = ?1 AND id = ?2 AND status != 'disabled'",
+            )?
+            .execute(params![app_id, id, reason.as_str(), now_ms])?
+        };
+        Ok(n == 1)
+    }
+
+    fn disable_endpoint_any(
+        &mut self,
+        id: i64,
+        reason: DisabledReason,
+        now_ms: i64,
+    ) -> Result<Option<String>, StoreError> {
+        let conn = self.0;
+        Ok(conn
+            .prepare_cached(
+                "UPDATE endpoints SET status = 'disabled', disabled_reason = ?2, updated_at = ?3
+             WHERE id = ?1 AND status = 'enabled' RETURNING app_id",
+            )?
+            .query_row(params![id, reason.as_str(), now_ms], |r| r.get(0))
+            .optional()?)
+    }
+
+    fn record_endpoint_health(
+        &mut self,
+        id: i64,
+        delta: &HealthDelta,
+        min_failures: i64,
+        failing_after_ms: Option<i64>,
+        now_ms: i64,
+    ) -> Result<Option<(String, i64)>, StoreError> {
+        let conn = self.0;
+        // A success in the round restarts the streak from the failures after it; without one the
+        // round's failures extend the streak.
+        conn.prepare_cached(
+            "UPDATE endpoints SET
+                last_success_at = coalesce(?2, last_success_at),
+                last_failure_at = coalesce(?3, last_failure_at),
+                consecutive_failures = CASE WHEN ?2 IS NULL THEN consecutive_failures + ?4 ELSE ?4 END,
+                failing_since = CASE WHEN ?2 IS NULL THEN coalesce(failing_since, ?5) ELSE ?5 END
+             WHERE id = ?1",
+        )?
+        .execute(params![
+            id,
+            delta.last_success_at,
+            delta.last_failure_at,
+            delta.failures,
+            delta.first_failure_at
+        ])?;
+        let Some(after_ms) = failing_after_ms else {
+            return Ok(None);
+        };
+        if delta.failures == 0 {
+            return Ok(None);
         }
-    }
-    Ok(out)
-}
-
-pub fn delete(conn: &Connection, app_id: &str, id: i64) -> rusqlite::Result<bool> {
-    let n = conn.execute(
-        "DELETE FROM endpoints WHERE app_id = ?1 AND id = ?2",
-        params![app_id, id],
-    )?;
-    Ok(n == 1)
-}
-
-/// How many endpoints use a retry policy.
-pub fn count_using_policy(conn: &Connection, policy_id: i64) -> rusqlite::Result<i64> {
-    conn.query_row(
-        "SELECT count(*) FROM endpoints WHERE retry_policy_id = ?1",
-        params![policy_id],
-        |r| r.get(0),
-    )
-}
-
-/// Deletes an endpoint in the caller's transaction: its pending tasks become `canceled`, and
-/// schedules that name it drop it from `endpoint_ids`. A schedule whose only target it was is
-/// paused rather than left with an empty list (which would mean "every endpoint").
-/// Returns `None` when there was no such endpoint, else the ids of the schedules it paused.
-pub fn delete_cascade(
-    conn: &Connection,
-    app_id: &str,
-    id: i64,
-    now_ms: i64,
-) -> rusqlite::Result<Option<Vec<i64>>> {
-    if !delete(conn, app_id, id)? {
-        return Ok(None);
-    }
-    conn.execute(
-        "UPDATE tasks SET status = 'canceled', finished_at = ?2, updated_at = ?2, next_attempt_at = NULL,
-         last_error = coalesce(last_error, 'endpoint deleted')
-         WHERE endpoint_id = ?1 AND status = 'pending'",
-        params![id, now_ms],
-    )?;
-    // The schedules this deletion leaves with no target: webhookd pauses them (logged at WARN,
-    // contract §10).
-    // The caller publishes `webhookd.schedule.paused` for each (contract §11).
-    let paused: Vec<i64> = conn
-        .prepare(
-            "SELECT id FROM schedules WHERE app_id = ?2 AND status = 'active'
-             AND EXISTS (SELECT 1 FROM json_each(schedules.endpoint_ids) WHERE value = ?1)
-             AND NOT EXISTS (SELECT 1 FROM json_each(schedules.endpoint_ids) WHERE value != ?1)
-             ORDER BY id",
+        Ok(conn.prepare_cached(
+            "UPDATE endpoints SET status = 'disabled', disabled_reason = 'failing', updated_at = ?4
+             WHERE id = ?1 AND status = 'enabled' AND consecutive_failures >= ?2
+               AND failing_since IS NOT NULL AND ?4 - failing_since >= ?3
+             RETURNING app_id, consecutive_failures",
         )?
-        .query_map(params![id, app_id], |r| r.get(0))?
-        .collect::<rusqlite::Result<_>>()?;
-    for &schedule_id in &paused {
-        tracing::warn!(
-            schedule_id,
-            endpoint_id = id,
-            reason = "every target endpoint was deleted",
-            "schedule paused by webhookd"
-        );
-    }
-    // SET expressions all read the row as it was, so `emptied` looks at the old list.
-    conn.execute(
-        "UPDATE schedules SET
-            status = CASE WHEN status = 'active' AND NOT EXISTS
-                (SELECT 1 FROM json_each(schedules.endpoint_ids) WHERE value != ?1) THEN 'paused' ELSE status END,
-            next_run_at = CASE WHEN status = 'active' AND NOT EXISTS
-                (SELECT 1 FROM json_each(schedules.endpoint_ids) WHERE value != ?1) THEN NULL ELSE next_run_at END,
-            paused_reason = CASE WHEN status = 'active' AND NOT EXISTS
-                (SELECT 1 FROM json_each(schedules.endpoint_ids) WHERE value != ?1)
-                THEN 'every target endpoint was deleted' ELSE paused_reason END,
-            endpoint_ids = (SELECT json_group_array(value) FROM json_each(schedules.endpoint_ids) WHERE value != ?1),
-            updated_at = ?3
-         WHERE app_id = ?2 AND EXISTS (SELECT 1 FROM json_each(schedules.endpoint_ids) WHERE value = ?1)",
-        params![id, app_id, now_ms],
-    )?;
-    Ok(Some(paused))
-}
-
-/// Every enabled endpoint of an app with its task `max_attempts`, in one query.
-pub fn enabled_targets(conn: &Connection, app_id: &str) -> rusqlite::Result<Vec<Target>> {
-    let default_attempts = i64::from(crate::retry::RetryPolicy::DEFAULT.max_attempts);
-    conn.prepare_cached(
-        "SELECT e.id, e.filter_events, coalesce(p.max_attempts, ?2)
-         FROM endpoints e LEFT JOIN retry_policies p ON p.id = e.retry_policy_id
-         WHERE e.app_id = ?1 AND e.status = 'enabled' ORDER BY e.id",
-    )?
-    .query_map(params![app_id, default_attempts], |r| {
-        Ok(Target {
-            id: r.get(0)?,
-            filter_events: r.get(1)?,
-            max_attempts: r.get(2)?,
+        .query_row(params![id, min_failures, after_ms, now_ms], |r| {
+            Ok((r.get(0)?, r.get(1)?))
         })
-    })?
-    .collect()
+        .optional()?)
+    }
+
+    fn list_endpoints(
+        &mut self,
+        app_id: &str,
+        status: Option<&str>,
+        page: Page,
+    ) -> Result<(i64, Vec<Endpoint>), StoreError> {
+        let conn = self.0;
+        let filters = Filters::app(app_id).eq("status", status.map(str::to_string));
+        Ok(list_page(
+            conn,
+            "endpoints",
+            COLUMNS,
+            &filters,
+            page,
+            from_row,
+        )?)
+    }
+
+    fn endpoint_names(
+        &mut self,
+        app_id: &str,
+        ids: &[i64],
+    ) -> Result<Vec<(i64, String)>, StoreError> {
+        let conn = self.0;
+        let mut stmt =
+            conn.prepare_cached("SELECT id, name FROM endpoints WHERE app_id = ?1 AND id = ?2")?;
+        let mut out = Vec::with_capacity(ids.len());
+        for id in ids {
+            if let Some(row) = stmt
+                .query_row(params![app_id, id], |r| Ok((r.get(0)?, r.get(1)?)))
+                .optional()?
+            {
+                out.push(row);
+            }
+        }
+        Ok(out)
+    }
+
+    fn count_endpoints_using_policy(&mut self, policy_id: i64) -> Result<i64, StoreError> {
+        let conn = self.0;
+        Ok(conn.query_row(
+            "SELECT count(*) FROM endpoints WHERE retry_policy_id = ?1",
+            params![policy_id],
+            |r| r.get(0),
+        )?)
+    }
+
+    fn delete_endpoint_cascade(
+        &mut self,
+        app_id: &str,
+        id: i64,
+        now_ms: i64,
+    ) -> Result<Option<Vec<i64>>, StoreError> {
+        let conn = self.0;
+        let deleted = conn.execute(
+            "DELETE FROM endpoints WHERE app_id = ?1 AND id = ?2",
+            params![app_id, id],
+        )?;
+        if deleted != 1 {
+            return Ok(None);
+        }
+        conn.execute(
+            "UPDATE tasks SET status = 'canceled', finished_at = ?2, updated_at = ?2, next_attempt_at = NULL,
+             last_error = coalesce(last_error, 'endpoint deleted')
+             WHERE endpoint_id = ?1 AND status = 'pending'",
+            params![id, now_ms],
+        )?;
+        // The schedules this deletion leaves with no target: webhookd pauses them (logged at WARN,
+        // contract §10).
+        // The caller publishes `webhookd.schedule.paused` for each (contract §11).
+        let paused: Vec<i64> = conn
+            .prepare(
+                "SELECT id FROM schedules WHERE app_id = ?2 AND status = 'active'
+                 AND EXISTS (SELECT 1 FROM json_each(schedules.endpoint_ids) WHERE value = ?1)
+                 AND NOT EXISTS (SELECT 1 FROM json_each(schedules.endpoint_ids) WHERE value != ?1)
+                 ORDER BY id",
+            )?
+            .query_map(params![id, app_id], |r| r.get(0))?
+            .collect::<rusqlite::Result<_>>()?;
+        for &schedule_id in &paused {
+            tracing::warn!(
+                schedule_id,
+                endpoint_id = id,
+                reason = "every target endpoint was deleted",
+                "schedule paused by webhookd"
+            );
+        }
+        // SET expressions all read the row as it was, so `emptied` looks at the old list.
+        conn.execute(
+            "UPDATE schedules SET
+                status = CASE WHEN status = 'active' AND NOT EXISTS
+                    (SELECT 1 FROM json_each(schedules.endpoint_ids) WHERE value != ?1) THEN 'paused' ELSE status END,
+                next_run_at = CASE WHEN status = 'active' AND NOT EXISTS
+                    (SELECT 1 FROM json_each(schedules.endpoint_ids) WHERE value != ?1) THEN NULL ELSE next_run_at END,
+                paused_reason = CASE WHEN status = 'active' AND NOT EXISTS
+                    (SELECT 1 FROM json_each(schedules.endpoint_ids) WHERE value != ?1)
+                    THEN 'every target endpoint was deleted' ELSE paused_reason END,
+                endpoint_ids = (SELECT json_group_array(value) FROM json_each(schedules.endpoint_ids) WHERE value != ?1),
+                updated_at = ?3
+             WHERE app_id = ?2 AND EXISTS (SELECT 1 FROM json_each(schedules.endpoint_ids) WHERE value = ?1)",
+            params![id, app_id, now_ms],
+        )?;
+        Ok(Some(paused))
+    }
+
+    fn list_enabled_targets(&mut self, app_id: &str) -> Result<Vec<Target>, StoreError> {
+        let conn = self.0;
+        let default_attempts = i64::from(crate::retry::RetryPolicy::DEFAULT.max_attempts);
+        Ok(conn
+            .prepare_cached(
+                "SELECT e.id, e.filter_events, coalesce(p.max_attempts, ?2)
+             FROM endpoints e LEFT JOIN retry_policies p ON p.id = e.retry_policy_id
+             WHERE e.app_id = ?1 AND e.status = 'enabled' ORDER BY e.id",
+            )?
+            .query_map(params![app_id, default_attempts], |r| {
+                Ok(Target {
+                    id: r.get(0)?,
+                    filter_events: r.get(1)?,
+                    max_attempts: r.get(2)?,
+                })
+            })?
+            .collect::<Result<_, _>>()?)
+    }
 }

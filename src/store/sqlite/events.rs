@@ -1,10 +1,12 @@
-//! SQLite SQL of the `events` table (records in `store::events`).
+//! [`EventQueries`] on SQLite: the SQL of the `events` table (records in `store::events`).
 
 use crate::store::Page;
 #[allow(unused_imports)]
 use crate::store::events::*;
-use crate::store::sqlite::Filters;
-use rusqlite::{Connection, OptionalExtension, Row, params};
+use crate::store::sqlite::SqliteTx;
+use crate::store::sqlite::list::{Filters, list_page};
+use crate::store::{EventQueries, StoreError};
+use rusqlite::{OptionalExtension, Row, params};
 
 const COLUMNS: &str = "id, app_id, event_name, event_key, payload, status, task_count, created_at";
 
@@ -22,64 +24,63 @@ fn from_row(r: &Row<'_>) -> rusqlite::Result<Event> {
     })
 }
 
-/// Inserts an event; `payload` is compact JSON text.
-#[allow(clippy::too_many_arguments)]
-pub fn insert(
-    conn: &Connection,
-    app_id: &str,
-    event_name: &str,
-    event_key: Option<&str>,
-    payload: &str,
-    task_count: i64,
-    now_ms: i64,
-) -> rusqlite::Result<i64> {
-    conn.prepare_cached(
-        "INSERT INTO events (app_id, event_name, event_key, payload, status, task_count, created_at)
-         VALUES (?1, ?2, ?3, ?4, 'dispatched', ?5, ?6)",
-    )?
-    .execute(params![app_id, event_name, event_key, payload, task_count, now_ms])?;
-    Ok(conn.last_insert_rowid())
-}
+impl EventQueries for SqliteTx<'_> {
+    fn insert_event(
+        &mut self,
+        app_id: &str,
+        event_name: &str,
+        event_key: Option<&str>,
+        payload: &str,
+        task_count: i64,
+        now_ms: i64,
+    ) -> Result<i64, StoreError> {
+        let conn = self.0;
+        conn.prepare_cached(
+            "INSERT INTO events (app_id, event_name, event_key, payload, status, task_count, created_at)
+             VALUES (?1, ?2, ?3, ?4, 'dispatched', ?5, ?6)",
+        )?
+        .execute(params![app_id, event_name, event_key, payload, task_count, now_ms])?;
+        Ok(conn.last_insert_rowid())
+    }
 
-/// The first event published with this name and key since `since_ms`.
-pub fn find_by_key(
-    conn: &Connection,
-    app_id: &str,
-    event_name: &str,
-    event_key: &str,
-    since_ms: i64,
-) -> rusqlite::Result<Option<Event>> {
-    conn.prepare_cached(&format!(
-        "SELECT {COLUMNS} FROM events
-         WHERE app_id = ?1 AND event_name = ?2 AND event_key = ?3 AND created_at >= ?4
-         ORDER BY id LIMIT 1"
-    ))?
-    .query_row(params![app_id, event_name, event_key, since_ms], from_row)
-    .optional()
-}
+    fn find_event_by_key(
+        &mut self,
+        app_id: &str,
+        event_name: &str,
+        event_key: &str,
+        since_ms: i64,
+    ) -> Result<Option<Event>, StoreError> {
+        let conn = self.0;
+        Ok(conn
+            .prepare_cached(&format!(
+                "SELECT {COLUMNS} FROM events
+             WHERE app_id = ?1 AND event_name = ?2 AND event_key = ?3 AND created_at >= ?4
+             ORDER BY id LIMIT 1"
+            ))?
+            .query_row(params![app_id, event_name, event_key, since_ms], from_row)
+            .optional()?)
+    }
 
-pub fn get(conn: &Connection, app_id: &str, id: i64) -> rusqlite::Result<Option<Event>> {
-    conn.prepare_cached(&format!(
-        "SELECT {COLUMNS} FROM events WHERE app_id = ?1 AND id = ?2"
-    ))?
-    .query_row(params![app_id, id], from_row)
-    .optional()
-}
+    fn get_event(&mut self, app_id: &str, id: i64) -> Result<Option<Event>, StoreError> {
+        let conn = self.0;
+        Ok(conn
+            .prepare_cached(&format!(
+                "SELECT {COLUMNS} FROM events WHERE app_id = ?1 AND id = ?2"
+            ))?
+            .query_row(params![app_id, id], from_row)
+            .optional()?)
+    }
 
-/// The name of an event, whatever its app (for the `X-Service-Event` delivery header).
-pub fn name_of(conn: &Connection, id: i64) -> rusqlite::Result<Option<String>> {
-    conn.prepare_cached("SELECT event_name FROM events WHERE id = ?1")?
-        .query_row(params![id], |r| r.get(0))
-        .optional()
-}
-
-/// One page, newest first, and the total count of matches.
-pub fn list(
-    conn: &Connection,
-    app_id: &str,
-    event_name: Option<&str>,
-    page: Page,
-) -> rusqlite::Result<(i64, Vec<Event>)> {
-    let filters = Filters::app(app_id).eq("event_name", event_name.map(str::to_string));
-    super::list_page(conn, "events", COLUMNS, &filters, page, from_row)
+    fn list_events(
+        &mut self,
+        app_id: &str,
+        event_name: Option<&str>,
+        page: Page,
+    ) -> Result<(i64, Vec<Event>), StoreError> {
+        let conn = self.0;
+        let filters = Filters::app(app_id).eq("event_name", event_name.map(str::to_string));
+        Ok(list_page(
+            conn, "events", COLUMNS, &filters, page, from_row,
+        )?)
+    }
 }

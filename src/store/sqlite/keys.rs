@@ -1,57 +1,123 @@
-//! SQLite SQL of the `keys` table (records in `store::keys`).
+//! [`KeyQueries`] on SQLite: the SQL of the `keys` table (records in `store::keys`).
 
-#[allow(unused_imports)]
-use crate::store::keys::*;
-use rusqlite::{Connection, OptionalExtension, params};
+use crate::store::keys::{KEY_COLUMNS, Key, KeyAuth, LAST_USED_EVERY_MS, NewKey, Scope};
+use crate::store::sqlite::SqliteTx;
+use crate::store::{KeyQueries, Page, StoreError};
+use rusqlite::{OptionalExtension, Row, params};
 
-pub fn create(
-    conn: &Connection,
-    app_id: &str,
-    name: &str,
-    now_ms: i64,
-) -> rusqlite::Result<NewKey> {
-    let key = NewKey::generate(app_id);
-    conn.execute(
-        "INSERT INTO api_keys (key_id, secret, app_id, name, created_at) VALUES (?1, ?2, ?3, ?4, ?5)",
-        params![key.key_id, key.secret, key.app_id, name, now_ms],
-    )?;
-    Ok(key)
+fn from_row(r: &Row<'_>) -> rusqlite::Result<Key> {
+    Ok(Key::from_columns(
+        r.get(0)?,
+        r.get(1)?,
+        r.get(2)?,
+        r.get(3)?,
+        r.get(4)?,
+        r.get(5)?,
+        r.get(6)?,
+        r.get(7)?,
+    ))
 }
 
-pub fn count(conn: &Connection) -> rusqlite::Result<i64> {
-    conn.query_row("SELECT count(*) FROM api_keys", [], |r| r.get(0))
-}
+impl KeyQueries for SqliteTx<'_> {
+    fn create_scoped_key(
+        &mut self,
+        app_id: &str,
+        name: &str,
+        scope: Scope,
+        expires_at: Option<i64>,
+        now_ms: i64,
+    ) -> Result<NewKey, StoreError> {
+        let conn = self.0;
+        let key = NewKey::generate(app_id);
+        conn.execute(
+            "INSERT INTO api_keys (key_id, secret, app_id, name, created_at, scope, expires_at)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+            params![
+                key.key_id,
+                key.secret,
+                key.app_id,
+                name,
+                now_ms,
+                scope.as_str(),
+                expires_at
+            ],
+        )?;
+        Ok(key)
+    }
 
-pub fn list(conn: &Connection) -> rusqlite::Result<Vec<KeyInfo>> {
-    let mut stmt = conn.prepare_cached(
-        "SELECT key_id, app_id, name, created_at, revoked_at IS NOT NULL FROM api_keys ORDER BY created_at, key_id",
-    )?;
-    stmt.query_map([], |r| {
-        Ok(KeyInfo {
-            key_id: r.get(0)?,
-            app_id: r.get(1)?,
-            name: r.get(2)?,
-            created_at: crate::clock::rfc3339(r.get(3)?),
-            revoked: r.get(4)?,
-        })
-    })?
-    .collect()
-}
+    fn count_keys(&mut self) -> Result<i64, StoreError> {
+        let conn = self.0;
+        Ok(conn.query_row("SELECT count(*) FROM api_keys", [], |r| r.get(0))?)
+    }
 
-/// Marks a key revoked; false when no live key has that id.
-pub fn revoke(conn: &Connection, key_id: &str, now_ms: i64) -> rusqlite::Result<bool> {
-    let changed = conn.execute(
-        "UPDATE api_keys SET revoked_at = ?2 WHERE key_id = ?1 AND revoked_at IS NULL",
-        params![key_id, now_ms],
-    )?;
-    Ok(changed == 1)
-}
+    fn list_keys(&mut self) -> Result<Vec<Key>, StoreError> {
+        let conn = self.0;
+        let mut stmt = conn.prepare_cached(&format!(
+            "SELECT {KEY_COLUMNS} FROM api_keys ORDER BY created_at, key_id"
+        ))?;
+        Ok(stmt.query_map([], from_row)?.collect::<Result<_, _>>()?)
+    }
 
-/// The secret and app of a live (not revoked) key.
-pub fn lookup(conn: &Connection, key_id: &str) -> rusqlite::Result<Option<(String, String)>> {
-    conn.prepare_cached(
-        "SELECT secret, app_id FROM api_keys WHERE key_id = ?1 AND revoked_at IS NULL",
-    )?
-    .query_row([key_id], |r| Ok((r.get(0)?, r.get(1)?)))
-    .optional()
+    fn list_app_keys(&mut self, app_id: &str, page: Page) -> Result<(i64, Vec<Key>), StoreError> {
+        let conn = self.0;
+        let total = conn
+            .prepare_cached("SELECT count(*) FROM api_keys WHERE app_id = ?1")?
+            .query_row([app_id], |r| r.get(0))?;
+        let items = conn
+            .prepare_cached(&format!(
+                "SELECT {KEY_COLUMNS} FROM api_keys WHERE app_id = ?1
+                 ORDER BY created_at DESC, key_id DESC LIMIT ?2 + 0 OFFSET ?3 + 0"
+            ))?
+            .query_map(params![app_id, page.limit(), page.offset()], from_row)?
+            .collect::<Result<_, _>>()?;
+        Ok((total, items))
+    }
+
+    fn get_key(&mut self, app_id: &str, key_id: &str) -> Result<Option<Key>, StoreError> {
+        let conn = self.0;
+        Ok(conn
+            .prepare_cached(&format!(
+                "SELECT {KEY_COLUMNS} FROM api_keys WHERE app_id = ?1 AND key_id = ?2"
+            ))?
+            .query_row([app_id, key_id], from_row)
+            .optional()?)
+    }
+
+    fn revoke_key(&mut self, key_id: &str, now_ms: i64) -> Result<bool, StoreError> {
+        let conn = self.0;
+        let changed = conn.execute(
+            "UPDATE api_keys SET revoked_at = ?2 WHERE key_id = ?1 AND revoked_at IS NULL",
+            params![key_id, now_ms],
+        )?;
+        Ok(changed == 1)
+    }
+
+    fn lookup_key(&mut self, key_id: &str) -> Result<Option<KeyAuth>, StoreError> {
+        let conn = self.0;
+        Ok(conn
+            .prepare_cached(
+                "SELECT secret, app_id, scope, expires_at, last_used_at FROM api_keys
+                 WHERE key_id = ?1 AND revoked_at IS NULL",
+            )?
+            .query_row([key_id], |r| {
+                Ok(KeyAuth {
+                    secret: r.get(0)?,
+                    app_id: r.get(1)?,
+                    scope: r.get(2)?,
+                    expires_at: r.get(3)?,
+                    last_used_at: r.get(4)?,
+                })
+            })
+            .optional()?)
+    }
+
+    fn touch_key(&mut self, key_id: &str, now_ms: i64) -> Result<(), StoreError> {
+        let conn = self.0;
+        conn.prepare_cached(
+            "UPDATE api_keys SET last_used_at = ?2
+             WHERE key_id = ?1 AND (last_used_at IS NULL OR last_used_at <= ?3)",
+        )?
+        .execute(params![key_id, now_ms, now_ms - LAST_USED_EVERY_MS])?;
+        Ok(())
+    }
 }

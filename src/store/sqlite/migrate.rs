@@ -18,6 +18,7 @@ const UPGRADES: &[&str] = &[
     include_str!("../../../migrations/replay_guard.sql"),
     include_str!("../../../migrations/visibility.sql"),
     include_str!("../../../migrations/lease.sql"),
+    include_str!("../../../migrations/key_scopes.sql"),
 ];
 
 /// The schema version this binary writes.
@@ -55,17 +56,19 @@ pub fn check_is_ours(conn: &Connection, path: &Path) -> anyhow::Result<()> {
 
 /// Applies every upgrade step the file has not had yet.
 pub fn upgrade(conn: &mut Connection) -> anyhow::Result<()> {
+    let mut from = None;
     loop {
         let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Exclusive)?;
         let version: i64 = tx.query_row("PRAGMA user_version", [], |r| r.get(0))?;
         let Some(step) = usize::try_from(version).ok().and_then(|v| UPGRADES.get(v)) else {
+            crate::store::log_schema_upgrade("SQLite", from, version);
             return Ok(());
         };
+        from.get_or_insert(version);
         tx.execute_batch(step)
             .with_context(|| format!("schema upgrade to version {} failed", version + 1))?;
         tx.pragma_update(None, "application_id", APPLICATION_ID)?;
         tx.pragma_update(None, "user_version", version + 1)?;
         tx.commit()?;
-        tracing::info!(version = version + 1, "database schema upgraded");
     }
 }

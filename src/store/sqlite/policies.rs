@@ -1,10 +1,12 @@
-//! SQLite SQL of the `policies` table (records in `store::policies`).
+//! [`PolicyQueries`] on SQLite: the SQL of the `policies` table (records in `store::policies`).
 
 use crate::store::Page;
 #[allow(unused_imports)]
 use crate::store::policies::*;
-use crate::store::sqlite::Filters;
-use rusqlite::{Connection, OptionalExtension, Row, params};
+use crate::store::sqlite::SqliteTx;
+use crate::store::sqlite::list::{Filters, list_page};
+use crate::store::{PolicyQueries, StoreError};
+use rusqlite::{OptionalExtension, Row, params};
 
 const COLUMNS: &str = "id, app_id, name, max_attempts, backoff_type, initial_delay_sec, max_delay_sec, status, created_at, updated_at";
 
@@ -23,79 +25,92 @@ fn from_row(r: &Row<'_>) -> rusqlite::Result<Policy> {
     })
 }
 
-pub fn insert(conn: &Connection, p: &Policy) -> rusqlite::Result<Policy> {
-    conn.prepare_cached(
-        "INSERT INTO retry_policies (app_id, name, max_attempts, backoff_type, initial_delay_sec, max_delay_sec, status, created_at, updated_at)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
-    )?
-    .execute(params![
-        p.app_id,
-        p.name,
-        p.max_attempts,
-        p.backoff_type,
-        p.initial_delay_sec,
-        p.max_delay_sec,
-        p.status,
-        p.created_at,
-        p.updated_at
-    ])?;
-    Ok(Policy {
-        id: conn.last_insert_rowid(),
-        ..p.clone()
-    })
-}
+impl PolicyQueries for SqliteTx<'_> {
+    fn insert_policy(&mut self, p: &Policy) -> Result<Policy, StoreError> {
+        let conn = self.0;
+        conn.prepare_cached(
+            "INSERT INTO retry_policies (app_id, name, max_attempts, backoff_type, initial_delay_sec, max_delay_sec, status, created_at, updated_at)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
+        )?
+        .execute(params![
+            p.app_id,
+            p.name,
+            p.max_attempts,
+            p.backoff_type,
+            p.initial_delay_sec,
+            p.max_delay_sec,
+            p.status,
+            p.created_at,
+            p.updated_at
+        ])?;
+        Ok(Policy {
+            id: conn.last_insert_rowid(),
+            ..p.clone()
+        })
+    }
 
-pub fn update(conn: &Connection, p: &Policy) -> rusqlite::Result<()> {
-    conn.prepare_cached(
-        "UPDATE retry_policies SET name = ?3, max_attempts = ?4, backoff_type = ?5, initial_delay_sec = ?6,
-         max_delay_sec = ?7, status = ?8, updated_at = ?9 WHERE app_id = ?1 AND id = ?2",
-    )?
-    .execute(params![
-        p.app_id,
-        p.id,
-        p.name,
-        p.max_attempts,
-        p.backoff_type,
-        p.initial_delay_sec,
-        p.max_delay_sec,
-        p.status,
-        p.updated_at
-    ])?;
-    Ok(())
-}
+    fn update_policy(&mut self, p: &Policy) -> Result<(), StoreError> {
+        let conn = self.0;
+        conn.prepare_cached(
+            "UPDATE retry_policies SET name = ?3, max_attempts = ?4, backoff_type = ?5, initial_delay_sec = ?6,
+             max_delay_sec = ?7, status = ?8, updated_at = ?9 WHERE app_id = ?1 AND id = ?2",
+        )?
+        .execute(params![
+            p.app_id,
+            p.id,
+            p.name,
+            p.max_attempts,
+            p.backoff_type,
+            p.initial_delay_sec,
+            p.max_delay_sec,
+            p.status,
+            p.updated_at
+        ])?;
+        Ok(())
+    }
 
-pub fn get(conn: &Connection, app_id: &str, id: i64) -> rusqlite::Result<Option<Policy>> {
-    conn.prepare_cached(&format!(
-        "SELECT {COLUMNS} FROM retry_policies WHERE app_id = ?1 AND id = ?2"
-    ))?
-    .query_row(params![app_id, id], from_row)
-    .optional()
-}
+    fn get_policy(&mut self, app_id: &str, id: i64) -> Result<Option<Policy>, StoreError> {
+        let conn = self.0;
+        Ok(conn
+            .prepare_cached(&format!(
+                "SELECT {COLUMNS} FROM retry_policies WHERE app_id = ?1 AND id = ?2"
+            ))?
+            .query_row(params![app_id, id], from_row)
+            .optional()?)
+    }
 
-/// Any policy by id, whatever its app (for the delivery pool).
-pub fn get_any(conn: &Connection, id: i64) -> rusqlite::Result<Option<Policy>> {
-    conn.prepare_cached(&format!(
-        "SELECT {COLUMNS} FROM retry_policies WHERE id = ?1"
-    ))?
-    .query_row(params![id], from_row)
-    .optional()
-}
+    fn get_policy_any(&mut self, id: i64) -> Result<Option<Policy>, StoreError> {
+        let conn = self.0;
+        Ok(conn
+            .prepare_cached(&format!(
+                "SELECT {COLUMNS} FROM retry_policies WHERE id = ?1"
+            ))?
+            .query_row(params![id], from_row)
+            .optional()?)
+    }
 
-pub fn list(conn: &Connection, app_id: &str, page: Page) -> rusqlite::Result<(i64, Vec<Policy>)> {
-    super::list_page(
-        conn,
-        "retry_policies",
-        COLUMNS,
-        &Filters::app(app_id),
-        page,
-        from_row,
-    )
-}
+    fn list_policies(
+        &mut self,
+        app_id: &str,
+        page: Page,
+    ) -> Result<(i64, Vec<Policy>), StoreError> {
+        let conn = self.0;
+        Ok(list_page(
+            conn,
+            "retry_policies",
+            COLUMNS,
+            &Filters::app(app_id),
+            page,
+            from_row,
+        )?)
+    }
 
-pub fn delete(conn: &Connection, app_id: &str, id: i64) -> rusqlite::Result<bool> {
-    let n = conn.execute(
-        "DELETE FROM retry_policies WHERE app_id = ?1 AND id = ?2",
-        params![app_id, id],
-    )?;
-    Ok(n == 1)
+    fn delete_policy(&mut self, app_id: &str, id: i64) -> Result<bool, StoreError> {
+        let conn = self.0;
+        let n = conn.execute(
+            "DELETE FROM retry_policies WHERE app_id = ?1 AND id = ?2",
+            params![app_id, id],
+        )?;
+        Ok(n == 1)
+    }
 }

@@ -1,0 +1,3 @@
+module webhookd.example/client
+
+go 1.19

@@ -1,0 +1,3 @@
+module webhookd.example/receiver
+
+go 1.19

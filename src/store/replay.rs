@@ -1,0 +1,21 @@
+//! The `replay_guard` table: (key id, signature) pairs already accepted, so a signed request
+//! replayed within its window is refused. No record type: only [`ReplayQueries`].
+
+use crate::store::StoreError;
+/// The queries on the replay guard, one body per backend (`store::sqlite::replay`,
+/// `store::postgres::replay`); part of [`crate::store::Tx`].
+pub trait ReplayQueries {
+    /// Records the pair as used until `expires_ms`. False when it is already recorded and has not
+    /// expired: a replay. An expired row is taken over, so no separate clean-up has to run first.
+    /// Must run inside a write transaction (`Store::write`): it is the durable half of the
+    /// check, committed before the request is acted on.
+    fn first_use_of_signature(
+        &mut self,
+        key_id: &str,
+        signature: &str,
+        expires_ms: i64,
+        now_ms: i64,
+    ) -> Result<bool, StoreError>;
+    /// Deletes up to `limit` rows that expired before `now_ms`; returns how many went.
+    fn prune_replay(&mut self, now_ms: i64, limit: usize) -> Result<usize, StoreError>;
+}

@@ -1,0 +1,66 @@
+//! List requests on SQLite: [`Filters`] (the shared `store::list::Filters` with `?n`
+//! placeholders and `rusqlite` values) and [`list_page`].
+
+use crate::store::Page;
+use rusqlite::Connection;
+use rusqlite::types::Value;
+
+/// The `WHERE` clause of a list request (`store::list::Filters`) with SQLite's values. Only
+/// the filters given: `status = ?` lets SQLite search an index, where
+/// `(? IS NULL OR status = ?)` makes it scan every row of the app. Each combination of filters
+/// is its own cached statement.
+pub type Filters = crate::store::list::Filters<Value>;
+
+impl crate::store::list::Bind for Value {
+    const MARK: char = '?';
+
+    fn text(value: String) -> Self {
+        Value::Text(value)
+    }
+}
+
+impl Filters {
+    /// Adds `column = value` when a value is given.
+    pub fn eq<V: Into<Value>>(self, column: &str, value: Option<V>) -> Self {
+        match value {
+            Some(value) => self.bind(column, "=", value.into()),
+            None => self,
+        }
+    }
+
+    /// Adds `column <op> value`, e.g. `finished_at >= ?`. `op` is the caller's constant.
+    pub fn cmp<V: Into<Value>>(self, column: &str, op: &str, value: V) -> Self {
+        self.bind(column, op, value.into())
+    }
+}
+
+/// One page of `table` (newest first) matching `filters`, and the total count of matches.
+pub fn list_page<T>(
+    conn: &Connection,
+    table: &str,
+    columns: &str,
+    filters: &Filters,
+    page: Page,
+    from_row: impl FnMut(&rusqlite::Row<'_>) -> rusqlite::Result<T>,
+) -> rusqlite::Result<(i64, Vec<T>)> {
+    let condition = filters.condition();
+    let total = conn
+        .prepare_cached(&format!("SELECT count(*) FROM {table} WHERE {condition}"))?
+        .query_row(rusqlite::params_from_iter(filters.values()), |r| r.get(0))?;
+    let n = filters.values().len();
+    // `LIMIT ? + 0`: with a bare `LIMIT ?` SQLite plans with the bound value, so every new
+    // value would recompile the statement.
+    let sql = format!(
+        "SELECT {columns} FROM {table} WHERE {condition} ORDER BY id DESC LIMIT ?{} + 0 OFFSET ?{} + 0",
+        n + 1,
+        n + 2
+    );
+    let mut values = filters.values().to_vec();
+    values.push(page.limit().into());
+    values.push(page.offset().into());
+    let items = conn
+        .prepare_cached(&sql)?
+        .query_map(rusqlite::params_from_iter(&values), from_row)?
+        .collect::<rusqlite::Result<Vec<_>>>()?;
+    Ok((total, items))
+}

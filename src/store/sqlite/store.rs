@@ -1,0 +1,487 @@
+//! [`SqliteStore`]: the `store::Store` of a `--db` file path, and [`SqliteTx`], its
+//! `store::Tx` (each table's query trait is implemented on it in that table's file).
+
+use super::wal::Checkpointer;
+use super::{Conn, DbHealth, Pool, health, migrate, open_limited, wal_path};
+use crate::store::StoreError;
+use anyhow::{Context, bail};
+use r2d2_sqlite::SqliteConnectionManager;
+use rusqlite::{Connection, OpenFlags};
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::Ordering::SeqCst;
+use std::sync::atomic::{AtomicBool, AtomicU64};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Duration;
+
+/// `store::Tx` over one SQLite connection: a pooled one for reads, the open transaction for
+/// writes (a `rusqlite::Transaction` derefs to its connection).
+pub struct SqliteTx<'c>(pub &'c Connection);
+
+/// What the in-process writers of one database file share.
+#[derive(Default)]
+pub(super) struct FileState {
+    /// The lock writers queue on before `BEGIN IMMEDIATE`. Without it they meet SQLite's busy
+    /// handler, which sleeps 1, 2, 5 … 100 ms between tries and turned contention between API
+    /// threads and the delivery dispatcher into 50–900 ms stalls (BENCHMARKS.md). Other
+    /// processes (the `keys` commands) still meet the busy handler.
+    pub(super) writer: Mutex<()>,
+    /// `--sqlite-sync full`: a write returns only once its commit is fsynced ([`group_sync`]).
+    pub(super) durable_commits: AtomicBool,
+    /// Commits made (numbered under `writer`, so in commit order).
+    committed: AtomicU64,
+    /// How many of them an fsync of the `-wal` file has made durable. Held during the fsync:
+    /// the writers that commit meanwhile queue here and the next fsync covers them all.
+    synced: Mutex<u64>,
+    /// fsyncs of the `-wal` file (tests count them).
+    fsyncs: AtomicU64,
+    /// An fsync failed: the kernel may have dropped the unwritten pages and a later fsync could
+    /// succeed without them, so no later commit is called durable until a restart.
+    sync_failed: AtomicBool,
+}
+
+/// The [`FileState`] of the database file `conn` is open on.
+pub(super) fn file_state(conn: &Connection) -> Arc<FileState> {
+    static FILES: OnceLock<Mutex<HashMap<String, Arc<FileState>>>> = OnceLock::new();
+    let path = conn.path().unwrap_or_default().to_string();
+    FILES
+        .get_or_init(Mutex::default)
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .entry(path)
+        .or_default()
+        .clone()
+}
+
+/// Group commit (`--sqlite-sync full`): makes commit number `seq` durable before its write
+/// returns. Connections run `synchronous=NORMAL`, which writes a commit to the `-wal` file
+/// without an fsync (checkpoints still fsync the WAL and the database as they copy back); one
+/// fsync of the `-wal` file here then covers every commit made before it, so the writers that
+/// committed while another fsync ran share the next one, instead of taking one each inside
+/// the writer lock as `synchronous=FULL` does. An acknowledged write is on disk either way.
+fn group_sync(conn: &Connection, state: &FileState, seq: u64) -> rusqlite::Result<()> {
+    let io_error = |why: String| {
+        rusqlite::Error::SqliteFailure(
+            rusqlite::ffi::Error::new(rusqlite::ffi::SQLITE_IOERR),
+            Some(why),
+        )
+    };
+    let mut synced = state.synced.lock().unwrap_or_else(|e| e.into_inner());
+    if state.sync_failed.load(SeqCst) {
+        return Err(io_error(
+            "an earlier fsync of the database's -wal file failed; check the disk, then restart"
+                .into(),
+        ));
+    }
+    if *synced >= seq {
+        return Ok(());
+    }
+    let upto = state.committed.load(SeqCst);
+    let wal = wal_path(Path::new(conn.path().unwrap_or_default()));
+    state.fsyncs.fetch_add(1, SeqCst);
+    let file = match std::fs::File::open(&wal) {
+        Ok(file) => Some(file),
+        // Checkpointed and removed as the last other connection closed: the commit is in the
+        // database file, which that checkpoint fsynced.
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+        // No descriptor to fsync with (the process is out of them): this write fails, but
+        // nothing was dropped, so the next fsync that can run covers its commit; no latch.
+        Err(e) => {
+            return Err(io_error(format!(
+                "cannot open {} to fsync it: {e}",
+                wal.display()
+            )));
+        }
+    };
+    if let Some(Err(e)) = file.map(|f| f.sync_data()) {
+        state.sync_failed.store(true, SeqCst);
+        return Err(io_error(format!("fsync of {} failed: {e}", wal.display())));
+    }
+    *synced = upto;
+    Ok(())
+}
+
+/// Runs `f` in an IMMEDIATE transaction (the write lock is taken up front, so two writers
+/// never deadlock upgrading a read lock) and commits it when `f` succeeds; with
+/// `--sqlite-sync full` (the default) it returns once the commit is on disk ([`group_sync`]).
+/// Must not be nested.
+pub fn write_tx<T, E>(
+    conn: &mut Connection,
+    f: impl FnOnce(&rusqlite::Transaction<'_>) -> Result<T, E>,
+) -> Result<T, E>
+where
+    E: From<rusqlite::Error>,
+{
+    write_tx_synced(conn, true, f)
+}
+
+/// [`write_tx`]; `wait_for_disk: false` returns right after the commit, whose frames the next
+/// group fsync covers (`Store::write_unsynced_dyn`).
+fn write_tx_synced<T, E>(
+    conn: &mut Connection,
+    wait_for_disk: bool,
+    f: impl FnOnce(&rusqlite::Transaction<'_>) -> Result<T, E>,
+) -> Result<T, E>
+where
+    E: From<rusqlite::Error>,
+{
+    let state = file_state(conn);
+    let (seq, out) = {
+        let _queued = state.writer.lock().unwrap_or_else(|e| e.into_inner());
+        let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
+        let out = f(&tx)?;
+        tx.commit()?;
+        (state.committed.fetch_add(1, SeqCst) + 1, out)
+    };
+    if wait_for_disk && state.durable_commits.load(SeqCst) {
+        group_sync(conn, &state, seq)?;
+    }
+    Ok(out)
+}
+
+/// A SQLite database file behind a pool: the `store::Store` of a `--db` path.
+pub struct SqliteStore {
+    /// The `wal-checkpoint` thread of a store opened for serving, held for its `Drop`: it
+    /// stops first when the store drops.
+    _checkpointer: Option<Checkpointer>,
+    pool: Pool,
+    path: PathBuf,
+    health: DbHealth,
+}
+
+impl SqliteStore {
+    /// Opens (creating with mode 0600 if absent) a webhookd database, refuses foreign or newer
+    /// files untouched and applies pending schema upgrades ([`super::open`]). `serving`: the
+    /// store also starts its `wal-checkpoint` thread, which keeps the `-wal` file under
+    /// `options.wal_limit_bytes` until the store drops.
+    pub fn open(
+        path: &Path,
+        options: crate::store::OpenOptions,
+        serving: bool,
+    ) -> anyhow::Result<SqliteStore> {
+        let pool = open_limited(
+            path,
+            options.pool_size,
+            options.wal_limit_bytes,
+            options.sqlite_sync,
+        )?;
+        let checkpointer = if serving {
+            Some(Checkpointer::start(
+                pool.clone(),
+                path,
+                options.wal_limit_bytes,
+                options.checkpoint_wait,
+            )?)
+        } else {
+            None
+        };
+        Ok(SqliteStore {
+            _checkpointer: checkpointer,
+            pool,
+            path: path.to_path_buf(),
+            health: DbHealth::new(path),
+        })
+    }
+
+    /// Opens an existing database for `webhookd backup`: refuses a missing or foreign file,
+    /// creates nothing and upgrades nothing. Errors are the caller's usage errors.
+    pub fn open_existing(path: &Path) -> anyhow::Result<SqliteStore> {
+        if !path.is_file() {
+            bail!("{} does not exist or is not a file", path.display());
+        }
+        {
+            let conn = Connection::open_with_flags(path, OpenFlags::SQLITE_OPEN_READ_WRITE)
+                .with_context(|| format!("cannot open database {}", path.display()))?;
+            migrate::check_is_ours(&conn, path)?;
+        }
+        let manager = SqliteConnectionManager::file(path)
+            .with_flags(OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX)
+            .with_init(|conn| conn.busy_timeout(Duration::from_secs(30)));
+        let pool = r2d2::Pool::builder()
+            .max_size(1)
+            .connection_timeout(Duration::from_secs(30))
+            .build(manager)
+            .context("cannot open the database")?;
+        Ok(SqliteStore {
+            _checkpointer: None,
+            pool,
+            path: path.to_path_buf(),
+            health: DbHealth::new(path),
+        })
+    }
+
+    /// One pooled connection (tests, tools).
+    pub fn conn(&self) -> Result<Conn, StoreError> {
+        Ok(self.pool.get()?)
+    }
+
+    /// The database file.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+}
+
+impl crate::store::Store for SqliteStore {
+    fn read_dyn(
+        &self,
+        f: &mut dyn FnMut(&mut dyn crate::store::Tx) -> Result<(), StoreError>,
+    ) -> Result<(), StoreError> {
+        let conn = self.pool.get()?;
+        f(&mut SqliteTx(&conn))
+    }
+
+    fn write_dyn(
+        &self,
+        f: &mut dyn FnMut(&mut dyn crate::store::Tx) -> Result<(), StoreError>,
+    ) -> Result<(), StoreError> {
+        let mut conn = self.pool.get()?;
+        write_tx(&mut conn, |tx| f(&mut SqliteTx(tx)))
+    }
+
+    fn write_unsynced_dyn(
+        &self,
+        f: &mut dyn FnMut(&mut dyn crate::store::Tx) -> Result<(), StoreError>,
+    ) -> Result<(), StoreError> {
+        let mut conn = self.pool.get()?;
+        write_tx_synced(&mut conn, false, |tx| f(&mut SqliteTx(tx)))
+    }
+
+    fn quick_check(&self) -> Result<(), StoreError> {
+        self.health.file_problem()
+    }
+
+    fn health(&self, now_ms: i64) -> Result<(), StoreError> {
+        self.health.check(&self.pool, now_ms)
+    }
+
+    fn require_writable(&self, now_ms: i64) -> anyhow::Result<()> {
+        let mut conn = self.pool.get()?;
+        health::require_writable(&mut conn, &self.path, now_ms)
+    }
+
+    /// `VACUUM INTO`, which reads one snapshot in a single read transaction, so writers are not
+    /// blocked and every commit made before it started is in the copy; then checks the copy
+    /// with `PRAGMA integrity_check` (every page, index and constraint; the copy is not in
+    /// use, so its cost falls on no request). `out` must exist (empty): the caller creates it
+    /// exclusively with mode 0600.
+    fn backup(&self, out: &Path) -> anyhow::Result<()> {
+        let source = self.pool.get()?;
+        let target = out.to_str().context("the backup path is not valid UTF-8")?;
+        source
+            .execute("VACUUM INTO ?1", [target])
+            .context("the copy failed")?;
+        drop(source);
+        let copy = Connection::open_with_flags(out, OpenFlags::SQLITE_OPEN_READ_ONLY)?;
+        let check: String = copy.query_row("PRAGMA integrity_check", [], |r| r.get(0))?;
+        anyhow::ensure!(check == "ok", "the copy does not check out: {check}");
+        Ok(())
+    }
+
+    fn describe(&self) -> String {
+        format!("sqlite {}", self.path.display())
+    }
+
+    fn backend(&self) -> &'static str {
+        "sqlite"
+    }
+
+    fn watch(
+        &self,
+        _wakers: crate::store::Wakers,
+        _poll: Duration,
+        _poll_only: bool,
+    ) -> anyhow::Result<crate::store::Watcher> {
+        Ok(crate::store::Watcher::none())
+    }
+}
+
+/// SQLite's "cannot write" errors become the unavailable causes that say what to fix
+/// (contract §10); anything else is `Other`.
+impl From<rusqlite::Error> for StoreError {
+    fn from(err: rusqlite::Error) -> Self {
+        use rusqlite::ErrorCode;
+        match err.sqlite_error_code() {
+            Some(ErrorCode::DiskFull) => {
+                tracing::warn!(error = %err, "database write failed: disk full");
+                StoreError::DiskFull(
+                    "the disk holding the database is full; free space on it (writes resume without a restart)".into(),
+                )
+            }
+            Some(ErrorCode::ReadOnly) => {
+                tracing::warn!(error = %err, "database write failed: read-only");
+                StoreError::Unwritable(
+                    "the database is read-only: webhookd needs write permission on the database file and its folder, on a file system mounted read-write".into(),
+                )
+            }
+            Some(ErrorCode::SystemIoFailure | ErrorCode::CannotOpen) => {
+                tracing::warn!(error = %err, "database I/O failed");
+                StoreError::Unwritable(
+                    "the database cannot be read or written (I/O error); check the disk holding it and the server log".into(),
+                )
+            }
+            _ => StoreError::Other(err.into()),
+        }
+    }
+}
+
+impl From<r2d2::Error> for StoreError {
+    fn from(err: r2d2::Error) -> Self {
+        tracing::warn!(error = %err, "no database connection");
+        StoreError::Unwritable(
+            "no connection to the database could be opened; check the database file, its disk and the server log".into(),
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sqlite(code: i32) -> rusqlite::Error {
+        rusqlite::Error::SqliteFailure(rusqlite::ffi::Error::new(code), None)
+    }
+
+    /// `Store::write` commits when its closure succeeds, rolls back and returns the caller's
+    /// own error when it fails; `read` sees only what was committed.
+    #[test]
+    fn write_commits_on_ok_and_rolls_back_on_the_callers_error() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = dir.path().join("t.sqlite");
+        let store = crate::store::open(db.to_str().unwrap(), 2).unwrap();
+        #[derive(Debug, PartialEq)]
+        enum Mine {
+            Refused,
+            Store(String),
+        }
+        impl From<StoreError> for Mine {
+            fn from(e: StoreError) -> Self {
+                Mine::Store(e.to_string())
+            }
+        }
+        let refused = store.write(|tx| {
+            tx.create_key("app1", "k", 1)?;
+            Err::<(), _>(Mine::Refused)
+        });
+        assert_eq!(refused, Err(Mine::Refused));
+        assert_eq!(store.read(|tx| tx.count_keys()).unwrap(), 0);
+        let key = store.write(|tx| tx.create_key("app1", "k", 1)).unwrap();
+        assert_eq!(store.read(|tx| tx.count_keys()).unwrap(), 1);
+        let found = store.read(|tx| tx.lookup_key(&key.key_id)).unwrap();
+        let found = found.map(|k| (k.secret, k.app_id, k.scope));
+        assert_eq!(
+            found,
+            Some((
+                key.secret,
+                "app1".to_string(),
+                crate::store::keys::Scope::Admin
+            ))
+        );
+        assert_eq!(store.read(|tx| tx.rescue_expired_leases(0)).unwrap(), 0);
+        assert_eq!(store.backend(), "sqlite");
+    }
+
+    /// A stored word outside its set (a task status here) is an error of the read, never a
+    /// default; the words of a sound row read back as their enums.
+    #[test]
+    fn a_corrupt_stored_word_is_an_error() {
+        use crate::store::tasks::{NewTask, TaskKind, TaskStatus};
+        let dir = tempfile::tempdir().unwrap();
+        let db = dir.path().join("t.sqlite");
+        let store = crate::store::open(db.to_str().unwrap(), 1).unwrap();
+        let id = store
+            .write(|tx| {
+                tx.insert_task(&NewTask {
+                    app_id: "app1",
+                    schedule_id: None,
+                    event_id: None,
+                    endpoint_id: 1,
+                    task_type: TaskKind::Manual,
+                    payload: "{}",
+                    run_at: 1,
+                    max_attempts: 1,
+                    now_ms: 1,
+                })
+            })
+            .unwrap();
+        let task = store.read(|tx| tx.get_task("app1", id)).unwrap().unwrap();
+        assert_eq!(
+            (task.status, task.task_type),
+            (TaskStatus::Pending, TaskKind::Manual)
+        );
+        let conn = Connection::open(&db).unwrap();
+        conn.execute("UPDATE tasks SET status = 'bogus' WHERE id = ?1", [id])
+            .unwrap();
+        let err = store.read(|tx| tx.get_task("app1", id)).unwrap_err();
+        assert!(
+            matches!(&err, StoreError::Other(e) if format!("{e:#}").contains("not a task status: \"bogus\"")),
+            "{err}"
+        );
+    }
+
+    /// A 200 means "on disk": with `--sqlite-sync full` (the default) a write returns after an
+    /// fsync of the `-wal` file covering its commit; writers that commit while an fsync runs
+    /// share the next one. `normal` never fsyncs at commit.
+    #[test]
+    fn writes_return_after_a_shared_fsync_by_default_and_none_on_request() {
+        use crate::config::SqliteSync;
+        let dir = tempfile::tempdir().unwrap();
+        for (sync, durable) in [(SqliteSync::default(), true), (SqliteSync::Normal, false)] {
+            let db = dir.path().join(format!("{durable}.sqlite"));
+            let pool = open_limited(&db, 8, crate::config::DEFAULT_WAL_LIMIT_BYTES, sync).unwrap();
+            let found: i64 = pool
+                .get()
+                .unwrap()
+                .query_row("PRAGMA synchronous", [], |r| r.get(0))
+                .unwrap();
+            assert_eq!(found, 1, "NORMAL; the fsync is write_tx's");
+            let state = file_state(&pool.get().unwrap());
+            let before = state.fsyncs.load(SeqCst);
+            std::thread::scope(|s| {
+                for t in 0..8 {
+                    let pool = &pool;
+                    s.spawn(move || {
+                        let mut conn = pool.get().unwrap();
+                        for i in 0..25 {
+                            write_tx(&mut conn, |tx| {
+                                tx.execute(
+                                    "INSERT INTO health_probe (id, checked_at) VALUES (1, ?1)
+                                     ON CONFLICT (id) DO UPDATE SET checked_at = ?1",
+                                    [t * 100 + i],
+                                )
+                            })
+                            .unwrap();
+                        }
+                    });
+                }
+            });
+            let fsyncs = state.fsyncs.load(SeqCst) - before;
+            if durable {
+                assert!(
+                    (1..=200).contains(&fsyncs),
+                    "{fsyncs} fsyncs for 200 commits"
+                );
+                assert_eq!(*state.synced.lock().unwrap(), state.committed.load(SeqCst));
+            } else {
+                assert_eq!(fsyncs, 0);
+            }
+        }
+        assert_eq!(
+            crate::config::Config::new("x").sqlite_sync,
+            SqliteSync::Full
+        );
+    }
+
+    #[test]
+    fn unwritable_database_errors_map_to_their_causes() {
+        let full = StoreError::from(sqlite(rusqlite::ffi::SQLITE_FULL));
+        assert!(
+            matches!(&full, StoreError::DiskFull(m) if m.contains("disk holding the database is full"))
+        );
+        let ro = StoreError::from(sqlite(rusqlite::ffi::SQLITE_READONLY));
+        assert!(matches!(&ro, StoreError::Unwritable(m) if m.contains("read-only")));
+        let io = StoreError::from(sqlite(rusqlite::ffi::SQLITE_IOERR));
+        assert!(matches!(io, StoreError::Unwritable(_)));
+        let other = StoreError::from(sqlite(rusqlite::ffi::SQLITE_CONSTRAINT));
+        assert!(matches!(other, StoreError::Other(_)));
+    }
+}

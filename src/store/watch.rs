@@ -1,0 +1,120 @@
+//! Watching for changes other processes make to the database: what [`Store::watch`] returns
+//! ([`Watcher`]), the wakes it calls ([`Wakers`]) and the cap on idle sleeps while notices may
+//! be missed ([`IdleCap`]). Backend-neutral: a store with nothing to watch returns
+//! [`Watcher::none`].
+//!
+//! [`Store::watch`]: crate::store::Store::watch
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+/// What a store's watcher calls when another process made work due: the delivery pool's and
+/// the scheduler's wakes.
+pub struct Wakers {
+    pub tasks: Box<dyn Fn() + Send + Sync>,
+    pub schedules: Box<dyn Fn() + Send + Sync>,
+}
+
+/// The cap on the delivery pool's and the scheduler's idle sleep: none while the store's
+/// watcher is connected (a notice wakes them), `poll` otherwise. Cheap to clone; the clones
+/// share the listening state, so one can be made before the watching starts.
+#[derive(Debug, Clone)]
+pub struct IdleCap {
+    listening: Arc<AtomicBool>,
+    poll: Duration,
+}
+
+impl IdleCap {
+    /// Caps sleeps at `poll` until the watcher given this cap is connected; with no watcher
+    /// (polling only) always. `Duration::MAX` never caps (one process, whose own wakes cover
+    /// every change).
+    pub fn new(poll: Duration) -> IdleCap {
+        IdleCap {
+            listening: Arc::new(AtomicBool::new(false)),
+            poll,
+        }
+    }
+
+    /// Whether notices currently arrive.
+    pub fn is_listening(&self) -> bool {
+        self.listening.load(Ordering::Acquire)
+    }
+
+    /// How long to sleep when the loop would sleep `idle`.
+    pub fn cap(&self, idle: Duration) -> Duration {
+        if self.is_listening() {
+            idle
+        } else {
+            idle.min(self.poll)
+        }
+    }
+
+    /// The flag a watcher sets while notices arrive.
+    pub(crate) fn listening_flag(&self) -> Arc<AtomicBool> {
+        self.listening.clone()
+    }
+}
+
+/// What [`Store::watch`](crate::store::Store::watch) started: the cap on idle sleeps, how often
+/// leases of other processes must be looked at, and the watching to stop at shutdown.
+pub struct Watcher {
+    pub idle_cap: IdleCap,
+    /// How often the delivery pool takes back tasks whose lease ran out
+    /// (`rescue_expired_leases`), idle or not: a node dying with claimed tasks sends no
+    /// notice. `None`: no other process can hold a lease.
+    pub rescue_every: Option<Duration>,
+    stop: Option<Box<dyn FnOnce() + Send>>,
+}
+
+impl Watcher {
+    /// Nothing watched, no cap, no leases: the process's own wakes cover every change.
+    pub fn none() -> Watcher {
+        Watcher {
+            idle_cap: IdleCap::new(Duration::MAX),
+            rescue_every: None,
+            stop: None,
+        }
+    }
+
+    /// Several processes on one database: sleeps capped by `idle_cap`, leases looked at every
+    /// `rescue_every`, and `stop` run at shutdown.
+    pub fn shared(
+        idle_cap: IdleCap,
+        rescue_every: Duration,
+        stop: Option<Box<dyn FnOnce() + Send>>,
+    ) -> Watcher {
+        Watcher {
+            idle_cap,
+            rescue_every: Some(rescue_every),
+            stop,
+        }
+    }
+
+    /// Stops watching (blocking, about a second at most).
+    pub fn stop(self) {
+        if let Some(stop) = self.stop {
+            stop();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_cap_applies_only_while_not_listening() {
+        let cap = IdleCap::new(Duration::from_millis(1000));
+        assert_eq!(cap.cap(Duration::from_secs(60)), Duration::from_secs(1));
+        assert_eq!(
+            cap.cap(Duration::from_millis(200)),
+            Duration::from_millis(200)
+        );
+        cap.listening.store(true, Ordering::Release);
+        assert_eq!(cap.cap(Duration::from_secs(60)), Duration::from_secs(60));
+        assert!(cap.is_listening());
+        let never = IdleCap::new(Duration::MAX);
+        assert_eq!(never.cap(Duration::from_secs(60)), Duration::from_secs(60));
+    }
+}
