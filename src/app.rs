@@ -23,6 +23,8 @@ pub struct App {
     pub metrics: Metrics,
     /// Span export (`--otlp-endpoint`); off unless `server::start_on` starts it.
     pub spans: crate::spans::Spans,
+    /// Test deliveries (`POST /endpoints/{id}/test`) handed to the delivery pool.
+    pub probes: crate::delivery::probe::Probes,
 }
 
 impl App {
@@ -37,6 +39,7 @@ impl App {
             delivery_wake: Signal::default(),
             metrics: Metrics::default(),
             spans: crate::spans::Spans::default(),
+            probes: Default::default(),
             config,
         }
     }

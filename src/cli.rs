@@ -164,9 +164,19 @@ pub struct ServeArgs {
     /// to --max-connections). 0 = a quarter of --max-connections (at least 8).
     #[arg(long, env = "WEBHOOKD_MAX_CONNECTIONS_PER_PEER", default_value_t = 0)]
     pub max_connections_per_peer: usize,
-    /// Delivery worker threads.
+    /// Delivery senders kept ready while idle (more start on demand, up to --max-in-flight);
+    /// a quarter of it is the default per-endpoint cap.
     #[arg(long, env = "WEBHOOKD_WORKERS", default_value_t = 16)]
     pub workers: usize,
+    /// Most deliveries in flight at once over all apps; each send under way has its own small
+    /// thread, so a receiver that never answers holds one socket, not the pool.
+    #[arg(long, env = "WEBHOOKD_MAX_IN_FLIGHT", default_value_t = 2048)]
+    pub max_in_flight: usize,
+    /// Deliveries one app may have in flight; beyond it, as many again as a reserve from which
+    /// each endpoint with nothing in flight may start one (so one app holds at most twice
+    /// this); 0 = a quarter of --max-in-flight.
+    #[arg(long, env = "WEBHOOKD_APP_MAX_IN_FLIGHT", default_value_t = 0)]
+    pub app_max_in_flight: usize,
     /// Most deliveries to one endpoint at once unless the endpoint sets `max_in_flight`;
     /// 0 = a quarter of --workers (at least 1).
     #[arg(long, env = "WEBHOOKD_ENDPOINT_MAX_IN_FLIGHT", default_value_t = 0)]

@@ -23,8 +23,16 @@ pub struct Config {
     /// Most connections served at once from one peer address; 0 means a quarter of
     /// `max_connections` (at least 8).
     pub max_connections_per_peer: usize,
-    /// Delivery worker threads.
+    /// Delivery senders kept ready while idle; more are started on demand, up to
+    /// `max_in_flight`. A quarter of it is the default per-endpoint cap.
     pub workers: usize,
+    /// Most deliveries claimed at once, over all apps (each send under way has its own small
+    /// sender thread, so a hanging receiver costs a socket and a thread, never the pool).
+    pub max_in_flight: usize,
+    /// Most deliveries one app has claimed at once, plus as many again as a reserve for its
+    /// endpoints with nothing in flight (see `delivery::fair`); 0 means a quarter of
+    /// `max_in_flight`.
+    pub app_max_in_flight: usize,
     /// Most deliveries to one endpoint at once, for endpoints without their own
     /// `max_in_flight`; 0 means a quarter of the workers (at least 1). Keeps one slow receiver
     /// from holding every worker.
@@ -104,6 +112,8 @@ impl Config {
             max_connections: 0,
             max_connections_per_peer: 0,
             workers: 16,
+            max_in_flight: 2048,
+            app_max_in_flight: 0,
             endpoint_max_in_flight: 0,
             misfire_grace_secs: 3600,
             shutdown_grace_secs: 10,
@@ -133,10 +143,31 @@ impl Config {
         }
     }
 
+    /// The share of `max_in_flight` one app fills before only its endpoints with nothing in
+    /// flight may start one (from a reserve as large again).
+    pub fn app_share(&self) -> usize {
+        match self.app_max_in_flight {
+            0 => (self.max_in_flight / 4).max(1),
+            n => n,
+        }
+    }
+
     /// Checks ranges; the error names the flag to change.
     pub fn validate(&self) -> Result<(), String> {
         if self.workers == 0 || self.workers > 1024 {
             return Err("--workers (env WEBHOOKD_WORKERS) must be between 1 and 1024".into());
+        }
+        if !(self.workers..=65_536).contains(&self.max_in_flight) {
+            return Err(format!(
+                "--max-in-flight (env WEBHOOKD_MAX_IN_FLIGHT) must be between --workers ({}) and 65536",
+                self.workers
+            ));
+        }
+        if self.app_max_in_flight > self.max_in_flight {
+            return Err(format!(
+                "--app-max-in-flight (env WEBHOOKD_APP_MAX_IN_FLIGHT) must be between 0 (a quarter of --max-in-flight) and --max-in-flight ({})",
+                self.max_in_flight
+            ));
         }
         if self.endpoint_max_in_flight > 1000 {
             return Err(
@@ -282,6 +313,22 @@ mod tests {
                 assert!(e.contains("--pg-poll-ms"), "{e}");
             }
         }
+    }
+
+    #[test]
+    fn in_flight_bounds_name_their_flags() {
+        let mut config = Config::new("x.sqlite");
+        assert_eq!(config.app_share(), 512, "a quarter of 2048");
+        config.max_in_flight = 15;
+        let e = config.validate().unwrap_err();
+        assert!(e.contains("--max-in-flight") && e.contains("(16)"), "{e}");
+        config.max_in_flight = 64;
+        config.app_max_in_flight = 65;
+        let e = config.validate().unwrap_err();
+        assert!(e.contains("--app-max-in-flight"), "{e}");
+        config.app_max_in_flight = 64;
+        assert!(config.validate().is_ok());
+        assert_eq!(config.app_share(), 64);
     }
 
     #[test]

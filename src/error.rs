@@ -150,6 +150,17 @@ impl ApiError {
         )
     }
 
+    /// 42901 also: the app has as many test deliveries in flight as it may (`bound`).
+    pub fn too_many_tests(bound: usize) -> Self {
+        Self::new(
+            StatusCode::TOO_MANY_REQUESTS,
+            42901,
+            format!(
+                "this app already has {bound} test deliveries in flight, the most allowed; retry when one has answered"
+            ),
+        )
+    }
+
     /// 50301: the disk holding the database is full. Writes work again once space is freed.
     pub fn disk_full() -> Self {
         Self::new(

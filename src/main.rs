@@ -131,6 +131,8 @@ fn config_from(args: ServeArgs) -> anyhow::Result<Config> {
     config.max_connections = args.max_connections;
     config.max_connections_per_peer = args.max_connections_per_peer;
     config.workers = args.workers;
+    config.max_in_flight = args.max_in_flight;
+    config.app_max_in_flight = args.app_max_in_flight;
     config.endpoint_max_in_flight = args.endpoint_max_in_flight;
     config.misfire_grace_secs = args.misfire_grace_secs;
     config.shutdown_grace_secs = args.shutdown_grace_secs;

@@ -6,6 +6,11 @@
 //!   reported: how many connections the hanging endpoint held at once (its in-flight cap).
 //! - `ratelimit`: the delivered/s of an unlimited endpoint alone, then again while another
 //!   endpoint limited to 1/s has a backlog (target: within 10% of the figure alone).
+//! - `isolation`: a healthy endpoint's delivered/s (events published as fast as the clients
+//!   go) and its publish→delivery latency at a paced rate, with no hanging endpoint, then
+//!   with 1, 4, 16 and 100 endpoints that never answer (`timeout_ms` 300000, 100 attempts at
+//!   0 s, a backlog each) in another app, then in the healthy endpoint's own app; each case on
+//!   a fresh server (target: at least 0.9x the rate with none).
 
 use crate::load::{Until, drive, expect_ok};
 use crate::publish::create_endpoints;
@@ -216,5 +221,118 @@ pub fn ratelimit(bench: &mut Bench) -> anyhow::Result<()> {
             Goal::AtLeast(0.9),
         );
     bench.emit(r);
+    Ok(())
+}
+
+/// Creates `n` endpoints of `client`'s app at `url` that never answer, each given a backlog
+/// of `per_endpoint` tasks (one event fanned out to all of them per task), retried 100 times
+/// at 0 s as the probe did.
+fn hang_endpoints(
+    client: &Client,
+    clients: &[Client],
+    url: &str,
+    n: usize,
+    per_endpoint: u64,
+) -> anyhow::Result<()> {
+    let policy = json!({"name": "hammer", "max_attempts": 100, "backoff_type": "fixed",
+        "initial_delay_sec": 0, "max_delay_sec": 0});
+    let policy = expect_ok(client.send("POST", "/v1/retries/policies", Some(&policy)))
+        .map_err(|e| anyhow::anyhow!("cannot create the retry policy: {e}"))?;
+    let event_name = format!("bench.hang{}", now_us());
+    for i in 0..n {
+        let body = json!({"name": format!("hanging-{i}"), "url": url, "filter_events": event_name,
+            "timeout_ms": 300_000, "retry_policy_id": policy["id"]});
+        expect_ok(client.send("POST", "/v1/endpoints", Some(&body)))
+            .map_err(|e| anyhow::anyhow!("cannot create a hanging endpoint: {e}"))?;
+    }
+    let outcome = publish(clients, &event_name, per_endpoint, None);
+    if outcome.errors > 0 {
+        anyhow::bail!("hanging backlog publish errors: {:?}", outcome.first_error);
+    }
+    Ok(())
+}
+
+/// The `isolation` scenario.
+pub fn isolation(bench: &mut Bench) -> anyhow::Result<()> {
+    let quick = bench.settings.quick;
+    let (events, paced, rate, counts): (u64, u64, f64, &[usize]) = if quick {
+        (200, 50, 50.0, &[1, 4])
+    } else {
+        (3_000, 500, 100.0, &[1, 4, 16, 100])
+    };
+    let mut cases = vec![("none", 0)];
+    for &n in counts {
+        cases.push(("other_app", n));
+    }
+    for &n in counts {
+        cases.push(("same_app", n));
+    }
+    let mut baseline = None;
+    for (place, n) in cases {
+        let target = bench.target(|_| Ok(()))?;
+        let clients = target.clients(bench.settings.publish_clients())?;
+        let hanging = Hanging::start()?;
+        if n > 0 {
+            let noisy = match place {
+                "other_app" => target.clients_for_app("noisy", 4)?,
+                _ => target.clients(4)?,
+            };
+            bench.progress(&format!(
+                "isolation: {n} hanging endpoints in the {place}, 20 tasks each"
+            ));
+            hang_endpoints(&noisy[0], &noisy, &hanging.url, n, 20)?;
+            // Until the hanging endpoints hold what they may (at most 10 s).
+            let until = Instant::now() + Duration::from_secs(10);
+            let mut last = usize::MAX;
+            while Instant::now() < until {
+                std::thread::sleep(Duration::from_millis(500));
+                let held = hanging.accepted();
+                if held == last && held > 0 {
+                    break;
+                }
+                last = held;
+            }
+        }
+        bench.progress(&format!(
+            "isolation ({place}, {n} hanging): {events} events, then {paced} at {rate}/s"
+        ));
+        let (received, _, per_s) = healthy_run(bench, &clients, events, None)?;
+        let (paced_received, latency, _) = healthy_run(bench, &clients, paced, Some(rate))?;
+        let rss = target
+            .pid()
+            .and_then(|pid| crate::footprint::proc_status_bytes(pid, "VmRSS"));
+        let held = hanging.accepted();
+        drop(hanging);
+        target.stop();
+        let base = *baseline.get_or_insert(per_s);
+        let mut r = Report::new("isolation");
+        r.param("place", place)
+            .param("hanging_endpoints", n)
+            .param("events", events)
+            .param("paced_events", paced)
+            .param("rate", rate);
+        r.add("received", received as f64, "")
+            .add("delivered_per_s", per_s, "del/s")
+            .add("paced_received", paced_received as f64, "")
+            .add("hanging_connections_held", held as f64, "");
+        if let Some(rss) = rss {
+            r.add("rss_mib", rss as f64 / (1024.0 * 1024.0), "MiB");
+        }
+        r.add_latency("paced_latency", &latency, Some(Goal::AtMost(1000.0)));
+        if n > 0 {
+            r.add_target(
+                "rate_vs_none",
+                if base > 0.0 { per_s / base } else { 0.0 },
+                "x",
+                Goal::AtLeast(0.9),
+            );
+        }
+        if received < events || paced_received < paced {
+            r.note(format!(
+                "only {received} of {events} and {paced_received} of {paced} healthy deliveries arrived"
+            ));
+        }
+        bench.emit(r);
+    }
     Ok(())
 }

@@ -51,6 +51,9 @@ enum Scenario {
     Fairness,
     /// An unlimited endpoint's delivered/s alone and next to one limited to 1/s.
     Ratelimit,
+    /// A healthy endpoint's delivered/s and paced latency while 1, 4, 16 and 100 endpoints
+    /// that never answer hang in another app, then in its own app, against none.
+    Isolation,
     /// `POST /v1/tasks/retry` of 100,000 failed tasks (--tasks) beside a paced fan-out 10
     /// publish load (--rate, default 300 events/s), against the same load alone.
     BulkRetry,
@@ -355,6 +358,7 @@ fn run(args: Args) -> anyhow::Result<Vec<Report>> {
                 Scenario::Scale => scale::scenario(&mut bench)?,
                 Scenario::Fairness => fairness::fairness(&mut bench)?,
                 Scenario::Ratelimit => fairness::ratelimit(&mut bench)?,
+                Scenario::Isolation => fairness::isolation(&mut bench)?,
                 Scenario::BulkRetry => bulk_retry::scenario(&mut bench)?,
                 Scenario::All => unreachable!("expanded above"),
             }

@@ -179,6 +179,20 @@ impl Target {
             .collect())
     }
 
+    /// `n` clients of another app, each with its own key (needs a database the harness made).
+    pub fn clients_for_app(&self, app: &str, n: usize) -> anyhow::Result<Vec<Client>> {
+        let keys = match (&self.kind, &self.db) {
+            (Kind::Nodes(nodes), _) => nodes.keys(app, n)?,
+            (_, Some(db)) => create_app_keys(db, app, n)?,
+            (_, None) => anyhow::bail!("a second app needs a database the harness made (no --url)"),
+        };
+        Ok(keys
+            .iter()
+            .enumerate()
+            .map(|(i, (id, secret))| Client::new(&self.urls[i % self.urls.len()], id, secret))
+            .collect())
+    }
+
     /// Started by the harness on a database it made (not `--url`).
     pub fn owns_db(&self) -> bool {
         !matches!(self.kind, Kind::Remote)
@@ -278,12 +292,17 @@ impl Target {
 /// Creates `n` API keys of the bench app directly in the database file (creating the file and
 /// its schema when absent), as `webhookd keys create` does.
 fn create_keys(db: &Path, n: usize) -> anyhow::Result<Vec<(String, String)>> {
+    create_app_keys(db, APP, n)
+}
+
+/// Creates `n` API keys of `app` directly in the database file.
+fn create_app_keys(db: &Path, app: &str, n: usize) -> anyhow::Result<Vec<(String, String)>> {
     let pool = webhookd::store::sqlite::open(db, 1)?;
     let conn = pool.get()?;
     let now_ms = SystemClock.now_ms();
     (0..n)
         .map(|_| {
-            let key = webhookd::store::sqlite::SqliteTx(&conn).create_key(APP, "bench", now_ms)?;
+            let key = webhookd::store::sqlite::SqliteTx(&conn).create_key(app, "bench", now_ms)?;
             Ok((key.key_id, key.secret))
         })
         .collect()

@@ -422,12 +422,19 @@ pub fn delete(ctx: &mut Ctx<'_>, req: &Request) -> ApiResult<Value> {
 }
 
 /// `POST /endpoints/{id}/test`: one real, signed delivery now (to a disabled endpoint too),
-/// answered when it is done, within the endpoint's `timeout_ms`. The send blocks this handler's
-/// thread, which is a blocking-pool thread, never an async one.
+/// answered when it is done, within the endpoint's `timeout_ms` once sent. The delivery pool
+/// sends it under the same fair shares as any delivery; this blocking-pool thread only waits.
+/// An app has at most `probe::TESTS_PER_APP` in flight (429 beyond).
 pub fn test(ctx: &mut Ctx<'_>, req: &Request) -> ApiResult<Value> {
+    use crate::delivery::probe::{self, ProbeError};
     req.no_body()?;
     let endpoint = load(ctx, req.id())?;
-    let probe = crate::delivery::probe::run(ctx.app, &endpoint, ctx.traces)
-        .map_err(|e| ApiError::internal(format!("{e:#}")))?;
+    let probe = probe::run(ctx.app, &endpoint, ctx.traces).map_err(|e| match e {
+        ProbeError::Busy => ApiError::too_many_tests(probe::TESTS_PER_APP),
+        ProbeError::Stopped => {
+            ApiError::internal("the delivery pool stopped before the test delivery was sent")
+        }
+        ProbeError::Other(e) => ApiError::internal(format!("{e:#}")),
+    })?;
     to_data(&probe)
 }

@@ -1,21 +1,27 @@
 //! Fair claiming: which endpoints may start deliveries now, and how many.
 //!
 //! The dispatcher does not claim the oldest due tasks over everything (one endpoint with a
-//! backlog would then fill every worker). It walks the endpoints that have pending tasks in id
+//! backlog would then fill every sender). It walks the endpoints that have pending tasks in id
 //! order from a cursor that rotates round after round, and takes from each only what its
 //! limits allow:
 //! - **in flight**: at most `max_in_flight` of its tasks claimed and not yet recorded (the
-//!   endpoint's own value); under the server's default cap (a quarter of the workers) at most
-//!   that many sends at once, which the workers enforce, and a short queue of claimed tasks
-//!   behind them so one busy endpoint is not held to one batch per round;
+//!   endpoint's own value); under the server's default cap (a quarter of `--workers`) at most
+//!   that many sends at once, which the senders enforce, and three times as many claimed behind
+//!   them so one busy endpoint is not held to one batch per round;
+//! - **app share**: an app may have `--app-max-in-flight` tasks claimed (a quarter of
+//!   `--max-in-flight` by default). Beyond that comes its reserve, as large again: an endpoint
+//!   of it with nothing in flight may still start one, so endpoints that never answer cannot
+//!   shut out a healthy sibling; one app never holds more than twice its share (half of
+//!   `--max-in-flight` by default), the rest staying free for the other apps;
 //! - **rate**: `rate_limit_per_sec` through a `governor` GCRA limiter per endpoint, burst 1;
 //! - **order**: with `max_in_flight: 1` only the head (first due, ties by id) may go, and only
 //!   once it is due itself, so a head waiting to retry holds the rest back.
 //!
 //! An endpoint that may not start now is skipped, its tasks stay `pending` in the database, and
 //! the walk tells the dispatcher when to look again (the earliest due time or rate-limit slot it
-//! saw; a full endpoint is woken by a worker's result). A slow endpoint therefore waits in the
-//! queue, never in a worker, and never delays others.
+//! saw; a full endpoint is woken by a sender's result). A slow endpoint therefore waits in the
+//! database, never in a sender, and never delays others. Test deliveries
+//! (`POST /endpoints/{id}/test`) are admitted through the same accounting ([`Gate::admit`]).
 
 use crate::clock::{Clock, GovernorClock};
 use crate::store::{StoreError, Tx, endpoints::Limits, tasks::Claimed};
@@ -38,6 +44,15 @@ struct EndpointState {
     limiter: Option<(f64, Limiter)>,
     /// Epoch ms of its last claim: idle state is forgotten after a while.
     last_claim_ms: i64,
+    /// Its app, loaded once.
+    app: Option<Arc<str>>,
+}
+
+/// What the dispatcher counts of one app.
+#[derive(Default)]
+struct AppState {
+    /// Claimed tasks of its endpoints whose result is not recorded yet.
+    in_flight: usize,
 }
 
 /// The result of one walk.
@@ -55,13 +70,18 @@ pub struct Walk {
 pub struct Gate {
     clock: Arc<dyn Clock>,
     default_cap: usize,
+    /// `--app-max-in-flight`: what one app fills before only its endpoints with nothing in
+    /// flight may start one.
+    app_share: usize,
     /// The endpoint id the last walk stopped after; the next walk starts after it.
     cursor: i64,
     endpoints: HashMap<i64, EndpointState>,
+    apps: HashMap<Arc<str>, AppState>,
 }
 
 /// How many tasks an endpoint under the default cap may have claimed, per send it may have
-/// under way (the pool as a whole claims 4 per worker).
+/// under way: three waiting behind each send, taken by a sender as soon as one is free (a
+/// smaller queue cost a third of one busy endpoint's throughput: it waits for more rounds).
 const DEFAULT_QUEUE_FACTOR: usize = 4;
 
 /// Idle endpoint state (nothing in flight, no claim this long) is dropped; a rate limit's slot
@@ -69,19 +89,68 @@ const DEFAULT_QUEUE_FACTOR: usize = 4;
 const FORGET_AFTER_MS: i64 = 200_000;
 
 impl Gate {
-    pub fn new(clock: Arc<dyn Clock>, default_cap: usize) -> Self {
+    pub fn new(clock: Arc<dyn Clock>, default_cap: usize, app_share: usize) -> Self {
         Gate {
             clock,
             default_cap: default_cap.max(1),
+            app_share: app_share.max(1),
             cursor: 0,
             endpoints: HashMap::new(),
+            apps: HashMap::new(),
         }
     }
 
     /// A task of `endpoint_id` was recorded (or handed back): one fewer in flight.
     pub fn release(&mut self, endpoint_id: i64) {
-        if let Some(state) = self.endpoints.get_mut(&endpoint_id) {
-            state.in_flight = state.in_flight.saturating_sub(1);
+        let Some(state) = self.endpoints.get_mut(&endpoint_id) else {
+            return;
+        };
+        if state.in_flight == 0 {
+            return;
+        }
+        state.in_flight -= 1;
+        if let Some(app) = state.app.as_ref().and_then(|a| self.apps.get_mut(a)) {
+            app.in_flight = app.in_flight.saturating_sub(1);
+        }
+    }
+
+    /// Admits one test delivery to `endpoint_id` of `app_id` if the endpoint's cap and its
+    /// app's share have room for it now, and counts it in flight (released like a claim).
+    /// Returns the endpoint's send cap, or `None` when it must wait for a later round.
+    pub fn admit(
+        &mut self,
+        endpoint_id: i64,
+        app_id: &str,
+        max_in_flight: Option<i64>,
+        now_ms: i64,
+    ) -> Option<usize> {
+        let (cap, claim_cap) = self.caps(max_in_flight, false);
+        let state = self.endpoints.entry(endpoint_id).or_default();
+        if state.app.is_none() {
+            state.app = Some(Arc::from(app_id));
+        }
+        let app_room = room_in_app(&self.apps, state, self.app_share);
+        if claim_cap.saturating_sub(state.in_flight).min(app_room) == 0 {
+            return None;
+        }
+        count_claims(&mut self.apps, state, 1, now_ms);
+        Some(cap)
+    }
+
+    /// An endpoint's send cap and how many of its tasks may be claimed at once.
+    fn caps(&self, max_in_flight: Option<i64>, rate_limited: bool) -> (usize, usize) {
+        let cap = max_in_flight
+            .and_then(|n| usize::try_from(n).ok())
+            .unwrap_or(self.default_cap)
+            .max(1);
+        // An endpoint with limits of its own has at most `cap` claimed. One under the default
+        // cap may have a few more claimed, waiting in memory for a sender that it gets only
+        // while fewer than `cap` of its sends are under way: without that queue, one busy
+        // endpoint could take no more than `cap` tasks per dispatcher round.
+        if max_in_flight.is_some() || rate_limited {
+            (cap, cap)
+        } else {
+            (cap, cap * DEFAULT_QUEUE_FACTOR)
         }
     }
 
@@ -148,26 +217,22 @@ impl Gate {
         room: usize,
         walk: &mut Walk,
     ) -> Result<usize, StoreError> {
-        let cap = limits
-            .max_in_flight
-            .and_then(|n| usize::try_from(n).ok())
-            .unwrap_or(self.default_cap)
-            .max(1);
-        // An endpoint with limits of its own has at most `cap` claimed. One under the default
-        // cap may have a few more claimed, waiting in memory for a worker that the workers
-        // give it only while fewer than `cap` of its sends are under way: without that queue,
-        // one busy endpoint could take no more than `cap` tasks per dispatcher round.
-        let own_limits = limits.max_in_flight.is_some() || limits.rate_limit_per_sec.is_some();
-        let claim_cap = if own_limits {
-            cap
-        } else {
-            cap * DEFAULT_QUEUE_FACTOR
-        };
+        let (cap, claim_cap) = self.caps(limits.max_in_flight, limits.rate_limit_per_sec.is_some());
         let clock = self.clock.clone();
         let state = self.endpoints.entry(endpoint_id).or_default();
-        let mut allowed = claim_cap.saturating_sub(state.in_flight).min(room);
+        if state.app.is_none() {
+            let Some(endpoint) = tx.get_endpoint_any(endpoint_id)? else {
+                return Ok(0);
+            };
+            state.app = Some(Arc::from(endpoint.app_id));
+        }
+        let app_room = room_in_app(&self.apps, state, self.app_share);
+        let mut allowed = claim_cap
+            .saturating_sub(state.in_flight)
+            .min(room)
+            .min(app_room);
         if allowed == 0 {
-            return Ok(0); // a worker's result wakes the dispatcher
+            return Ok(0); // a sender's result wakes the dispatcher
         }
         // In order only when the endpoint asks for one at a time, not under a default cap of 1
         // (fewer than 8 workers): that cap limits sends, never their order.
@@ -214,19 +279,53 @@ impl Gate {
         };
         let n = claimed.len();
         walk.caps.insert(endpoint_id, cap);
-        state.in_flight += n;
-        state.last_claim_ms = now_ms;
+        count_claims(&mut self.apps, state, n, now_ms);
         walk.claimed.extend(claimed);
         Ok(n)
     }
 
-    /// Endpoints seen `n` claims ago that are idle now need no memory.
+    /// Endpoints seen `n` claims ago that are idle now need no memory, nor apps with nothing
+    /// in flight.
     fn forget_idle(&mut self, now_ms: i64) {
         if self.endpoints.len() > 1024 {
             self.endpoints
                 .retain(|_, s| s.in_flight > 0 || now_ms - s.last_claim_ms < FORGET_AFTER_MS);
+            self.apps.retain(|_, a| a.in_flight > 0);
         }
     }
+}
+
+/// How many more tasks an endpoint may have claimed as far as its app is concerned: what is
+/// left of the app's share; once that is used, one from the app's reserve (as large as the
+/// share) if the endpoint has nothing in flight.
+fn room_in_app(apps: &HashMap<Arc<str>, AppState>, state: &EndpointState, share: usize) -> usize {
+    let Some(app) = state.app.as_ref().and_then(|a| apps.get(a)) else {
+        return share;
+    };
+    if app.in_flight < share {
+        share - app.in_flight
+    } else if app.in_flight < share.saturating_mul(2) && state.in_flight == 0 {
+        1
+    } else {
+        0
+    }
+}
+
+/// Counts `n` new claims of an endpoint in it and in its app.
+fn count_claims(
+    apps: &mut HashMap<Arc<str>, AppState>,
+    state: &mut EndpointState,
+    n: usize,
+    now_ms: i64,
+) {
+    if n == 0 {
+        return;
+    }
+    if let Some(app_id) = &state.app {
+        apps.entry(app_id.clone()).or_default().in_flight += n;
+    }
+    state.in_flight += n;
+    state.last_claim_ms = now_ms;
 }
 
 /// The endpoint's limiter, rebuilt when its rate changed.
@@ -252,6 +351,59 @@ mod tests {
     use super::*;
     use crate::clock::ManualClock;
     use chrono::TimeZone;
+
+    #[test]
+    fn an_app_fills_its_share_then_each_idle_endpoint_may_start_one_up_to_twice_the_share() {
+        let mut apps = HashMap::new();
+        let app: Arc<str> = Arc::from("a");
+        let endpoint = |in_flight| EndpointState {
+            in_flight,
+            app: Some(app.clone()),
+            ..EndpointState::default()
+        };
+        assert_eq!(
+            room_in_app(&apps, &endpoint(0), 8),
+            8,
+            "an app not seen yet"
+        );
+        for (app_in_flight, endpoint_in_flight, room) in [
+            (0, 0, 8),
+            (5, 5, 3),
+            (8, 8, 0),
+            (8, 0, 1),
+            (15, 0, 1),
+            (15, 1, 0),
+            (16, 0, 0),
+        ] {
+            apps.insert(
+                app.clone(),
+                AppState {
+                    in_flight: app_in_flight,
+                },
+            );
+            assert_eq!(
+                room_in_app(&apps, &endpoint(endpoint_in_flight), 8),
+                room,
+                "app {app_in_flight}, endpoint {endpoint_in_flight}"
+            );
+        }
+    }
+
+    #[test]
+    fn claims_and_releases_are_counted_per_endpoint_and_per_app() {
+        let clock = Arc::new(ManualClock::new(
+            chrono::Utc.timestamp_opt(1_700_000_000, 0).unwrap(),
+        ));
+        let mut gate = Gate::new(clock, 4, 8);
+        assert_eq!(gate.admit(1, "a", None, 0), Some(4));
+        assert_eq!(gate.admit(2, "a", Some(1), 0), Some(1));
+        assert_eq!(gate.admit(2, "a", Some(1), 0), None, "its own cap of 1");
+        assert_eq!(gate.apps[&Arc::from("a")].in_flight, 2);
+        gate.release(2);
+        gate.release(2);
+        assert_eq!(gate.apps[&Arc::from("a")].in_flight, 1, "released once");
+        assert_eq!(gate.endpoints[&2].in_flight, 0);
+    }
 
     #[test]
     fn the_limiter_spaces_starts_by_the_period_with_a_burst_of_one() {

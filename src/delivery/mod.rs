@@ -2,11 +2,19 @@
 //!
 //! One dispatcher thread owns the database side. Each round it commits, in one transaction, the
 //! results the workers reported since the last round (attempt rows and task state changes) and
-//! claims the next due tasks fairly, endpoint by endpoint within each endpoint's limits (see
-//! [`fair`]), loading each claimed endpoint once per batch. A fixed set of worker threads (`--workers`) sends the claimed tasks with one shared
-//! keep-alive HTTP agent and hands the results back. The dispatcher sleeps on
-//! [`App::delivery_wake`] until the earliest skipped endpoint may start again (at most
-//! `max_idle`); the API, the scheduler and the workers wake it.
+//! claims the next due tasks fairly, endpoint by endpoint within each endpoint's limits and
+//! each app's share (see [`fair`]), loading each claimed endpoint once per batch. Sender threads
+//! send the claimed tasks with one shared keep-alive HTTP agent and hand the results back.
+//!
+//! Senders are cheap and made on demand: every send under way has a thread of its own with a
+//! small stack ([`SENDER_STACK`]), started when a claimed task can be sent and no sender is
+//! idle, up to `--max-in-flight`; `--workers` of them stay when idle, the others exit after
+//! [`SENDER_IDLE`]. A receiver that never answers therefore holds one socket and one mostly
+//! untouched stack until its `timeout_ms`, never a share of a fixed pool that others need.
+//! Claimed tasks wait in one lane per endpoint, sent while the endpoint has fewer sends under
+//! way than its cap, lanes taking turns. The dispatcher sleeps on [`App::delivery_wake`] until
+//! the earliest skipped endpoint may start again (at most `max_idle`); the API, the scheduler
+//! and the senders wake it.
 //!
 //! Durability: a claimed task is `running` in the database until its result is committed. A
 //! crash leaves it `running`; the next start hands it back to `pending` before claiming, so its
@@ -41,7 +49,13 @@ const MIN_ROUND: Duration = Duration::from_millis(2);
 /// Pause after a database error before the dispatcher tries again.
 const ERROR_PAUSE: Duration = Duration::from_millis(500);
 
-/// A claimed task that waited longer than this for a worker has its lease renewed before it is
+/// Stack reserved for one sender thread. A send (ureq, rustls) touches a few tens of KiB;
+/// only touched pages cost memory, the rest is address space.
+const SENDER_STACK: usize = 512 * 1024;
+/// A sender beyond the `--workers` kept ready exits after this long without a task.
+const SENDER_IDLE: Duration = Duration::from_secs(10);
+
+/// A claimed task that waited longer than this for a sender has its lease renewed before it is
 /// sent (`Tx::renew_leases`). A lease is the endpoint's timeout plus 30 s, so a task sent within
 /// this long of its claim still holds 20 s more than its send can take.
 const RENEW_AFTER_MS: i64 = 10_000;
@@ -52,9 +66,11 @@ struct Job {
     /// Epoch ms of the claim (the lease started then).
     claimed_at: i64,
     target: Arc<Target>,
-    /// Most sends to this endpoint at once: a worker skips the job while that many are under
-    /// way, so a slow endpoint never holds more workers than its share.
+    /// Most sends to this endpoint at once: its lane waits while that many are under way.
     cap: usize,
+    /// A test delivery (`POST /endpoints/{id}/test`): its result goes back to the waiting
+    /// request, which records it, instead of into the batch.
+    reply: Option<std::sync::mpsc::Sender<Done>>,
 }
 
 /// A finished attempt waiting to be committed.
@@ -72,13 +88,134 @@ pub(crate) struct Done {
     pub quiet: bool,
 }
 
+/// The claimed tasks of one endpoint, and its sends under way.
+#[derive(Default)]
+struct Lane {
+    jobs: VecDeque<Job>,
+    sending: usize,
+    cap: usize,
+    /// It is in `JobQueue::ready`.
+    ready: bool,
+}
+
+impl Lane {
+    /// How many of its jobs may be sent now.
+    fn sendable(&self) -> usize {
+        self.jobs.len().min(self.cap.saturating_sub(self.sending))
+    }
+}
+
+/// Claimed tasks waiting for a sender, and the senders.
 #[derive(Default)]
 struct JobQueue {
-    jobs: VecDeque<Job>,
-    /// Sends under way, by endpoint.
-    sending: HashMap<i64, usize>,
-    /// Set at shutdown: workers exit once the queue is empty.
+    lanes: HashMap<i64, Lane>,
+    /// Endpoints with a job that may be sent now, each once, taking turns.
+    ready: VecDeque<i64>,
+    /// Jobs that may be sent now, over all lanes.
+    sendable: usize,
+    /// Senders alive, and those waiting for a job.
+    senders: usize,
+    idle: usize,
+    /// Senders woken or started for a job that have not looked at the queue yet.
+    coming: usize,
+    /// Claimed tasks not yet given to a sender.
+    queued: usize,
+    /// Set at shutdown: senders exit once the queue is empty.
     closed: bool,
+}
+
+impl JobQueue {
+    /// Changes one lane and keeps `sendable`, `ready` and `queued` true to it.
+    fn with_lane(&mut self, endpoint_id: i64, change: impl FnOnce(&mut Lane)) {
+        let lane = self.lanes.entry(endpoint_id).or_default();
+        let (before, jobs_before) = (lane.sendable(), lane.jobs.len());
+        change(lane);
+        let (after, jobs_after) = (lane.sendable(), lane.jobs.len());
+        let enqueue = after > 0 && !lane.ready;
+        if enqueue {
+            lane.ready = true;
+        }
+        let unused = lane.jobs.is_empty() && lane.sending == 0 && !lane.ready;
+        self.queued = self.queued + jobs_after - jobs_before;
+        self.sendable = self.sendable + after - before;
+        if enqueue {
+            self.ready.push_back(endpoint_id);
+        }
+        if unused {
+            self.lanes.remove(&endpoint_id);
+        }
+    }
+
+    /// Wakes idle senders, or starts new ones (up to `max`), for the jobs that may be sent
+    /// now and that no sender is on its way to yet. Returns how many to start.
+    fn senders_wanted(&mut self, max: usize, cond: &Condvar) -> usize {
+        let mut wanted = self.sendable.saturating_sub(self.coming);
+        let wake = wanted.min(self.idle.saturating_sub(self.coming));
+        for _ in 0..wake {
+            cond.notify_one();
+        }
+        self.coming += wake;
+        wanted -= wake;
+        let start = wanted.min(max.saturating_sub(self.senders));
+        self.senders += start;
+        self.coming += start;
+        start
+    }
+
+    fn push(&mut self, job: Job) {
+        let (endpoint_id, cap) = (job.target.endpoint_id, job.cap);
+        let test = job.reply.is_some();
+        self.with_lane(endpoint_id, |lane| {
+            lane.cap = cap;
+            // A test delivery goes first in its lane: its caller waits for it.
+            if test {
+                lane.jobs.push_front(job);
+            } else {
+                lane.jobs.push_back(job);
+            }
+        });
+    }
+
+    /// The next job that may be sent, lanes taking turns; counted as a send under way.
+    fn take(&mut self) -> Option<Job> {
+        while let Some(endpoint_id) = self.ready.pop_front() {
+            let mut taken = None;
+            self.with_lane(endpoint_id, |lane| {
+                lane.ready = false;
+                if lane.sendable() > 0 {
+                    taken = lane.jobs.pop_front();
+                    lane.sending += 1;
+                }
+            });
+            if taken.is_some() {
+                return taken;
+            }
+        }
+        None
+    }
+
+    /// A send to `endpoint_id` ended.
+    fn sent(&mut self, endpoint_id: i64) {
+        if self.lanes.contains_key(&endpoint_id) {
+            self.with_lane(endpoint_id, |lane| {
+                lane.sending = lane.sending.saturating_sub(1)
+            });
+        }
+    }
+
+    /// Every job not yet sent, taken out (shutdown).
+    fn drain(&mut self) -> Vec<Job> {
+        let mut jobs = Vec::new();
+        for lane in self.lanes.values_mut() {
+            jobs.extend(lane.jobs.drain(..));
+            lane.ready = false;
+        }
+        self.lanes.retain(|_, lane| lane.sending > 0);
+        self.ready.clear();
+        self.sendable = 0;
+        self.queued = 0;
+        jobs
+    }
 }
 
 /// What the dispatcher and the workers share.
@@ -87,9 +224,12 @@ struct Shared {
     agent: ureq::Agent,
     queue: Mutex<JobQueue>,
     queue_ready: Condvar,
+    /// Signalled when the last sender exits.
+    senders_gone: Condvar,
     results: Mutex<Vec<Done>>,
-    /// Endpoints of jobs dropped unsent because their lease was lost (`still_ours`): the
-    /// dispatcher releases their place in the fair gate as it does for results.
+    /// Endpoints of jobs that ended without a result for the batch (dropped unsent because
+    /// their lease was lost, see `still_ours`, or test deliveries answered to their caller):
+    /// the dispatcher releases their place in the fair gate as it does for results.
     dropped: Mutex<Vec<i64>>,
     /// Claimed tasks whose result is not committed yet: queued, being sent, or reported.
     in_flight: AtomicUsize,
@@ -102,6 +242,9 @@ struct Shared {
     /// How often to take back tasks whose lease expired (`Watcher::rescue_every`); `None`:
     /// no other process holds leases.
     rescue_every: Option<Duration>,
+    /// Senders kept when idle (`--workers`) and most senders at once (`--max-in-flight`).
+    keep_senders: usize,
+    max_senders: usize,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -112,7 +255,6 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 pub struct DeliveryPool {
     shared: Arc<Shared>,
     dispatcher: Option<JoinHandle<()>>,
-    workers: Vec<JoinHandle<()>>,
     retention: retention::Retention,
 }
 
@@ -126,21 +268,16 @@ impl DeliveryPool {
             app: app.clone(),
             queue: Mutex::default(),
             queue_ready: Condvar::new(),
+            senders_gone: Condvar::new(),
+            keep_senders: app.config.workers,
+            max_senders: app.config.max_in_flight,
             results: Mutex::default(),
             dropped: Mutex::default(),
             in_flight: AtomicUsize::new(0),
             sending: interrupted::InFlight::default(),
             stopping: AtomicBool::new(false),
         });
-        let workers = (0..app.config.workers)
-            .map(|i| {
-                let shared = shared.clone();
-                std::thread::Builder::new()
-                    .name(format!("delivery-{i}"))
-                    .spawn(move || work(&shared))
-                    .expect("spawn a delivery worker")
-            })
-            .collect();
+        app.probes.open();
         let dispatcher = {
             let shared = shared.clone();
             std::thread::Builder::new()
@@ -151,7 +288,6 @@ impl DeliveryPool {
         DeliveryPool {
             shared,
             dispatcher: Some(dispatcher),
-            workers,
             retention: retention::Retention::start(app),
         }
     }
@@ -166,39 +302,59 @@ impl DeliveryPool {
             let _ = dispatcher.join();
         }
         self.retention.stop();
-        // Workers still blocked in a send past the grace are left to finish on their own; their
-        // results are no longer recorded (the task is pending again).
+        // Senders still blocked in a send past the grace are left to finish on their own; their
+        // results are no longer recorded (the attempt was recorded as interrupted and the task
+        // is pending again). Idle ones exit now.
         if self.shared.in_flight.load(Ordering::SeqCst) == 0 {
-            for worker in self.workers.drain(..) {
-                let _ = worker.join();
-            }
+            let queue = lock(&self.shared.queue);
+            let _ =
+                self.shared
+                    .senders_gone
+                    .wait_timeout_while(queue, Duration::from_secs(5), |q| q.senders > 0);
         }
     }
 }
 
-/// A worker: takes claimed tasks off the queue, sends them, reports the results.
-fn work(shared: &Shared) {
+/// A sender: takes claimed tasks off the queue, sends them, reports the results; exits when
+/// idle for [`SENDER_IDLE`] while more than `--workers` senders are alive, or at shutdown.
+fn work(shared: &Arc<Shared>) {
     let app = &shared.app;
-    while let Some(job) = next_job(shared) {
-        if !still_ours(app, &job) {
-            sent_one(shared, job.target.endpoint_id);
-            lock(&shared.dropped).push(job.target.endpoint_id);
+    // Started for a job: on its way to the queue until it first looks.
+    let mut arriving = true;
+    while let Some(job) = next_job(shared, std::mem::take(&mut arriving)) {
+        let endpoint_id = job.target.endpoint_id;
+        if job.reply.is_none() && !still_ours(app, &job) {
+            sent_one(shared, endpoint_id);
+            lock(&shared.dropped).push(endpoint_id);
             shared.in_flight.fetch_sub(1, Ordering::SeqCst);
             app.delivery_wake.notify();
             continue;
         }
-        let quiet = job
-            .task
-            .event_name
-            .as_deref()
-            .is_some_and(operator::is_operator_event);
+        let quiet = job.reply.is_some()
+            || job
+                .task
+                .event_name
+                .as_deref()
+                .is_some_and(operator::is_operator_event);
+        // Test deliveries too: their tasks are `running` like any claimed task.
         let task_id = job.task.id;
         shared
             .sending
             .begin(&job.task, &job.target, app.clock.now_ms());
         let done = attempt(app, &shared.agent, &job.target, job.task, quiet);
-        sent_one(shared, done.endpoint_id);
-        lock(&shared.results).push(done);
+        sent_one(shared, endpoint_id);
+        match job.reply {
+            Some(reply) => match reply.send(done) {
+                // The caller records a test delivery itself.
+                Ok(()) => {
+                    lock(&shared.dropped).push(endpoint_id);
+                    shared.in_flight.fetch_sub(1, Ordering::SeqCst);
+                }
+                // Its caller is gone: recorded with the batch.
+                Err(unanswered) => lock(&shared.results).push(unanswered.0),
+            },
+            None => lock(&shared.results).push(done),
+        }
         shared.sending.end(task_id);
         app.delivery_wake.notify();
     }
@@ -277,46 +433,70 @@ pub(crate) fn attempt(
     }
 }
 
-/// The first queued job whose endpoint has fewer sends under way than its cap.
-fn next_job(shared: &Shared) -> Option<Job> {
+/// The next job a sender may send (lanes taking turns), waiting for one; `None` when the
+/// sender is to exit (idle too long beyond `--workers`, or shutdown).
+fn next_job(shared: &Shared, mut arriving: bool) -> Option<Job> {
     let mut queue = lock(&shared.queue);
     loop {
-        let queue_ref = &mut *queue;
-        let ready = queue_ref.jobs.iter().position(|job| {
-            queue_ref
-                .sending
-                .get(&job.target.endpoint_id)
-                .is_none_or(|n| *n < job.cap)
-        });
-        if let Some(job) = ready.and_then(|i| queue_ref.jobs.remove(i)) {
-            *queue_ref.sending.entry(job.target.endpoint_id).or_default() += 1;
+        if arriving {
+            // Woken or just started for a job: no longer on its way.
+            queue.coming = queue.coming.saturating_sub(1);
+            arriving = false;
+        }
+        if let Some(job) = queue.take() {
             return Some(job);
         }
-        if queue.closed && queue.jobs.is_empty() {
-            return None;
+        let exit = queue.closed && queue.queued == 0;
+        if !exit {
+            queue.idle += 1;
+            let (woken, waited) = shared
+                .queue_ready
+                .wait_timeout(queue, SENDER_IDLE)
+                .unwrap_or_else(|e| e.into_inner());
+            queue = woken;
+            queue.idle -= 1;
+            arriving = true;
+            let spare = queue.senders > shared.keep_senders;
+            if !(waited.timed_out() && spare && queue.sendable == 0) {
+                continue;
+            }
         }
-        queue = shared
-            .queue_ready
-            .wait(queue)
-            .unwrap_or_else(|e| e.into_inner());
+        queue.coming = queue.coming.saturating_sub(usize::from(arriving));
+        queue.senders -= 1;
+        if queue.senders == 0 {
+            shared.senders_gone.notify_all();
+        }
+        return None;
+    }
+}
+
+/// Starts sender threads for jobs no sender is on its way to. Called with the queue locked.
+fn start_senders(shared: &Arc<Shared>, queue: &mut JobQueue) {
+    let start = queue.senders_wanted(shared.max_senders, &shared.queue_ready);
+    for _ in 0..start {
+        let sender = shared.clone();
+        let spawned = std::thread::Builder::new()
+            .name("delivery-send".into())
+            .stack_size(SENDER_STACK)
+            .spawn(move || work(&sender));
+        if let Err(e) = spawned {
+            // Out of threads: the senders already running take the jobs in turn.
+            tracing::error!(error = %e, "delivery pool: cannot start a sender thread");
+            queue.senders -= 1;
+            queue.coming = queue.coming.saturating_sub(1);
+        }
     }
 }
 
 /// A send to `endpoint_id` ended: a job of that endpoint held back for its cap may go now.
-fn sent_one(shared: &Shared, endpoint_id: i64) {
+fn sent_one(shared: &Arc<Shared>, endpoint_id: i64) {
     let mut queue = lock(&shared.queue);
-    if let Some(n) = queue.sending.get_mut(&endpoint_id) {
-        *n = n.saturating_sub(1);
-        if *n == 0 {
-            queue.sending.remove(&endpoint_id);
-        }
-    }
-    drop(queue);
-    shared.queue_ready.notify_all();
+    queue.sent(endpoint_id);
+    start_senders(shared, &mut queue);
 }
 
 /// The dispatcher thread: recovery at start, then rounds of commit-and-claim until shutdown.
-fn dispatch(shared: &Shared) {
+fn dispatch(shared: &Arc<Shared>) {
     let app = &shared.app;
     // Waits for the database to answer before recovering (a connection may be refused at first).
     loop {
@@ -332,9 +512,16 @@ fn dispatch(shared: &Shared) {
         }
     }
     recover(app, app.clock.now_ms());
-    let capacity = app.config.workers.saturating_mul(4).max(2);
+    let capacity = app.config.max_in_flight.max(2);
     let rules = health::Rules::from_hours(app.config.disable_failing_after_hours);
-    let mut gate = fair::Gate::new(app.clock.clone(), app.config.default_endpoint_cap());
+    let new_gate = || {
+        fair::Gate::new(
+            app.clock.clone(),
+            app.config.default_endpoint_cap(),
+            app.config.app_share(),
+        )
+    };
+    let mut gate = new_gate();
     let mut last_round: Option<Instant> = None;
     let mut next_rescue_ms = i64::MIN;
     // On a database other nodes share, one may die holding leases, and nothing wakes this one
@@ -359,7 +546,7 @@ fn dispatch(shared: &Shared) {
             .in_flight
             .load(Ordering::SeqCst)
             .saturating_sub(done.len());
-        let free = capacity.saturating_sub(unsettled).min(MAX_BATCH);
+        let mut free = capacity.saturating_sub(unsettled).min(MAX_BATCH);
         let now = app.clock.now_ms();
         // The gate's accounting is changed inside the transaction; a failed round rebuilds it
         // from the results put back, so release before and re-count after a failure.
@@ -369,6 +556,8 @@ fn dispatch(shared: &Shared) {
         for endpoint_id in std::mem::take(&mut *lock(&shared.dropped)) {
             gate.release(endpoint_id);
         }
+        let tests = admit_tests(app, &mut gate, now, &mut free);
+        hand_out(shared, tests);
         let rescue = rescue_every_ms.is_some() && now >= next_rescue_ms;
         let round = app.store.write(|tx| {
             record(tx, &done, &rules)?;
@@ -397,7 +586,7 @@ fn dispatch(shared: &Shared) {
                 tracing::error!(error = %e, "delivery pool: database round failed; retrying");
                 // Nothing was claimed or recorded: the results wait for the next round, and
                 // the gate starts over from what is really in flight.
-                gate = fair::Gate::new(app.clock.clone(), app.config.default_endpoint_cap());
+                gate = new_gate();
                 lock(&shared.results).extend(done);
                 app.delivery_wake.wait(ERROR_PAUSE);
                 continue;
@@ -410,7 +599,7 @@ fn dispatch(shared: &Shared) {
         }
         let idle = shared.idle_cap.cap(longest_idle);
         let wait = match wake_at {
-            _ if free == 0 => idle, // a worker's result wakes us
+            _ if free == 0 => idle, // a sender's result wakes us
             Some(at) => {
                 let ms = at.saturating_sub(app.clock.now_ms()).max(0);
                 Duration::from_millis(u64::try_from(ms).unwrap_or(0)).min(idle)
@@ -420,6 +609,35 @@ fn dispatch(shared: &Shared) {
         app.delivery_wake.wait(wait);
     }
     drain_at_shutdown(shared);
+}
+
+/// Test deliveries the gate has room for now become jobs (sent first in their endpoint's
+/// lane); the others wait for a later round, which a result or a new test wakes.
+fn admit_tests(app: &App, gate: &mut fair::Gate, now_ms: i64, free: &mut usize) -> Vec<Job> {
+    let mut jobs = Vec::new();
+    let mut later = Vec::new();
+    for waiting in app.probes.take_waiting() {
+        let endpoint_id = waiting.task.endpoint_id;
+        let admitted = match *free {
+            0 => None,
+            _ => gate.admit(endpoint_id, &waiting.app_id, waiting.max_in_flight, now_ms),
+        };
+        match admitted {
+            Some(cap) => {
+                *free -= 1;
+                jobs.push(Job {
+                    task: waiting.task,
+                    claimed_at: now_ms,
+                    target: waiting.target,
+                    cap,
+                    reply: Some(waiting.reply),
+                });
+            }
+            None => later.push(waiting),
+        }
+    }
+    app.probes.put_back(later);
+    jobs
 }
 
 /// Start-up: tasks left `running` by a crash are handed back, and pending tasks whose endpoint
@@ -635,6 +853,7 @@ fn targets(
                     claimed_at: now_ms,
                     target,
                     cap,
+                    reply: None,
                 });
             }
             // Cannot happen: the claim joins on the endpoint in this same transaction. Left
@@ -649,13 +868,16 @@ fn targets(
     Ok(jobs)
 }
 
-fn hand_out(shared: &Shared, jobs: Vec<Job>) {
+fn hand_out(shared: &Arc<Shared>, jobs: Vec<Job>) {
     if jobs.is_empty() {
         return;
     }
     shared.in_flight.fetch_add(jobs.len(), Ordering::SeqCst);
-    lock(&shared.queue).jobs.extend(jobs);
-    shared.queue_ready.notify_all();
+    let mut queue = lock(&shared.queue);
+    for job in jobs {
+        queue.push(job);
+    }
+    start_senders(shared, &mut queue);
 }
 
 /// Shutdown: claimed tasks not yet sent go back to `pending` at once; sends in flight get the
@@ -664,10 +886,11 @@ fn hand_out(shared: &Shared, jobs: Vec<Job>) {
 /// ([`interrupted`]).
 fn drain_at_shutdown(shared: &Shared) {
     let app = &shared.app;
+    app.probes.close();
     let unsent = {
         let mut queue = lock(&shared.queue);
         queue.closed = true;
-        std::mem::take(&mut queue.jobs)
+        queue.drain()
     };
     shared.queue_ready.notify_all();
     shared.in_flight.fetch_sub(unsent.len(), Ordering::SeqCst);
@@ -710,5 +933,96 @@ fn drain_at_shutdown(shared: &Shared) {
         .write(|tx| tx.requeue_running_tasks(app.clock.now_ms()))
     {
         tracing::error!(error = %e, "delivery pool: cannot hand running tasks back; the next start will");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn job(endpoint_id: i64, task_id: i64, cap: usize) -> Job {
+        let target = Target {
+            endpoint_id,
+            url: "http://127.0.0.1:9/".into(),
+            method: "POST".into(),
+            headers: Vec::new(),
+            secret: None,
+            previous_secret: None,
+            timeout: Duration::from_secs(1),
+            policy: crate::retry::RetryPolicy::DEFAULT,
+        };
+        Job {
+            task: Claimed {
+                id: task_id,
+                endpoint_id,
+                schedule_id: None,
+                event_id: None,
+                event_name: None,
+                payload: "{}".into(),
+                attempt: 1,
+                max_attempts: 1,
+                app_id: "app".into(),
+                due_at: 0,
+                trace: None,
+            },
+            claimed_at: 0,
+            target: Arc::new(target),
+            cap,
+            reply: None,
+        }
+    }
+
+    fn take(queue: &mut JobQueue) -> Option<(i64, i64)> {
+        queue.take().map(|j| (j.target.endpoint_id, j.task.id))
+    }
+
+    #[test]
+    fn lanes_take_turns_within_their_caps() {
+        let mut queue = JobQueue::default();
+        for (endpoint, task) in [(1, 10), (1, 11), (1, 12), (2, 20), (2, 21)] {
+            queue.push(job(endpoint, task, 2));
+        }
+        assert_eq!((queue.sendable, queue.queued), (4, 5));
+        assert_eq!(take(&mut queue), Some((1, 10)));
+        assert_eq!(take(&mut queue), Some((2, 20)));
+        assert_eq!(take(&mut queue), Some((1, 11)));
+        assert_eq!(take(&mut queue), Some((2, 21)));
+        assert_eq!(
+            take(&mut queue),
+            None,
+            "endpoint 1 has its 2 sends under way"
+        );
+        assert_eq!((queue.sendable, queue.queued), (0, 1));
+        queue.sent(2);
+        assert_eq!(take(&mut queue), None, "endpoint 2 has nothing left");
+        queue.sent(1);
+        assert_eq!(queue.sendable, 1);
+        assert_eq!(take(&mut queue), Some((1, 12)));
+        let mut test = job(1, 13, 2);
+        test.reply = Some(std::sync::mpsc::channel().0);
+        queue.push(job(1, 14, 2));
+        queue.push(test);
+        queue.sent(1);
+        assert_eq!(
+            take(&mut queue),
+            Some((1, 13)),
+            "a test delivery goes first in its lane"
+        );
+    }
+
+    #[test]
+    fn senders_are_woken_before_new_ones_start_and_never_beyond_the_bound() {
+        let cond = Condvar::new();
+        let mut queue = JobQueue::default();
+        for task in 0..6 {
+            queue.push(job(task, task, 1));
+        }
+        queue.idle = 2;
+        assert_eq!(queue.senders_wanted(5, &cond), 4, "2 woken, 4 started");
+        assert_eq!(queue.coming, 6);
+        assert_eq!(queue.senders_wanted(5, &cond), 0, "all on their way");
+        queue.coming = 0;
+        queue.idle = 0;
+        assert_eq!(queue.senders_wanted(5, &cond), 1, "the bound of 5 senders");
     }
 }

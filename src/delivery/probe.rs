@@ -1,13 +1,22 @@
 //! `POST /endpoints/{id}/test` (contract §11): one real delivery to an endpoint, now, with
 //! every header and signature of a pool delivery, recorded as a `manual` task with a single
-//! attempt. It goes through the pool's own send, judge and record code; only the claim differs
-//! (the task is created `running`, so the pool never picks it up meanwhile).
+//! attempt. It is sent by the pool's senders, admitted by the dispatcher through the same fair
+//! accounting as claimed tasks (the endpoint's cap, its app's share), and judged and recorded
+//! by the pool's own code; only the claim differs (the task is created `running`, so the pool
+//! never picks it up meanwhile). Each app may have [`TESTS_PER_APP`] test deliveries in flight;
+//! beyond that the request is refused at once (429).
 
-use super::{Done, attempt, health, record, send};
+use super::{Done, health, record, send};
 use crate::app::App;
 use crate::clock::rfc3339;
 use crate::retry::RetryPolicy;
 use crate::store::{self, StoreError, attempts::Attempt, endpoints::Endpoint, tasks::Claimed};
+use std::collections::HashMap;
+use std::sync::mpsc;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+/// Most test deliveries of one app in flight at once (waiting for room or being sent).
+pub const TESTS_PER_APP: usize = 8;
 
 /// What a test delivery made: its task and its one attempt.
 #[derive(Debug, Clone, serde::Serialize)]
@@ -16,15 +25,135 @@ pub struct Probe {
     pub attempt: Attempt,
 }
 
-/// Sends the test payload to `endpoint` (enabled or not) and waits for the reply, at most the
-/// endpoint's `timeout_ms`. Blocking: call it off the async threads (API handlers run on
-/// blocking threads). A failed test is recorded like any failed attempt (a `410 Gone` disables
-/// the endpoint too) but produces no operator event: its caller sees the result.
+/// Why a test delivery was not made.
+#[derive(Debug)]
+pub enum ProbeError {
+    /// The app has [`TESTS_PER_APP`] test deliveries in flight already.
+    Busy,
+    /// The delivery pool is not running (stopping).
+    Stopped,
+    Other(anyhow::Error),
+}
+
+impl From<StoreError> for ProbeError {
+    fn from(e: StoreError) -> Self {
+        ProbeError::Other(e.into())
+    }
+}
+
+impl From<anyhow::Error> for ProbeError {
+    fn from(e: anyhow::Error) -> Self {
+        ProbeError::Other(e)
+    }
+}
+
+/// A test delivery waiting for the dispatcher to admit it.
+pub(crate) struct Waiting {
+    pub app_id: String,
+    pub max_in_flight: Option<i64>,
+    pub task: Claimed,
+    pub target: Arc<send::Target>,
+    pub reply: mpsc::Sender<Done>,
+}
+
+/// The test deliveries handed to the pool, and how many each app has in flight.
+#[derive(Default)]
+pub struct Probes {
+    state: Mutex<ProbeState>,
+}
+
+#[derive(Default)]
+struct ProbeState {
+    /// The pool is running and admits test deliveries.
+    open: bool,
+    waiting: Vec<Waiting>,
+    per_app: HashMap<String, usize>,
+}
+
+impl Probes {
+    fn lock(&self) -> MutexGuard<'_, ProbeState> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The pool started.
+    pub(crate) fn open(&self) {
+        self.lock().open = true;
+    }
+
+    /// The pool stops: waiting test deliveries are dropped (their callers are told).
+    pub(crate) fn close(&self) {
+        let mut state = self.lock();
+        state.open = false;
+        state.waiting.clear();
+    }
+
+    /// The test deliveries waiting to be admitted, oldest first.
+    pub(crate) fn take_waiting(&self) -> Vec<Waiting> {
+        std::mem::take(&mut self.lock().waiting)
+    }
+
+    /// Test deliveries that found no room this round wait for the next, ahead of newer ones.
+    pub(crate) fn put_back(&self, mut waiting: Vec<Waiting>) {
+        let mut state = self.lock();
+        if state.open && !waiting.is_empty() {
+            waiting.append(&mut state.waiting);
+            state.waiting = waiting;
+        }
+    }
+
+    /// Counts one more test delivery of `app_id`, unless it has [`TESTS_PER_APP`] already.
+    fn enter<'a>(&'a self, app_id: &str) -> Option<Ticket<'a>> {
+        let mut state = self.lock();
+        let n = state.per_app.entry(app_id.to_string()).or_default();
+        if *n >= TESTS_PER_APP {
+            return None;
+        }
+        *n += 1;
+        Some(Ticket {
+            probes: self,
+            app_id: app_id.to_string(),
+        })
+    }
+
+    fn submit(&self, waiting: Waiting) -> Result<(), ProbeError> {
+        let mut state = self.lock();
+        if !state.open {
+            return Err(ProbeError::Stopped);
+        }
+        state.waiting.push(waiting);
+        Ok(())
+    }
+}
+
+/// One test delivery counted against its app's bound until dropped.
+struct Ticket<'a> {
+    probes: &'a Probes,
+    app_id: String,
+}
+
+impl Drop for Ticket<'_> {
+    fn drop(&mut self) {
+        let mut state = self.probes.lock();
+        if let Some(n) = state.per_app.get_mut(&self.app_id) {
+            *n = n.saturating_sub(1);
+            if *n == 0 {
+                state.per_app.remove(&self.app_id);
+            }
+        }
+    }
+}
+
+/// Sends the test payload to `endpoint` (enabled or not) through the delivery pool and waits
+/// for the reply, at most the endpoint's `timeout_ms` once a sender has it (longer while its
+/// endpoint or app has no room). Blocking: call it off the async threads (API handlers run
+/// on blocking threads). A failed test is recorded like any failed attempt (a `410 Gone`
+/// disables the endpoint too) but produces no operator event: its caller sees the result.
 pub fn run(
     app: &App,
     endpoint: &Endpoint,
     traces: &mut crate::trace::TaskTraces,
-) -> anyhow::Result<Probe> {
+) -> Result<Probe, ProbeError> {
+    let _ticket = app.probes.enter(&endpoint.app_id).ok_or(ProbeError::Busy)?;
     let now_ms = app.clock.now_ms();
     let payload = serde_json::json!({
         "type": "webhookd.test",
@@ -53,7 +182,6 @@ pub fn run(
         max_attempts: 1,
         ..RetryPolicy::DEFAULT
     };
-    let target = send::Target::new(endpoint, policy);
     let task = Claimed {
         id: task_id,
         endpoint_id: endpoint.id,
@@ -67,8 +195,18 @@ pub fn run(
         due_at: now_ms,
         trace: Some(trace),
     };
-    let agent = send::agent(&app.config);
-    let done: Done = attempt(app, &agent, &target, task, true);
+    let (reply, done) = mpsc::channel();
+    app.probes.submit(Waiting {
+        app_id: endpoint.app_id.clone(),
+        max_in_flight: endpoint.max_in_flight,
+        task,
+        target: Arc::new(send::Target::new(endpoint, policy)),
+        reply,
+    })?;
+    app.delivery_wake.notify();
+    // The pool drops a test delivery it will not send (shutdown); the task is `running` and
+    // goes back to `pending` with the others.
+    let done: Done = done.recv().map_err(|_| ProbeError::Stopped)?;
     let rules = health::Rules::from_hours(app.config.disable_failing_after_hours);
     app.store
         .write(|tx| record(tx, std::slice::from_ref(&done), &rules))?;

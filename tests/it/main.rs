@@ -20,6 +20,7 @@ mod events;
 mod fuzz;
 mod health;
 mod ids;
+mod isolation;
 mod keys_api;
 mod logs;
 mod migrate;
