@@ -21,6 +21,8 @@ pub struct App {
     pub delivery_wake: Signal,
     /// Counters served by `GET /metrics`.
     pub metrics: Metrics,
+    /// The random delay of jittered schedule firings (replaceable by tests).
+    pub jitter: crate::scheduler::Jitter,
 }
 
 impl App {
@@ -34,6 +36,7 @@ impl App {
             scheduler_wake: Signal::default(),
             delivery_wake: Signal::default(),
             metrics: Metrics::default(),
+            jitter: Default::default(),
             config,
         }
     }
