@@ -37,3 +37,4 @@ mod support;
 mod tasks;
 mod unknown_fields;
 mod visibility;
+mod windows;
