@@ -338,7 +338,8 @@ pub fn trigger(ctx: &mut Ctx<'_>, req: &Request) -> ApiResult<Value> {
 }
 
 /// `POST /schedules/{id}/backfill`: fires each instant of the schedule in [`from`, `to`] (and
-/// in its window) that has not fired before, oldest first, its tasks due now.
+/// in its window) that has not fired before, oldest first, its tasks due now. Instants after
+/// now are left to the scheduler: a backfill is of the past.
 pub fn backfill(ctx: &mut Ctx<'_>, req: &Request) -> ApiResult<Value> {
     let body = req.json()?;
     let from = instant("from", body.get("from").unwrap_or(&Value::Null))?;
@@ -350,7 +351,8 @@ pub fn backfill(ctx: &mut Ctx<'_>, req: &Request) -> ApiResult<Value> {
     let schedule = load_live(ctx, req.id(), "backfilled")?;
     check_has_targets(&schedule, "backfilled")?;
     let cron = parse_cron(&schedule.cron_expr, &schedule.timezone)?;
-    let instants = instants_between(&cron, schedule.window(), from, to, MAX_BACKFILL)
+    let until = to.min(from_ms(ctx.now_ms));
+    let instants = instants_between(&cron, schedule.window(), from, until, MAX_BACKFILL)
         .ok_or_else(|| {
             ApiError::validation(format!(
                 "to: the schedule has more than {MAX_BACKFILL} instants between from and to; backfill a shorter interval"
