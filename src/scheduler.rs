@@ -690,6 +690,81 @@ mod tests {
         assert_eq!(p.next_run_at, Some(t(14, 0, 0)));
     }
 
+    fn cron(expr: &str) -> CronSchedule {
+        CronSchedule::parse(expr, "UTC").unwrap()
+    }
+
+    fn window(starts_at: Option<DateTime<Utc>>, ends_at: Option<DateTime<Utc>>) -> Window {
+        Window {
+            starts_at: starts_at.map(|t| t.timestamp_millis()),
+            ends_at: ends_at.map(|t| t.timestamp_millis()),
+        }
+    }
+
+    #[test]
+    fn the_next_run_stays_inside_the_window() {
+        let hourly = cron("0 * * * *");
+        let open = Window::default();
+        assert_eq!(
+            next_in_window(&hourly, open, t(12, 0, 0)),
+            Some(t(13, 0, 0))
+        );
+        // A start on an instant includes it; one between instants gives the next.
+        let w = window(Some(t(15, 0, 0)), None);
+        assert_eq!(next_in_window(&hourly, w, t(12, 0, 0)), Some(t(15, 0, 0)));
+        let w = window(Some(t(15, 0, 1)), None);
+        assert_eq!(next_in_window(&hourly, w, t(12, 0, 0)), Some(t(16, 0, 0)));
+        // The end is included; past it there is none.
+        let w = window(None, Some(t(14, 0, 0)));
+        assert_eq!(next_in_window(&hourly, w, t(13, 0, 0)), Some(t(14, 0, 0)));
+        assert_eq!(next_in_window(&hourly, w, t(14, 0, 0)), None);
+        // A window between two instants holds none.
+        let w = window(Some(t(14, 10, 0)), Some(t(14, 50, 0)));
+        assert_eq!(next_in_window(&hourly, w, t(12, 0, 0)), None);
+    }
+
+    #[test]
+    fn instants_between_are_bounded_and_windowed() {
+        let minutely = cron("* * * * *");
+        let open = Window::default();
+        let got = instants_between(&minutely, open, t(12, 0, 0), t(12, 3, 0), 10).unwrap();
+        assert_eq!(
+            got,
+            vec![t(12, 0, 0), t(12, 1, 0), t(12, 2, 0), t(12, 3, 0)]
+        );
+        assert_eq!(
+            instants_between(&minutely, open, t(12, 0, 0), t(12, 3, 0), 4).map(|v| v.len()),
+            Some(4)
+        );
+        assert_eq!(
+            instants_between(&minutely, open, t(12, 0, 0), t(12, 3, 0), 3),
+            None
+        );
+        let w = window(Some(t(12, 1, 30)), Some(t(12, 2, 0)));
+        let got = instants_between(&minutely, w, t(12, 0, 0), t(12, 3, 0), 10).unwrap();
+        assert_eq!(got, vec![t(12, 2, 0)]);
+        assert_eq!(
+            instants_between(&minutely, open, t(12, 0, 10), t(12, 0, 50), 10),
+            Some(vec![])
+        );
+    }
+
+    #[test]
+    fn jitter_draws_within_its_bound_and_can_be_pinned() {
+        let jitter = Jitter::default();
+        assert_eq!(jitter.draw(0), 0);
+        for _ in 0..100 {
+            assert!((0..=5_000).contains(&jitter.draw(5)));
+        }
+        jitter.pin(|max_ms| max_ms / 2);
+        assert_eq!(jitter.draw(60), 30_000);
+        // A draw out of range is clamped into it.
+        jitter.pin(|max_ms| max_ms * 2);
+        assert_eq!(jitter.draw(1), 1_000);
+        jitter.pin(|_| -5);
+        assert_eq!(jitter.draw(1), 0);
+    }
+
     #[test]
     fn a_schedule_that_ends_has_no_next_run() {
         let once = |after: DateTime<Utc>| (after < t(12, 0, 0)).then_some(t(12, 0, 0));
