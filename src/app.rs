@@ -25,6 +25,8 @@ pub struct App {
     pub spans: crate::spans::Spans,
     /// Test deliveries (`POST /endpoints/{id}/test`) handed to the delivery pool.
     pub probes: crate::delivery::probe::Probes,
+    /// The random delay of jittered schedule firings (replaceable by tests).
+    pub jitter: crate::scheduler::Jitter,
 }
 
 impl App {
@@ -40,6 +42,7 @@ impl App {
             metrics: Metrics::default(),
             spans: crate::spans::Spans::default(),
             probes: Default::default(),
+            jitter: Default::default(),
             config,
         }
     }

@@ -14,19 +14,26 @@
 //! [`MAX_CATCHUP_RUNS`] at most; `none` fires none. With `overlap: skip`, a firing makes no
 //! task for an endpoint that still has an open (`pending` or `running`) task of this schedule.
 //! What was not fired is counted in `skipped_runs`.
+//!
+//! A schedule with a window (`starts_at`, `ends_at`) fires only at instants inside it, catch-up
+//! included; past its end `next_run_at` is null and it stays `active`. `jitter_sec` moves each
+//! firing's tasks' `run_at` to a random moment in [instant, instant + jitter]; the firing row is
+//! still the instant's. [`backfill`] fires the instants of a past interval that have no firing
+//! row yet; because every way of firing goes through that row, firing rows are never forgotten
+//! (docs/design.md §19).
 
 use crate::app::App;
 use crate::clock::{from_ms, rfc3339};
 use crate::cron::CronSchedule;
 use crate::fanout;
-use crate::store::schedules::{Catchup, Firing};
+use crate::store::schedules::{Catchup, Firing, Overlap, Window};
 use crate::store::tasks::TaskKind;
 use crate::store::{IdleCap, StoreError, Tx};
 use crate::trace::TaskTraces;
 use chrono::{DateTime, TimeDelta, Utc};
 use std::collections::HashMap;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
@@ -36,9 +43,6 @@ const BATCH: usize = 500;
 /// A run less late than this is on time whatever `--misfire-grace-secs` says: under load the
 /// scheduler may look a moment after the instant, which is not a missed run.
 const ON_TIME_SLACK: TimeDelta = TimeDelta::seconds(10);
-/// Firings are remembered this long beyond the grace window, so that a wall clock stepped back
-/// by up to this much cannot fire an instant a second time.
-const FIRINGS_KEPT: TimeDelta = TimeDelta::days(1);
 /// Longest grace honoured (100 years), so instant arithmetic cannot overflow.
 const MAX_GRACE_SECS: u64 = 100 * 365 * 86_400;
 /// Pause after a database error before looking again.
@@ -167,7 +171,7 @@ pub fn fire_at(app: &App, schedule_id: i64, at: DateTime<Utc>) -> anyhow::Result
         };
         let cron = CronSchedule::parse(&firing.cron_expr, &firing.timezone)
             .map_err(|e| anyhow::anyhow!("schedule {schedule_id}: {e}"))?;
-        let next_run_at = cron.next_after(at.max(now));
+        let next_run_at = next_in_window(&cron, firing.window, at.max(now));
         let mut batch = Batch::new(tx, app, now);
         let created = batch.fire(&firing, at, next_run_at, 0)?;
         Ok::<_, anyhow::Error>((created, batch.firings))
@@ -279,6 +283,7 @@ struct Batch<'a> {
     tx: &'a mut dyn Tx,
     now: DateTime<Utc>,
     grace: TimeDelta,
+    jitter: &'a Jitter,
     targets: fanout::Targets,
     /// Tasks created so far.
     tasks: usize,
@@ -315,13 +320,14 @@ impl FiringSpan {
 }
 
 impl<'a> Batch<'a> {
-    fn new(tx: &'a mut dyn Tx, app: &App, now: DateTime<Utc>) -> Self {
+    fn new(tx: &'a mut dyn Tx, app: &'a App, now: DateTime<Utc>) -> Self {
         let secs = app.config.misfire_grace_secs.min(MAX_GRACE_SECS);
         let grace = TimeDelta::seconds(i64::try_from(secs).unwrap_or(0)).max(ON_TIME_SLACK);
         Batch {
             tx,
             now,
             grace,
+            jitter: &app.jitter,
             targets: fanout::Targets::default(),
             tasks: 0,
             lag_ms: None,
@@ -337,8 +343,17 @@ impl<'a> Batch<'a> {
             return self.tx.advance_schedule(firing.id, None, None, 0);
         };
         let due = firing.next_run_at.map_or(self.now, from_ms);
+        // A `next_run_at` outside the window (set before the window was) moves into it.
+        let due = if firing.window.contains(due.timestamp_millis()) {
+            Some(due)
+        } else {
+            next_in_window(cron, firing.window, due - TimeDelta::milliseconds(1))
+        };
+        let Some(due) = due else {
+            return self.tx.advance_schedule(firing.id, None, None, 0);
+        };
         let plan = plan(due, self.now, self.grace, firing.catchup, |t| {
-            cron.next_after(t)
+            next_in_window(cron, firing.window, t)
         });
         let skipped = i64::try_from(plan.skipped).unwrap_or(i64::MAX);
         let Some(latest) = plan.fire.last() else {
@@ -383,18 +398,16 @@ impl<'a> Batch<'a> {
         let at_ms = at.timestamp_millis();
         let mut fired_at = None;
         let created = if self.tx.record_firing(firing.id, at_ms)? {
-            let cutoff = at - self.grace - FIRINGS_KEPT;
-            self.tx
-                .forget_firings(firing.id, cutoff.timestamp_millis())?;
             let started = std::time::Instant::now();
             // A firing has no caller: each of its tasks starts a trace of its own.
             let mut traces = TaskTraces::new(None, self.export);
+            let run_at = at_ms.saturating_add(self.jitter.draw(firing.jitter_sec));
             let out = fanout::firing(
                 self.tx,
                 &mut self.targets,
                 firing,
                 TaskKind::Schedule,
-                at_ms,
+                run_at,
                 self.now.timestamp_millis(),
                 &mut traces,
             )?;
@@ -441,6 +454,133 @@ impl<'a> Batch<'a> {
         self.tx
             .advance_schedule(firing.id, fired_at, next, skipped)?;
         Ok(created)
+    }
+}
+
+/// The first instant of `cron` strictly after `after` that lies in `window`, if any.
+pub fn next_in_window(
+    cron: &CronSchedule,
+    window: Window,
+    after: DateTime<Utc>,
+) -> Option<DateTime<Utc>> {
+    let before_start = window
+        .starts_at
+        .map(|s| from_ms(s) - TimeDelta::milliseconds(1));
+    let after = before_start.map_or(after, |b| after.max(b));
+    cron.next_after(after)
+        .filter(|t| window.ends_at.is_none_or(|e| t.timestamp_millis() <= e))
+}
+
+/// The instants of `cron` in [`from`, `to`] and in `window`, oldest first; `None` when there
+/// are more than `max`.
+pub fn instants_between(
+    cron: &CronSchedule,
+    window: Window,
+    from: DateTime<Utc>,
+    to: DateTime<Utc>,
+    max: usize,
+) -> Option<Vec<DateTime<Utc>>> {
+    let mut out = Vec::new();
+    let mut next = next_in_window(cron, window, from - TimeDelta::milliseconds(1));
+    while let Some(t) = next
+        && t <= to
+    {
+        if out.len() == max {
+            return None;
+        }
+        out.push(t);
+        next = next_in_window(cron, window, t);
+    }
+    Some(out)
+}
+
+/// Instants a backfill fires per transaction: a long backfill never holds the write lock for
+/// more than this many firings.
+const BACKFILL_BATCH: usize = 100;
+
+/// What a backfill did: instants it fired, and instants that had fired before (by the
+/// scheduler, a catch-up or an earlier backfill).
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Backfilled {
+    pub fired: usize,
+    pub already_fired: usize,
+}
+
+/// Fires `firing` for each of `instants` (oldest first) that has no firing row yet, in
+/// transactions of [`BACKFILL_BATCH`] instants: the row and that instant's tasks (kind
+/// `schedule`, due now, no jitter) commit together, so a backfill racing the scheduler, a
+/// catch-up or another backfill, on any node, fires each instant once. `overlap` does not hold
+/// a backfill back (it was asked for), and `last_run_at` and `next_run_at` do not move. Its
+/// tasks continue the request's trace, as a trigger's do (`traces`).
+pub fn backfill(
+    app: &App,
+    firing: &Firing,
+    instants: &[DateTime<Utc>],
+    traces: &mut TaskTraces,
+) -> Result<Backfilled, StoreError> {
+    let firing = Firing {
+        overlap: Overlap::Allow,
+        ..firing.clone()
+    };
+    let mut done = Backfilled::default();
+    for chunk in instants.chunks(BACKFILL_BATCH) {
+        let now_ms = app.clock.now().timestamp_millis();
+        let (fired, tasks) = app.store.write(|tx| {
+            let mut targets = fanout::Targets::default();
+            let (mut fired, mut tasks) = (0, 0);
+            for at in chunk {
+                if tx.record_firing(firing.id, at.timestamp_millis())? {
+                    let out = fanout::firing(
+                        tx,
+                        &mut targets,
+                        &firing,
+                        TaskKind::Schedule,
+                        now_ms,
+                        now_ms,
+                        traces,
+                    )?;
+                    fired += 1;
+                    tasks += out.ids.len();
+                }
+            }
+            Ok::<_, StoreError>((fired, tasks))
+        })?;
+        if tasks > 0 {
+            app.delivery_wake.notify();
+        }
+        done.fired += fired;
+        done.already_fired += chunk.len() - fired;
+    }
+    Ok(done)
+}
+
+/// The random part of a firing's jitter: a delay in [0, jitter] ms. Tests pin it with
+/// [`Jitter::pin`]; the scheduler's timing does not depend on it.
+pub struct Jitter(Mutex<Box<dyn FnMut(i64) -> i64 + Send>>);
+
+impl Default for Jitter {
+    fn default() -> Self {
+        Jitter(Mutex::new(Box::new(|max_ms| {
+            rand::random_range(0..=max_ms)
+        })))
+    }
+}
+
+impl Jitter {
+    /// The delay (ms) for a schedule with `jitter_sec`: 0 when it has none, else a draw in
+    /// [0, jitter_sec × 1000].
+    pub fn draw(&self, jitter_sec: i64) -> i64 {
+        let max_ms = jitter_sec.clamp(0, 3600) * 1000;
+        if max_ms == 0 {
+            return 0;
+        }
+        let mut f = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        f(max_ms).clamp(0, max_ms)
+    }
+
+    /// Replaces the draw: `f` gets the largest delay (ms) and returns one (clamped to it).
+    pub fn pin(&self, f: impl FnMut(i64) -> i64 + Send + 'static) {
+        *self.0.lock().unwrap_or_else(|e| e.into_inner()) = Box::new(f);
     }
 }
 
@@ -615,6 +755,81 @@ mod tests {
         let p = latest(down_since, t(13, 0, 0), HOUR, hourly);
         assert_eq!(p.fire, vec![t(13, 0, 0)]);
         assert_eq!(p.next_run_at, Some(t(14, 0, 0)));
+    }
+
+    fn cron(expr: &str) -> CronSchedule {
+        CronSchedule::parse(expr, "UTC").unwrap()
+    }
+
+    fn window(starts_at: Option<DateTime<Utc>>, ends_at: Option<DateTime<Utc>>) -> Window {
+        Window {
+            starts_at: starts_at.map(|t| t.timestamp_millis()),
+            ends_at: ends_at.map(|t| t.timestamp_millis()),
+        }
+    }
+
+    #[test]
+    fn the_next_run_stays_inside_the_window() {
+        let hourly = cron("0 * * * *");
+        let open = Window::default();
+        assert_eq!(
+            next_in_window(&hourly, open, t(12, 0, 0)),
+            Some(t(13, 0, 0))
+        );
+        // A start on an instant includes it; one between instants gives the next.
+        let w = window(Some(t(15, 0, 0)), None);
+        assert_eq!(next_in_window(&hourly, w, t(12, 0, 0)), Some(t(15, 0, 0)));
+        let w = window(Some(t(15, 0, 1)), None);
+        assert_eq!(next_in_window(&hourly, w, t(12, 0, 0)), Some(t(16, 0, 0)));
+        // The end is included; past it there is none.
+        let w = window(None, Some(t(14, 0, 0)));
+        assert_eq!(next_in_window(&hourly, w, t(13, 0, 0)), Some(t(14, 0, 0)));
+        assert_eq!(next_in_window(&hourly, w, t(14, 0, 0)), None);
+        // A window between two instants holds none.
+        let w = window(Some(t(14, 10, 0)), Some(t(14, 50, 0)));
+        assert_eq!(next_in_window(&hourly, w, t(12, 0, 0)), None);
+    }
+
+    #[test]
+    fn instants_between_are_bounded_and_windowed() {
+        let minutely = cron("* * * * *");
+        let open = Window::default();
+        let got = instants_between(&minutely, open, t(12, 0, 0), t(12, 3, 0), 10).unwrap();
+        assert_eq!(
+            got,
+            vec![t(12, 0, 0), t(12, 1, 0), t(12, 2, 0), t(12, 3, 0)]
+        );
+        assert_eq!(
+            instants_between(&minutely, open, t(12, 0, 0), t(12, 3, 0), 4).map(|v| v.len()),
+            Some(4)
+        );
+        assert_eq!(
+            instants_between(&minutely, open, t(12, 0, 0), t(12, 3, 0), 3),
+            None
+        );
+        let w = window(Some(t(12, 1, 30)), Some(t(12, 2, 0)));
+        let got = instants_between(&minutely, w, t(12, 0, 0), t(12, 3, 0), 10).unwrap();
+        assert_eq!(got, vec![t(12, 2, 0)]);
+        assert_eq!(
+            instants_between(&minutely, open, t(12, 0, 10), t(12, 0, 50), 10),
+            Some(vec![])
+        );
+    }
+
+    #[test]
+    fn jitter_draws_within_its_bound_and_can_be_pinned() {
+        let jitter = Jitter::default();
+        assert_eq!(jitter.draw(0), 0);
+        for _ in 0..100 {
+            assert!((0..=5_000).contains(&jitter.draw(5)));
+        }
+        jitter.pin(|max_ms| max_ms / 2);
+        assert_eq!(jitter.draw(60), 30_000);
+        // A draw out of range is clamped into it.
+        jitter.pin(|max_ms| max_ms * 2);
+        assert_eq!(jitter.draw(1), 1_000);
+        jitter.pin(|_| -5);
+        assert_eq!(jitter.draw(1), 0);
     }
 
     #[test]

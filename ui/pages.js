@@ -146,6 +146,18 @@ function numberOrNull(text, what) {
   return n;
 }
 
+/** A record's instant as a `datetime-local` value in this browser's zone ("" for null). */
+function localInput(iso) {
+  if (!iso) return "";
+  const d = new Date(iso);
+  return new Date(d.getTime() - d.getTimezoneOffset() * 60000).toISOString().slice(0, 19);
+}
+
+/** A `datetime-local` value (this browser's zone) as an RFC 3339 instant in UTC, or null. */
+function instantOrNull(value) {
+  return value ? new Date(value).toISOString().replace(/\.\d{3}Z$/, "Z") : null;
+}
+
 /** For PATCH: only the fields that differ from the record. */
 function changed(record, values) {
   const out = {};
@@ -562,13 +574,18 @@ async function schedules(main, r, ctx) {
     ["Name", (s) => h("strong", { class: "name" }, s.name)],
     ["When", (s) => {
       const words = cronWords(s.cron_expr);
-      return [h("code", null, s.cron_expr), words ? h("div", { class: "cron-words" }, words) : null, h("div", null, h("small", null, s.timezone))];
+      return [h("code", null, s.cron_expr), words ? h("div", { class: "cron-words" }, words) : null, h("div", null, h("small", null, s.timezone)),
+        s.starts_at || s.ends_at ? h("div", { class: "window" }, h("small", null,
+          s.starts_at ? `from ${when(s.starts_at, s.timezone)} ` : "", s.ends_at ? `until ${when(s.ends_at, s.timezone)}` : "")) : null,
+        s.jitter_sec ? h("div", null, h("small", null, `jitter up to ${s.jitter_sec} s`)) : null];
     }],
     ["Status", (s) => [badge(s.status), s.paused_reason ? h("small", null, " " + s.paused_reason) : null]],
     ["Last run", (s) => lastRun(s, latest[s.id])],
     ["Next run", (s) => s.next_run_at
       ? [h("div", null, when(s.next_run_at, s.timezone)), h("div", null, h("small", null, "here: " + when(s.next_run_at)))]
-      : "—"],
+      // Active with no next run: past its window's end (a later ends_at revives it).
+      : s.status === "active" && s.ends_at ? h("span", { class: "badge ended", title: "past ends_at; move ends_at later to revive it" }, "ended")
+        : "—"],
     ["Targets", (s) => s.endpoint_ids.length
       ? s.endpoint_ids.map((id) => h("div", null, (s.endpoint_names || {})[id]
         ? h("a", { href: `#/endpoints/${id}` }, s.endpoint_names[id]) : `endpoint ${id}`))
@@ -581,9 +598,11 @@ async function schedules(main, r, ctx) {
         s.status === "paused" ? allowed("POST", `/v1/schedules/${s.id}/resume`, "Resume", () => act(ctx, () => api("POST", `/v1/schedules/${s.id}/resume`), `Schedule ${s.name} resumed.`)) : null,
         s.status === "deleted" ? null : allowed("POST", `/v1/schedules/${s.id}/trigger`, "Trigger now", () => act(ctx, () => api("POST", `/v1/schedules/${s.id}/trigger`),
           (d) => `Schedule ${s.name} fired: ${plural(d.task_ids.length, "task")}.`)),
+        s.status === "deleted" ? null : button("Backfill", () => backfillForm(forms, s, ctx)),
         button("Next runs", async () => {
           try {
-            const p = await api("POST", "/v1/cron/preview", null, { cron_expr: s.cron_expr, timezone: s.timezone, count: 10 });
+            const p = await api("POST", "/v1/cron/preview", null, { cron_expr: s.cron_expr, timezone: s.timezone, count: 10,
+              starts_at: s.starts_at, ends_at: s.ends_at });
             fill(runs, runsTable(p.next_runs, s.timezone));
           } catch (err) {
             ctx.notify(describe(err), "error");
@@ -617,6 +636,24 @@ function lastRun(s, tasks) {
   ];
 }
 
+/** Backfill: fire the schedule's instants in [from, to] that have not fired (pickers in this browser's zone). */
+function backfillForm(forms, s, ctx) {
+  const from = input("from", "", { type: "datetime-local", step: 1, required: true });
+  const to = input("to", "", { type: "datetime-local", step: 1, required: true });
+  const result = h("div", { class: "backfill-result", "aria-live": "polite" });
+  forms.open(`Backfill schedule ${s.name}`, form([
+    field("From", from, "in this browser's time zone; included"),
+    field("To", to, "included; at most 1,000 runs between them"),
+    h("p", { class: "wide" }, h("small", null, "Fires each run in the interval (inside the schedule's window) that has not fired yet, oldest first, due now. Runs that already fired are counted, not fired again, so a backfill can be repeated.")),
+    h("div", { class: "wide" }, result),
+  ], "Backfill", async () => {
+    const d = await api("POST", `/v1/schedules/${s.id}/backfill`, null, { from: instantOrNull(from.value), to: instantOrNull(to.value) });
+    const text = `Backfill of ${s.name}: ${plural(d.fired, "run")} fired, ${d.already_fired} already fired.`;
+    fill(result, h("p", { class: "ok" }, text));
+    ctx.notify(text, "ok");
+  }, () => forms.close()));
+}
+
 async function scheduleForm(forms, s, ctx) {
   const v = s || { timezone: browserZone, payload: {}, endpoint_ids: [], catchup: "latest", overlap: "allow" };
   const zones = typeof Intl.supportedValuesOf === "function" ? Intl.supportedValuesOf("timeZone") : [];
@@ -627,6 +664,9 @@ async function scheduleForm(forms, s, ctx) {
     payload: textarea("payload", JSON.stringify(v.payload || {}, null, 1)),
     catchup: select("catchup", [["latest", "latest missed run"], ["none", "none"], ["all", "all missed runs"]], v.catchup || "latest"),
     overlap: select("overlap", [["allow", "allow"], ["skip", "skip while the previous run is pending"]], v.overlap || "allow"),
+    starts_at: input("starts_at", localInput(v.starts_at), { type: "datetime-local", step: 1 }),
+    ends_at: input("ends_at", localInput(v.ends_at), { type: "datetime-local", step: 1 }),
+    jitter_sec: input("jitter_sec", v.jitter_sec || 0, { type: "number", min: 0, max: 3600 }),
   };
   const preview = h("div", { class: "preview", "aria-live": "polite" });
   const eps = await api("GET", "/v1/endpoints", { page_size: 100 });
@@ -641,7 +681,8 @@ async function scheduleForm(forms, s, ctx) {
       const expr = inputs.cron_expr.value.trim();
       if (!expr) return fill(preview);
       try {
-        const p = await api("POST", "/v1/cron/preview", null, { cron_expr: expr, timezone: inputs.timezone.value.trim() || "UTC", count: 8 });
+        const p = await api("POST", "/v1/cron/preview", null, { cron_expr: expr, timezone: inputs.timezone.value.trim() || "UTC", count: 8,
+          starts_at: instantOrNull(inputs.starts_at.value), ends_at: instantOrNull(inputs.ends_at.value) });
         const words = cronWords(expr);
         if (mine === seq) {
           fill(preview, words ? h("p", { class: "cron-words" }, `Runs ${words} (${inputs.timezone.value.trim() || "UTC"} time).`) : null,
@@ -654,6 +695,8 @@ async function scheduleForm(forms, s, ctx) {
   };
   inputs.cron_expr.addEventListener("input", refresh);
   inputs.timezone.addEventListener("input", refresh);
+  inputs.starts_at.addEventListener("input", refresh);
+  inputs.ends_at.addEventListener("input", refresh);
   forms.open(s ? `Edit schedule ${s.id}` : "New schedule", form([
     field("Name", inputs.name),
     field("Cron expression", inputs.cron_expr, "minute hour day-of-month month day-of-week, or @daily…"),
@@ -663,6 +706,9 @@ async function scheduleForm(forms, s, ctx) {
     h("fieldset", { class: "wide" }, h("legend", null, "Endpoints (none ticked = every enabled endpoint)"), boxes,
       eps.total > eps.items.length ? h("small", null, `showing the newest ${eps.items.length} of ${eps.total}`) : null),
     field("Missed runs", inputs.catchup), field("Overlap", inputs.overlap),
+    field("Starts at", inputs.starts_at, "runs before it do not fire; this browser's time zone; empty = no start"),
+    field("Ends at", inputs.ends_at, "runs after it do not fire; the schedule stays active, ended"),
+    field("Jitter (seconds)", inputs.jitter_sec, "each run's deliveries are due at a random moment up to this long after it"),
   ], s ? "Save" : "Create", async () => {
     const values = {
       name: inputs.name.value,
@@ -672,17 +718,23 @@ async function scheduleForm(forms, s, ctx) {
       endpoint_ids: boxes.map((b) => b.firstChild).filter((b) => b.checked).map((b) => Number(b.value)),
       catchup: inputs.catchup.value,
       overlap: inputs.overlap.value,
+      starts_at: instantOrNull(inputs.starts_at.value),
+      ends_at: instantOrNull(inputs.ends_at.value),
+      jitter_sec: numberOrNull(inputs.jitter_sec.value, "jitter_sec") ?? 0,
     };
-    // catchup/overlap are sent only when they differ from the default (or the record), so a
-    // server without them still takes the form.
-    const base = { catchup: (s && s.catchup) || "latest", overlap: (s && s.overlap) || "allow" };
+    // catchup/overlap/window/jitter are sent only when they differ from the default (or the
+    // record), so a server without them still takes the form.
+    const base = { catchup: (s && s.catchup) || "latest", overlap: (s && s.overlap) || "allow",
+      starts_at: (s && s.starts_at) || null, ends_at: (s && s.ends_at) || null, jitter_sec: (s && s.jitter_sec) || 0 };
     const body = s ? changed(s, values) : { ...values };
-    for (const k of ["catchup", "overlap"]) if (values[k] === base[k]) delete body[k];
+    for (const k of Object.keys(base)) if (values[k] === base[k]) delete body[k];
     const saved = s
       ? await api("PATCH", `/v1/schedules/${s.id}`, null, body)
       : await api("POST", "/v1/schedules", null, body);
     forms.close();
-    ctx.notify(`Schedule ${saved.id} saved; next run ${when(saved.next_run_at, saved.timezone)} (${when(saved.next_run_at)} here).`, "ok");
+    ctx.notify(saved.next_run_at
+      ? `Schedule ${saved.id} saved; next run ${when(saved.next_run_at, saved.timezone)} (${when(saved.next_run_at)} here).`
+      : `Schedule ${saved.id} saved; no next run${saved.status === "active" && saved.ends_at ? " (ended: past ends_at)" : ""}.`, "ok");
     ctx.go(...currentPage());
   }, () => forms.close()));
   refresh();

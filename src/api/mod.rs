@@ -152,6 +152,7 @@ static ROUTES: &[Route] = &[
     route("POST", "schedules/{id}/pause", schedules::pause),
     route("POST", "schedules/{id}/resume", schedules::resume),
     route("POST", "schedules/{id}/trigger", schedules::trigger),
+    route("POST", "schedules/{id}/backfill", schedules::backfill),
     route("POST", "cron/preview", schedules::preview),
     route("POST", "events", events::publish),
     route("GET", "events", events::list),

@@ -1,17 +1,21 @@
 //! `/v1/schedules` and `/v1/cron/preview`: cron-driven triggers — create, list, read, update,
 //! pause, resume, delete (soft), trigger now — and a preview of an expression's next runs.
 //!
-//! A deleted schedule stays readable but is frozen: PATCH, pause, resume and trigger answer 409,
-//! and DELETE again answers as the first one did.
+//! A deleted schedule stays readable but is frozen: PATCH, pause, resume, trigger and backfill
+//! answer 409, and DELETE again answers as the first one did.
+//!
+//! Windows (`starts_at`, `ends_at`), `jitter_sec` and backfill: docs/API.md "Schedule windows,
+//! jitter and backfill" (docs/design.md §19).
 
-use super::input::{Body, check_name, check_range, page_object};
+use super::input::{Body, Patch, check_name, check_range, page_object};
 use super::{Ctx, Request, missing, to_data};
 use crate::clock::{from_ms, is_expressible, parse_instant, rfc3339};
 use crate::cron::CronSchedule;
 use crate::error::{ApiError, ApiResult};
+use crate::scheduler::{instants_between, next_in_window};
 use crate::store::Word;
-use crate::store::schedules::{Catchup, Overlap, Schedule};
-use chrono::Datelike;
+use crate::store::schedules::{Catchup, Overlap, Schedule, Window};
+use chrono::{DateTime, Datelike, Utc};
 use serde_json::{Value, json};
 
 /// Most target endpoints one schedule may name.
@@ -37,10 +41,50 @@ fn choice<T: Word>(body: &Body, field: &str) -> ApiResult<Option<T>> {
     })
 }
 
-/// The first fire instant after `now_ms`, in store milliseconds.
-fn next_run(cron: &CronSchedule, now_ms: i64) -> Option<i64> {
-    cron.next_after(from_ms(now_ms))
-        .map(|t| t.timestamp_millis())
+/// Most instants one backfill may fire.
+const MAX_BACKFILL: usize = 1000;
+
+/// The first fire instant after `now_ms` inside the window, in store milliseconds.
+fn next_run(cron: &CronSchedule, window: Window, now_ms: i64) -> Option<i64> {
+    next_in_window(cron, window, from_ms(now_ms)).map(|t| t.timestamp_millis())
+}
+
+/// A date-time field: an RFC 3339 instant or epoch seconds, else 40001 naming it.
+fn instant(field: &str, value: &Value) -> ApiResult<DateTime<Utc>> {
+    parse_instant(value).ok_or_else(|| {
+        ApiError::validation(format!(
+            "{field}: must be an RFC 3339 instant or epoch seconds, in the years 0001 to 9999"
+        ))
+    })
+}
+
+/// A nullable date-time field of create and PATCH (`starts_at`, `ends_at`), in ms.
+fn patch_instant(body: &Body, field: &str) -> ApiResult<Patch<i64>> {
+    Ok(match body.get(field) {
+        None => Patch::Absent,
+        Some(Value::Null) => Patch::Null,
+        Some(v) => Patch::Value(instant(field, v)?.timestamp_millis()),
+    })
+}
+
+/// Reads `starts_at` and `ends_at` over `window` and checks `ends_at` ≥ `starts_at`.
+fn apply_window(body: &Body, window: &mut Window) -> ApiResult<()> {
+    patch_instant(body, "starts_at")?.apply_nullable(&mut window.starts_at);
+    patch_instant(body, "ends_at")?.apply_nullable(&mut window.ends_at);
+    if let (Some(s), Some(e)) = (window.starts_at, window.ends_at)
+        && e < s
+    {
+        return Err(ApiError::validation(
+            "ends_at: must be at or after starts_at",
+        ));
+    }
+    Ok(())
+}
+
+/// `jitter_sec`: 0..=3600.
+fn check_jitter(jitter_sec: i64) -> ApiResult<i64> {
+    check_range("jitter_sec", jitter_sec, 0..=3600)?;
+    Ok(jitter_sec)
 }
 
 /// Checks target endpoint ids: each an endpoint of the caller's app. Duplicates are dropped,
@@ -118,6 +162,9 @@ pub fn create(ctx: &mut Ctx<'_>, req: &Request) -> ApiResult<Value> {
     )?;
     let catchup = choice(&body, "catchup")?.unwrap_or(Catchup::Latest);
     let overlap = choice(&body, "overlap")?.unwrap_or(Overlap::Allow);
+    let mut window = Window::default();
+    apply_window(&body, &mut window)?;
+    let jitter_sec = check_jitter(body.int("jitter_sec")?.unwrap_or(0))?;
     let schedule = Schedule {
         id: 0,
         app_id: ctx.app_id.to_string(),
@@ -126,7 +173,7 @@ pub fn create(ctx: &mut Ctx<'_>, req: &Request) -> ApiResult<Value> {
         timezone,
         payload,
         status: "active".into(),
-        next_run_at: next_run(&cron, ctx.now_ms),
+        next_run_at: next_run(&cron, window, ctx.now_ms),
         last_run_at: None,
         created_at: ctx.now_ms,
         updated_at: ctx.now_ms,
@@ -135,6 +182,9 @@ pub fn create(ctx: &mut Ctx<'_>, req: &Request) -> ApiResult<Value> {
         catchup,
         overlap,
         skipped_runs: 0,
+        starts_at: window.starts_at,
+        ends_at: window.ends_at,
+        jitter_sec,
         endpoint_names: Default::default(),
         next_run_at_local: None,
     };
@@ -169,14 +219,24 @@ fn apply_patch(ctx: &Ctx<'_>, s: &mut Schedule, body: &Body) -> ApiResult<()> {
     }
     let cron_expr = body.update_str("cron_expr")?;
     let timezone = body.update_str("timezone")?;
-    if cron_expr.is_some() || timezone.is_some() {
+    let mut window = s.window();
+    apply_window(body, &mut window)?;
+    if cron_expr.is_some() || timezone.is_some() || window != s.window() {
         let cron_expr = cron_expr.unwrap_or_else(|| s.cron_expr.clone());
         let timezone = timezone.unwrap_or_else(|| s.timezone.clone());
         let cron = parse_cron(&cron_expr, &timezone)?;
-        if (&cron_expr, &timezone) != (&s.cron_expr, &s.timezone) && s.status == "active" {
-            s.next_run_at = next_run(&cron, ctx.now_ms);
+        // A changed expression or window re-plans from now: a schedule past its end revives
+        // when its end moves later.
+        if ((&cron_expr, &timezone) != (&s.cron_expr, &s.timezone) || window != s.window())
+            && s.status == "active"
+        {
+            s.next_run_at = next_run(&cron, window, ctx.now_ms);
         }
         (s.cron_expr, s.timezone) = (cron_expr, timezone);
+        (s.starts_at, s.ends_at) = (window.starts_at, window.ends_at);
+    }
+    if let Some(jitter_sec) = body.update_int("jitter_sec")? {
+        s.jitter_sec = check_jitter(jitter_sec)?;
     }
     if let Some(payload) = body.update_object_or_text("payload")? {
         s.payload = payload;
@@ -229,7 +289,7 @@ pub fn resume(ctx: &mut Ctx<'_>, req: &Request) -> ApiResult<Value> {
         schedule.paused_reason = None;
         let cron = parse_cron(&schedule.cron_expr, &schedule.timezone)?;
         schedule.status = "active".into();
-        schedule.next_run_at = next_run(&cron, ctx.now_ms);
+        schedule.next_run_at = next_run(&cron, schedule.window(), ctx.now_ms);
         save(ctx, &mut schedule)?;
     }
     record(ctx, schedule)
@@ -278,7 +338,33 @@ pub fn trigger(ctx: &mut Ctx<'_>, req: &Request) -> ApiResult<Value> {
     Ok(json!({ "task_ids": task_ids }))
 }
 
-/// `POST /cron/preview`: the next `count` instants an expression fires at after `from`.
+/// `POST /schedules/{id}/backfill`: fires each instant of the schedule in [`from`, `to`] (and
+/// in its window) that has not fired before, oldest first, its tasks due now. Instants after
+/// now are left to the scheduler: a backfill is of the past.
+pub fn backfill(ctx: &mut Ctx<'_>, req: &Request) -> ApiResult<Value> {
+    let body = req.json()?;
+    let from = instant("from", body.get("from").unwrap_or(&Value::Null))?;
+    let to = instant("to", body.get("to").unwrap_or(&Value::Null))?;
+    body.finish()?;
+    if to < from {
+        return Err(ApiError::validation("to: must be at or after from"));
+    }
+    let schedule = load_live(ctx, req.id(), "backfilled")?;
+    check_has_targets(&schedule, "backfilled")?;
+    let cron = parse_cron(&schedule.cron_expr, &schedule.timezone)?;
+    let until = to.min(from_ms(ctx.now_ms));
+    let instants = instants_between(&cron, schedule.window(), from, until, MAX_BACKFILL)
+        .ok_or_else(|| {
+            ApiError::validation(format!(
+                "to: the schedule has more than {MAX_BACKFILL} instants between from and to; backfill a shorter interval"
+            ))
+        })?;
+    let done = crate::scheduler::backfill(ctx.app, &schedule.firing(), &instants, ctx.traces)?;
+    Ok(json!({ "fired": done.fired, "already_fired": done.already_fired }))
+}
+
+/// `POST /cron/preview`: the next `count` instants an expression fires at after `from`, inside
+/// the window when `starts_at` or `ends_at` is given.
 pub fn preview(ctx: &mut Ctx<'_>, req: &Request) -> ApiResult<Value> {
     let body = req.json()?;
     let cron_expr = body.required_str("cron_expr")?;
@@ -287,18 +373,23 @@ pub fn preview(ctx: &mut Ctx<'_>, req: &Request) -> ApiResult<Value> {
     check_range("count", count, 1..=100)?;
     let from = match body.get("from") {
         None | Some(Value::Null) => from_ms(ctx.now_ms),
-        Some(value) => parse_instant(value).ok_or_else(|| {
-            ApiError::validation(
-                "from: must be an RFC 3339 instant or epoch seconds, in the years 0001 to 9999",
-            )
-        })?,
+        Some(value) => instant("from", value)?,
     };
+    let mut window = Window::default();
+    apply_window(&body, &mut window)?;
     let cron = parse_cron(&cron_expr, &timezone)?;
     body.finish()?;
+    let mut upcoming = Vec::new();
+    let mut next = next_in_window(&cron, window, from);
+    while let Some(t) = next
+        && upcoming.len() < usize::try_from(count).unwrap_or(5)
+    {
+        upcoming.push(t);
+        next = next_in_window(&cron, window, t);
+    }
     // An instant past 9999-12-31 cannot be written as RFC 3339, in UTC or on the zone's wall
     // clock (9999-12-31T10:00Z is +10000-01-01 at +14:00); both lists end before the first.
-    let upcoming: Vec<_> = cron
-        .upcoming(from, usize::try_from(count).unwrap_or(5))
+    let upcoming: Vec<_> = upcoming
         .into_iter()
         .take_while(|t| is_expressible(t) && t.with_timezone(&cron.timezone()).year() <= 9999)
         .collect();

@@ -44,6 +44,16 @@ pub struct Schedule {
     /// Runs not fired: missed instants that `catchup` did not fire, and instants at which
     /// `overlap: skip` held back the task of at least one endpoint.
     pub skipped_runs: i64,
+    /// The schedule fires only at instants at or after this (ms); null: no start.
+    #[serde(serialize_with = "ser_opt_ms")]
+    pub starts_at: Option<i64>,
+    /// The schedule fires only at instants at or before this (ms); null: no end. Past it the
+    /// schedule stays `active` with `next_run_at` null.
+    #[serde(serialize_with = "ser_opt_ms")]
+    pub ends_at: Option<i64>,
+    /// Each firing's tasks are due at a random moment up to this many seconds after the
+    /// instant (0..=3600).
+    pub jitter_sec: i64,
     /// Endpoint id → name for `endpoint_ids`; not stored, filled by [`Tx::fill_schedule_names`](super::Tx::fill_schedule_names).
     pub endpoint_names: BTreeMap<String, String>,
     /// `next_run_at` on the schedule's wall clock, RFC 3339 with offset; not stored, filled
@@ -64,7 +74,32 @@ impl Schedule {
             next_run_at: self.next_run_at,
             catchup: self.catchup,
             overlap: self.overlap,
+            window: self.window(),
+            jitter_sec: self.jitter_sec,
         }
+    }
+
+    /// The instants this schedule may fire at.
+    pub fn window(&self) -> Window {
+        Window {
+            starts_at: self.starts_at,
+            ends_at: self.ends_at,
+        }
+    }
+}
+
+/// The closed interval of instants a schedule may fire at (`starts_at`, `ends_at`, ms; `None`
+/// is open on that side).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Window {
+    pub starts_at: Option<i64>,
+    pub ends_at: Option<i64>,
+}
+
+impl Window {
+    /// Whether the instant `ms` is inside the window.
+    pub fn contains(&self, ms: i64) -> bool {
+        self.starts_at.is_none_or(|s| ms >= s) && self.ends_at.is_none_or(|e| ms <= e)
     }
 }
 
@@ -83,6 +118,10 @@ pub struct Firing {
     pub catchup: Catchup,
     /// See [`Schedule::overlap`].
     pub overlap: Overlap,
+    /// See [`Schedule::window`].
+    pub window: Window,
+    /// See [`Schedule::jitter_sec`].
+    pub jitter_sec: i64,
 }
 
 crate::store::word::words! {
@@ -143,6 +182,4 @@ pub trait ScheduleQueries {
         next_run_at: Option<i64>,
         skipped: i64,
     ) -> Result<(), StoreError>;
-    /// Forgets a schedule's firings scheduled before `cutoff_ms` (they can no longer recur).
-    fn forget_firings(&mut self, schedule_id: i64, cutoff_ms: i64) -> Result<(), StoreError>;
 }

@@ -519,6 +519,27 @@ def run(page, result):
         row = page.locator("main tbody tr", has_text="nightly report v2")
         expect(row).to_contain_text("(by hand)")
         expect(row.locator(".outcome .badge.success")).to_have_text("1 success")
+        # Backfill: nine days hold nine 02:30 runs; a repeat fires none of them again.
+        row.locator("button:has-text('Backfill')").click()
+        page.fill("form.grid input[name=from]", "2026-01-01T00:00:00")
+        page.fill("form.grid input[name=to]", "2026-01-10T00:00:00")
+        page.click("form.grid button[type=submit]")
+        expect(page.locator(".backfill-result")).to_contain_text("9 runs fired, 0 already fired")
+        page.click("form.grid button[type=submit]")
+        expect(page.locator(".backfill-result")).to_contain_text("0 runs fired, 9 already fired")
+        check(len(signed_get(f"/v1/tasks?schedule_id={schedule['id']}&page_size=100")["items"]) == 10,
+              "backfill made one task per run")
+        page.click("form.grid button:has-text('Cancel')")
+        # A window that ended: the form's preview lists nothing, the row says "ended".
+        row.locator("button:has-text('Edit')").click()
+        page.fill("form.grid input[name=ends_at]", "2026-01-05T00:00:00")
+        expect(page.locator(".preview tbody tr")).to_have_count(0)
+        page.click("form.grid button[type=submit]")
+        expect(page.locator(".notice.ok")).to_contain_text("ended")
+        row = page.locator("main tbody tr", has_text="nightly report v2")
+        expect(row.locator(".badge.ended")).to_have_text("ended")
+        expect(row.locator(".window")).to_contain_text("until")
+        check(signed_get(f"/v1/schedules/{schedule['id']}")["next_run_at"] is None, "ended: next_run_at null")
         shot(page, "5-schedules")
 
         # Events: publish, see it listed, follow it to its tasks.

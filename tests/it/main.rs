@@ -44,3 +44,4 @@ mod tasks;
 mod traces;
 mod unknown_fields;
 mod visibility;
+mod windows;

@@ -871,3 +871,112 @@ fn a_publish_on_a_full_node_wakes_the_others_without_polling() {
     latencies.sort();
     eprintln!("publish on a full node → delivery by another: {latencies:?}");
 }
+
+/// docs/design.md §19: backfills through one node racing the schedulers of both nodes at a
+/// minute boundary fire each (schedule, instant) once. Each schedule is created less than a
+/// minute before the boundary T, so its instants in [T − 30 min, T] are 31 and T is the only
+/// one a scheduler can fire; the backfills (over [T − 30 min, T], repeated through the
+/// boundary) and the schedulers together must make exactly 31 firings and 31 tasks per
+/// schedule.
+#[test]
+fn backfills_racing_the_scheduler_of_another_node_fire_each_instant_once() {
+    let Some(cluster) = Cluster::start(2, &[]) else {
+        return;
+    };
+    let receiver = Receiver::start();
+    let key = cluster.key("app1");
+    let clients: Vec<Client> = (0..2).map(|i| cluster.client(i, &key)).collect();
+    let endpoint = ok(
+        &clients[0],
+        "POST",
+        "/v1/endpoints",
+        json!({"name": "sink", "url": receiver.url}),
+    )["id"]
+        .as_i64()
+        .unwrap();
+    let minute = 60_000;
+    let mut now = now_ms();
+    if minute - now % minute < 10_000 {
+        std::thread::sleep(Duration::from_millis((minute - now % minute + 500) as u64));
+        now = now_ms();
+    }
+    let boundary = (now / minute + 1) * minute;
+    const SCHEDULES: usize = 10;
+    let ids: Vec<i64> = (0..SCHEDULES)
+        .map(|n| {
+            ok(
+                &clients[0],
+                "POST",
+                "/v1/schedules",
+                json!({"name": format!("b{n}"), "cron_expr": "* * * * *",
+                       "endpoint_ids": [endpoint]}),
+            )["id"]
+                .as_i64()
+                .unwrap()
+        })
+        .collect();
+    assert!(
+        now_ms() < boundary - 1000,
+        "creating the schedules ran into the boundary: rerun on a quieter machine"
+    );
+    // From 1 s before the boundary to 3 s after it, node 1 backfills every schedule again and
+    // again while both nodes' schedulers fire the boundary.
+    std::thread::sleep(Duration::from_millis(
+        (boundary - 1000 - now_ms()).max(0) as u64
+    ));
+    let from = (boundary - 30 * minute) / 1000;
+    let body = json!({"from": from, "to": boundary / 1000});
+    let fired: i64 = std::thread::scope(|scope| {
+        let handles: Vec<_> = ids
+            .iter()
+            .map(|id| {
+                let (client, body) = (&clients[1], &body);
+                scope.spawn(move || {
+                    let mut fired = 0;
+                    while now_ms() < boundary + 3000 {
+                        let done = ok(
+                            client,
+                            "POST",
+                            &format!("/v1/schedules/{id}/backfill"),
+                            body.clone(),
+                        );
+                        // 30 instants before the boundary, 31 from it on (a backfill leaves
+                        // instants after now to the scheduler).
+                        let seen = done["fired"].as_i64().unwrap()
+                            + done["already_fired"].as_i64().unwrap();
+                        assert!(seen == 30 || seen == 31, "{done}");
+                        fired += done["fired"].as_i64().unwrap();
+                    }
+                    fired
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).sum()
+    });
+    let mut sql = cluster.sql();
+    for id in &ids {
+        let firings: i64 = sql
+            .query_one(
+                "SELECT count(*) FROM schedule_firings WHERE schedule_id = $1 AND scheduled_at <= $2",
+                &[id, &boundary],
+            )
+            .unwrap()
+            .get(0);
+        assert_eq!(firings, 31, "schedule {id}: firings\n{}", cluster.logs());
+        // Tasks made before the next boundary: the 31 instants' tasks, one each.
+        let tasks: i64 = sql
+            .query_one(
+                "SELECT count(*) FROM tasks WHERE schedule_id = $1 AND created_at < $2",
+                &[id, &(boundary + minute)],
+            )
+            .unwrap()
+            .get(0);
+        assert_eq!(tasks, 31, "schedule {id}: tasks");
+    }
+    // The schedulers fired the boundary of some schedules at most; the backfills the rest.
+    let by_schedulers = 31 * SCHEDULES as i64 - fired;
+    assert!(
+        (0..=SCHEDULES as i64).contains(&by_schedulers),
+        "backfills fired {fired}"
+    );
+}

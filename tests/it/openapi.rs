@@ -386,6 +386,19 @@ fn real_replies_match_the_document() {
         None,
     );
     assert_eq!(fired["task_ids"].as_array().unwrap().len(), 1);
+    let (_, backfilled) = c(
+        "POST",
+        "/v1/schedules/{id}/backfill",
+        &format!("/schedules/{sid}/backfill"),
+        Some(json!({"from": "2026-01-01T00:00:00Z", "to": "2026-01-01T00:10:00Z"})),
+    );
+    assert_eq!(backfilled["fired"], 3);
+    c(
+        "PATCH",
+        "/v1/schedules/{id}",
+        &format!("/schedules/{sid}"),
+        Some(json!({"starts_at": "2026-01-01T00:00:00Z", "ends_at": 1893456000, "jitter_sec": 5})),
+    );
     c("GET", "/v1/schedules", "/schedules", None);
     c(
         "POST",

@@ -26,6 +26,7 @@ const UPGRADES: &[&str] = &[
     include_str!("../../../migrations/postgres/lease.sql"),
     include_str!("../../../migrations/postgres/key_scopes.sql"),
     include_str!("../../../migrations/postgres/traces.sql"),
+    include_str!("../../../migrations/postgres/schedule_windows.sql"),
 ];
 
 /// The schema version this binary writes.

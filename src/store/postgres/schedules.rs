@@ -8,16 +8,15 @@ use super::list::{Filters, list_page};
 use super::tasks::get_of_app;
 use crate::store::Page;
 use crate::store::postgres::PgTx;
-use crate::store::schedules::{Firing, Schedule};
+use crate::store::schedules::{Firing, Schedule, Window};
 use crate::store::{ScheduleQueries, StoreError};
 use postgres::GenericClient;
 use postgres::Row;
 use serde_json::Value;
 use std::collections::BTreeMap;
 
-const COLUMNS: &str = "id, app_id, name, cron_expr, timezone, payload, status, next_run_at, last_run_at, created_at, updated_at, endpoint_ids, paused_reason, catchup, overlap, skipped_runs";
-const FIRING_COLUMNS: &str =
-    "id, app_id, cron_expr, timezone, payload, endpoint_ids, next_run_at, catchup, overlap";
+const COLUMNS: &str = "id, app_id, name, cron_expr, timezone, payload, status, next_run_at, last_run_at, created_at, updated_at, endpoint_ids, paused_reason, catchup, overlap, skipped_runs, starts_at, ends_at, jitter_sec";
+const FIRING_COLUMNS: &str = "id, app_id, cron_expr, timezone, payload, endpoint_ids, next_run_at, catchup, overlap, starts_at, ends_at, jitter_sec";
 
 fn ids_from_json(text: &str) -> Vec<i64> {
     serde_json::from_str(text).unwrap_or_default()
@@ -51,6 +50,9 @@ fn from_row(r: &Row) -> Result<Schedule, postgres::Error> {
         catchup: r.try_get(13)?,
         overlap: r.try_get(14)?,
         skipped_runs: r.try_get(15)?,
+        starts_at: r.try_get(16)?,
+        ends_at: r.try_get(17)?,
+        jitter_sec: r.try_get(18)?,
         endpoint_names: BTreeMap::new(),
         next_run_at_local: None,
     })
@@ -68,6 +70,11 @@ fn firing_from_row(r: &Row) -> Result<Firing, postgres::Error> {
         next_run_at: r.try_get(6)?,
         catchup: r.try_get(7)?,
         overlap: r.try_get(8)?,
+        window: Window {
+            starts_at: r.try_get(9)?,
+            ends_at: r.try_get(10)?,
+        },
+        jitter_sec: r.try_get(11)?,
     })
 }
 
@@ -78,8 +85,8 @@ impl<C: GenericClient> ScheduleQueries for PgTx<'_, C> {
         let id: i64 = c
             .query_one(
                 "INSERT INTO schedules (app_id, name, cron_expr, timezone, payload, endpoint_ids, status, next_run_at,
-                                        last_run_at, created_at, updated_at, paused_reason, catchup, overlap, skipped_runs)
-                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)
+                                        last_run_at, created_at, updated_at, paused_reason, catchup, overlap, skipped_runs, starts_at, ends_at, jitter_sec)
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18)
                  RETURNING id",
                 &[
                     &s.app_id,
@@ -97,6 +104,9 @@ impl<C: GenericClient> ScheduleQueries for PgTx<'_, C> {
                     &s.catchup,
                     &s.overlap,
                     &s.skipped_runs,
+                    &s.starts_at,
+                    &s.ends_at,
+                    &s.jitter_sec,
                 ],
             )?
             .try_get(0)?;
@@ -109,7 +119,8 @@ impl<C: GenericClient> ScheduleQueries for PgTx<'_, C> {
         let c = &mut *self.c;
         c.execute(
             "UPDATE schedules SET name = $3, cron_expr = $4, timezone = $5, payload = $6, endpoint_ids = $7,
-             status = $8, next_run_at = $9, updated_at = $10, paused_reason = $11, catchup = $12, overlap = $13
+             status = $8, next_run_at = $9, updated_at = $10, paused_reason = $11, catchup = $12, overlap = $13,
+             starts_at = $14, ends_at = $15, jitter_sec = $16
              WHERE app_id = $1 AND id = $2",
             &[
                 &s.app_id,
@@ -125,6 +136,9 @@ impl<C: GenericClient> ScheduleQueries for PgTx<'_, C> {
                 &s.paused_reason,
                 &s.catchup,
                 &s.overlap,
+                &s.starts_at,
+                &s.ends_at,
+                &s.jitter_sec,
             ],
         )?;
         self.schedules_changed();
@@ -224,16 +238,6 @@ impl<C: GenericClient> ScheduleQueries for PgTx<'_, C> {
              skipped_runs = skipped_runs + $4
              WHERE id = $1 AND status = 'active'",
             &[&id, &fired_at, &next_run_at, &skipped],
-        )?;
-        Ok(())
-    }
-
-    /// Forgets a schedule's firings scheduled before `cutoff_ms`.
-    fn forget_firings(&mut self, schedule_id: i64, cutoff_ms: i64) -> Result<(), StoreError> {
-        let c = &mut *self.c;
-        c.execute(
-            "DELETE FROM schedule_firings WHERE schedule_id = $1 AND scheduled_at < $2",
-            &[&schedule_id, &cutoff_ms],
         )?;
         Ok(())
     }

@@ -20,6 +20,7 @@ const UPGRADES: &[&str] = &[
     include_str!("../../../migrations/lease.sql"),
     include_str!("../../../migrations/key_scopes.sql"),
     include_str!("../../../migrations/traces.sql"),
+    include_str!("../../../migrations/schedule_windows.sql"),
 ];
 
 /// The schema version this binary writes.

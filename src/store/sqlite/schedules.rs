@@ -10,10 +10,9 @@ use rusqlite::{OptionalExtension, Row, params};
 use serde_json::Value;
 use std::collections::BTreeMap;
 
-const COLUMNS: &str = "id, app_id, name, cron_expr, timezone, payload, status, next_run_at, last_run_at, created_at, updated_at, endpoint_ids, paused_reason, catchup, overlap, skipped_runs";
+const COLUMNS: &str = "id, app_id, name, cron_expr, timezone, payload, status, next_run_at, last_run_at, created_at, updated_at, endpoint_ids, paused_reason, catchup, overlap, skipped_runs, starts_at, ends_at, jitter_sec";
 
-const FIRING_COLUMNS: &str =
-    "id, app_id, cron_expr, timezone, payload, endpoint_ids, next_run_at, catchup, overlap";
+const FIRING_COLUMNS: &str = "id, app_id, cron_expr, timezone, payload, endpoint_ids, next_run_at, catchup, overlap, starts_at, ends_at, jitter_sec";
 
 fn ids_from_json(text: &str) -> Vec<i64> {
     serde_json::from_str(text).unwrap_or_default()
@@ -43,6 +42,9 @@ fn from_row(r: &Row<'_>) -> rusqlite::Result<Schedule> {
         catchup: r.get(13)?,
         overlap: r.get(14)?,
         skipped_runs: r.get(15)?,
+        starts_at: r.get(16)?,
+        ends_at: r.get(17)?,
+        jitter_sec: r.get(18)?,
         endpoint_names: BTreeMap::new(),
         next_run_at_local: None,
     })
@@ -60,6 +62,11 @@ fn firing_from_row(r: &Row<'_>) -> rusqlite::Result<Firing> {
         next_run_at: r.get(6)?,
         catchup: r.get(7)?,
         overlap: r.get(8)?,
+        window: Window {
+            starts_at: r.get(9)?,
+            ends_at: r.get(10)?,
+        },
+        jitter_sec: r.get(11)?,
     })
 }
 
@@ -71,8 +78,8 @@ impl ScheduleQueries for SqliteTx<'_> {
     fn insert_schedule(&mut self, s: &Schedule) -> Result<Schedule, StoreError> {
         let conn = self.0;
         conn.prepare_cached(
-            "INSERT INTO schedules (app_id, name, cron_expr, timezone, payload, endpoint_ids, status, next_run_at, last_run_at, created_at, updated_at, paused_reason, catchup, overlap, skipped_runs)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15)",
+            "INSERT INTO schedules (app_id, name, cron_expr, timezone, payload, endpoint_ids, status, next_run_at, last_run_at, created_at, updated_at, paused_reason, catchup, overlap, skipped_runs, starts_at, ends_at, jitter_sec)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18)",
         )?
         .execute(params![
             s.app_id,
@@ -89,7 +96,10 @@ impl ScheduleQueries for SqliteTx<'_> {
             s.paused_reason,
             s.catchup,
             s.overlap,
-            s.skipped_runs
+            s.skipped_runs,
+            s.starts_at,
+            s.ends_at,
+            s.jitter_sec
         ])?;
         Ok(Schedule {
             id: conn.last_insert_rowid(),
@@ -101,7 +111,8 @@ impl ScheduleQueries for SqliteTx<'_> {
         let conn = self.0;
         conn.prepare_cached(
             "UPDATE schedules SET name = ?3, cron_expr = ?4, timezone = ?5, payload = ?6, endpoint_ids = ?7,
-             status = ?8, next_run_at = ?9, updated_at = ?10, paused_reason = ?11, catchup = ?12, overlap = ?13
+             status = ?8, next_run_at = ?9, updated_at = ?10, paused_reason = ?11, catchup = ?12, overlap = ?13,
+             starts_at = ?14, ends_at = ?15, jitter_sec = ?16
              WHERE app_id = ?1 AND id = ?2",
         )?
         .execute(params![
@@ -117,7 +128,10 @@ impl ScheduleQueries for SqliteTx<'_> {
             s.updated_at,
             s.paused_reason,
             s.catchup,
-            s.overlap
+            s.overlap,
+            s.starts_at,
+            s.ends_at,
+            s.jitter_sec
         ])?;
         Ok(())
     }
@@ -209,15 +223,6 @@ impl ScheduleQueries for SqliteTx<'_> {
              WHERE id = ?1 AND status = 'active'",
         )?
         .execute(params![id, fired_at, next_run_at, skipped])?;
-        Ok(())
-    }
-
-    fn forget_firings(&mut self, schedule_id: i64, cutoff_ms: i64) -> Result<(), StoreError> {
-        let conn = self.0;
-        conn.prepare_cached(
-            "DELETE FROM schedule_firings WHERE schedule_id = ?1 AND scheduled_at < ?2",
-        )?
-        .execute(params![schedule_id, cutoff_ms])?;
         Ok(())
     }
 }
