@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# CI step of issue #10 (shipping): installs systemd-analyze for the unit test, then builds the
+# CI step for shipping: installs systemd-analyze for the unit test, then builds the
 # aarch64 static binary with scripts/release.sh and smoke-runs it under qemu-aarch64.
 # Measured budget: about 10 minutes on a fresh machine (tool installs and a cold build).
 set -euo pipefail

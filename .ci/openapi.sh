@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Property-based fuzzing of a live webhookd from openapi.json with schemathesis (contract §14).
+# Property-based fuzzing of a live webhookd from openapi.json with schemathesis (docs/design.md §14).
 # Installs python3-venv (Debian) and schemathesis (PyPI, into .venv-ci/) when missing, starts a
 # server on a temporary database and a free loopback port, creates a key, and runs schemathesis
 # with a hook that signs every request (tests/openapi/sign_hook.py). Fails on any 5xx, any reply

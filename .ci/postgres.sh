@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# CI: Debian's PostgreSQL server binaries for the PostgreSQL tests (contract §16; the suite's
+# CI: Debian's PostgreSQL server binaries for the PostgreSQL tests (docs/design.md §16; the suite's
 # second pass on PostgreSQL is .ci/suite-postgres.sh, run after every other install). Only the
 # package is installed; no
 # cluster is started system-wide: the tests start private servers with initdb/pg_ctl on temp

@@ -1,4 +1,4 @@
--- Delivery controls (CONTRACT §12): per-endpoint limits, secret rotation, and the indexes of the
+-- Delivery controls (docs/design.md §12): per-endpoint limits, secret rotation, and the indexes of the
 -- fair claim (one endpoint at a time, round-robin).
 ALTER TABLE endpoints ADD COLUMN rate_limit_per_sec REAL;
 ALTER TABLE endpoints ADD COLUMN max_in_flight INTEGER;

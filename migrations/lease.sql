@@ -1,4 +1,4 @@
--- Per-task lease (CONTRACT §16, docs/dev/storage.md): which node claimed a running task and
+-- Per-task lease (docs/design.md §16, docs/dev/storage.md): which node claimed a running task and
 -- until when its claim holds. Twin of migrations/postgres/lease.sql; SQLite leaves both
 -- columns empty (one process owns the file), PostgreSQL rescues running tasks whose lease ran
 -- out.

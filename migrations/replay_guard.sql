@@ -1,4 +1,4 @@
--- The replay cache (contract §2) on disk, so that a restart (graceful or kill -9) never
+-- The replay cache (docs/design.md §2) on disk, so that a restart (graceful or kill -9) never
 -- reopens the window for a signature already accepted. One row per accepted (key id,
 -- signature) until its timestamp leaves the skew window; expired rows are pruned by the
 -- server's maintenance thread.

@@ -1,6 +1,6 @@
 -- Schedules: what to do with runs missed while the server was down (`catchup`), whether to
 -- fire while an earlier firing's task is still open (`overlap`), and how many runs were not
--- fired because of either (`skipped_runs`). CONTRACT §13. Existing schedules keep today's
+-- fired because of either (`skipped_runs`). docs/design.md §13. Existing schedules keep today's
 -- behaviour: `latest` and `allow`.
 ALTER TABLE schedules ADD COLUMN catchup TEXT NOT NULL DEFAULT 'latest';
 ALTER TABLE schedules ADD COLUMN overlap TEXT NOT NULL DEFAULT 'allow';

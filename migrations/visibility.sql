@@ -1,4 +1,4 @@
--- Contract §11 "Seeing what happens": endpoint health kept by the delivery pool, and an index
+-- docs/design.md §11 "Seeing what happens": endpoint health kept by the delivery pool, and an index
 -- for `GET /tasks?status=retrying`.
 
 -- Why a disabled endpoint is disabled: 'manual', 'gone' (a 410 reply) or 'failing'

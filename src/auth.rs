@@ -1,4 +1,4 @@
-//! Inbound request authentication (contract §2): key lookup, the ±skew window, the HMAC
+//! Inbound request authentication (docs/design.md §2): key lookup, the ±skew window, the HMAC
 //! signature over `X-Timestamp + "\n" + payload`, and the replay check (in the database, so
 //! that it survives restarts: `Tx::first_use_of_signature`; in memory for reads while the
 //! database refuses writes). The header checks run before the body is read; once the request

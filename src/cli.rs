@@ -1,4 +1,4 @@
-//! The command line (contract §1, §10): `serve`, `keys create|list|revoke`, `api`,
+//! The command line (docs/design.md §1, §10): `serve`, `keys create|list|revoke`, `api`,
 //! `healthcheck`, `backup`, `migrate`. Every flag also reads an environment variable `WEBHOOKD_<FLAG>`.
 
 use crate::store::keys::Scope;

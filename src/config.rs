@@ -1,4 +1,4 @@
-//! The validated configuration of a running server, with the contract's defaults.
+//! The validated configuration of a running server, with the defaults of docs/design.md.
 
 use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
@@ -54,7 +54,7 @@ pub struct Config {
     /// An endpoint failing for this many hours (with at least 5 failed attempts in a row) is
     /// disabled with reason `failing`; 0 means never. A number, so tests can use seconds.
     pub disable_failing_after_hours: f64,
-    /// Most tasks one `POST /tasks/retry` call moves back to `pending` (CONTRACT §12:
+    /// Most tasks one `POST /tasks/retry` call moves back to `pending` (docs/design.md §12:
     /// 100,000); tests lower it to reach `"more": true` without 100,000 rows.
     pub bulk_retry_max: usize,
     /// Longest the scheduler and delivery pool sleep without looking at the database; they are
@@ -100,7 +100,7 @@ pub enum SqliteSync {
 pub const DEFAULT_WAL_LIMIT_BYTES: u64 = 64 * 1024 * 1024;
 
 impl Config {
-    /// The contract's defaults for a database path.
+    /// The defaults (docs/design.md) for a database path.
     pub fn new(db: impl Into<String>) -> Self {
         Config {
             db: db.into(),

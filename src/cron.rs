@@ -1,4 +1,4 @@
-//! Cron schedules (CONTRACT.md §5): parse and validate a five-field expression in an IANA time
+//! Cron schedules (docs/design.md §5): parse and validate a five-field expression in an IANA time
 //! zone, and compute its fire instants in UTC with Vixie cron / cronie daylight-saving rules. Pure.
 //!
 //! Matching is done on the zone's wall clock, then each match becomes UTC instants:
@@ -14,7 +14,7 @@
 //! "does this date match" — `L`, `W`, `#` and the day-of-month / day-of-week rule. The wall-clock
 //! walk and the DST mapping are done here: croner's own DST handling treats lists and ranges of
 //! fixed times as interval jobs (`15,45 2 * * *` skips a spring-forward day, `0 1-3 * * *` fires
-//! again in a repeated hour), which the contract does not allow.
+//! again in a repeated hour), which docs/design.md §5 does not allow.
 
 use chrono::{
     DateTime, Datelike, LocalResult, NaiveDate, NaiveDateTime, Offset, TimeDelta, TimeZone,
@@ -1426,7 +1426,7 @@ mod tests {
         }
     }
 
-    /// CONTRACT.md §5's DST table, Europe/Berlin 2025: the clock goes 02:00 CET → 03:00 CEST on
+    /// docs/design.md §5's DST table, Europe/Berlin 2025: the clock goes 02:00 CET → 03:00 CEST on
     /// 30 March (01:00Z) and 03:00 CEST → 02:00 CET on 26 October (01:00Z).
     #[test]
     fn dst_europe_berlin() {

@@ -1,13 +1,13 @@
 //! Test vectors for `cron.rs`: UTC fire instants around the 2025 daylight-saving transitions,
 //! generated once with the Python package cronsim 2.8 (which follows Debian cron's DST handling)
-//! and tzdata 2025b, then checked against CONTRACT.md §5. Each vector lists every fire strictly
+//! and tzdata 2025b, then checked against docs/design.md §5. Each vector lists every fire strictly
 //! after `start` and before the end of the window (30 h around the transition for fixed-time
 //! expressions, 4 h for interval-like ones).
 //!
 //! Two vectors differ from cronsim's output, marked "corrected" below: `30 * * * *` across
 //! Australia/Lord_Howe's 30-minute transitions. cronsim jumps from minute :31 to :30 by adding
 //! 59 minutes of real time, which lands past a 30-minute shift and drops one wall-clock :30:
-//! the second 01:30 of the fall-back (a repeated time; the contract fires an interval-like
+//! the second 01:30 of the fall-back (a repeated time; docs/design.md §5 fires an interval-like
 //! schedule at both instants) and the 02:30 that opens the spring-forward day (a real time, not
 //! a gap time). Debian cron, which checks every wall-clock minute, fires at both.
 

@@ -1,5 +1,5 @@
 //! The one API error type: each variant maps to an HTTP status and an envelope `code`
-//! (contract §3). Internal errors are logged with their detail and answered opaquely.
+//! (docs/design.md §3). Internal errors are logged with their detail and answered opaquely.
 
 use hyper::StatusCode;
 use std::fmt;
@@ -204,7 +204,7 @@ impl fmt::Display for ApiError {
 
 impl std::error::Error for ApiError {}
 
-/// The store's unavailable causes become 503s that say what to fix (contract §10); anything
+/// The store's unavailable causes become 503s that say what to fix (docs/design.md §10); anything
 /// else is an internal error.
 impl From<crate::store::StoreError> for ApiError {
     fn from(err: crate::store::StoreError) -> Self {

@@ -1,4 +1,4 @@
-//! Endpoint `filter_events` (CONTRACT.md §5 "Endpoints"): comma-separated glob patterns deciding
+//! Endpoint `filter_events` (docs/design.md §5 "Endpoints"): comma-separated glob patterns deciding
 //! which events an endpoint receives. Pure; `*` is the only wildcard.
 //!
 //! - `*` matches any run of characters, the empty run included (`order.*`, `*.created`).
@@ -32,7 +32,7 @@ pub fn matches(filter: Option<&str>, event_name: &str) -> bool {
     !any_pattern
 }
 
-/// Whether an endpoint subscribes to an operator event (contract §11): only its patterns that
+/// Whether an endpoint subscribes to an operator event (docs/design.md §11): only its patterns that
 /// begin with `prefix` are consulted, so an absent filter, a catch-all `*` or `order.*` never
 /// receives one.
 pub fn matches_prefixed(filter: Option<&str>, prefix: &str, event_name: &str) -> bool {

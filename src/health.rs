@@ -1,4 +1,4 @@
-//! Database health (contract §10): the limits and messages shared by the stores' checks behind
+//! Database health (docs/design.md §10): the limits and messages shared by the stores' checks behind
 //! `GET /healthz` (`Store::health`), the 503 answered to writes while the database cannot be
 //! written, and the start-up refusal (`Store::require_writable`).
 

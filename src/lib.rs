@@ -9,7 +9,7 @@
 //! - `store`: the `Store` / `Tx` traits every caller uses (`Arc<dyn Store>`), `StoreError`, and
 //!   the record types, one file per table. `store::sqlite`: every SQLite statement, one file
 //!   per table, over an r2d2 pool (`SqliteStore`). `store::postgres`: the PostgreSQL pool and
-//!   versioned schema (contract §16). Nothing outside `store` names a database driver.
+//!   versioned schema (docs/design.md §16). Nothing outside `store` names a database driver.
 //! - `cron`: cron parsing and next-fire computation in a time zone (pure); `suggest`: the
 //!   did-you-mean of mistyped fields, query parameters and time zones.
 //! - `scheduler`: fires due schedules into tasks; `delivery`: the blocking worker pool that

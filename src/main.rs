@@ -251,7 +251,7 @@ async fn shutdown_signal() {
     tracing::info!("shutting down: finishing in-flight deliveries");
 }
 
-/// `webhookd backup` given a `postgres://` URL: refused (contract §16), a PostgreSQL database
+/// `webhookd backup` given a `postgres://` URL: refused (docs/design.md §16), a PostgreSQL database
 /// is copied with its own tools.
 fn refuse_postgres_backup(db: &str) -> Result<(), UsageError> {
     if store::postgres::is_url(db) {

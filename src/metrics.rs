@@ -1,4 +1,4 @@
-//! The metrics behind `GET /metrics` (contract §9, §10), kept with the `prometheus-client` crate
+//! The metrics behind `GET /metrics` (docs/design.md §9, §10), kept with the `prometheus-client` crate
 //! and served in its OpenMetrics text. Counting is lock-free (atomics) on the delivery hot path;
 //! the per-endpoint counters take a read lock on their label map.
 

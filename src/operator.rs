@@ -1,4 +1,4 @@
-//! Operator events (contract §11): what webhookd publishes in an app when it gives up on
+//! Operator events (docs/design.md §11): what webhookd publishes in an app when it gives up on
 //! something by itself — it disabled an endpoint, failed a task for good, or paused a schedule.
 //!
 //! Each is an ordinary event (`GET /events` lists it) created in the same transaction as the

@@ -1,4 +1,4 @@
-//! Retry delays: when a failed delivery is attempted again (CONTRACT.md §5 "Retry policies"),
+//! Retry delays: when a failed delivery is attempted again (docs/design.md §5 "Retry policies"),
 //! and parsing of a receiver's `Retry-After` header. Pure; no clock of its own.
 
 use chrono::{DateTime, NaiveDateTime, Utc};

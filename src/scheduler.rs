@@ -1,4 +1,4 @@
-//! The scheduler: fires due schedules into tasks (CONTRACT.md §5 "Schedules").
+//! The scheduler: fires due schedules into tasks (docs/design.md §5 "Schedules").
 //!
 //! One thread sleeps until the earliest `next_run_at` of the active schedules (at most
 //! `max_idle`), and is woken at once when the API creates, changes, pauses, resumes or deletes a
@@ -8,7 +8,7 @@
 //! Due schedules are taken in batches, one transaction each, so thousands due on the same
 //! minute fire together.
 //!
-//! A schedule found late (the server was down) follows its `catchup` (CONTRACT §13): `latest`
+//! A schedule found late (the server was down) follows its `catchup` (docs/design.md §13): `latest`
 //! fires once, for its latest missed instant, when that is within `--misfire-grace-secs`;
 //! `all` fires every missed instant within the grace, oldest first, the latest
 //! [`MAX_CATCHUP_RUNS`] at most; `none` fires none. With `overlap: skip`, a firing makes no

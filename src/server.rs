@@ -411,7 +411,7 @@ fn close_after(reply: &mut Reply) {
         .insert(hyper::header::CONNECTION, HeaderValue::from_static("close"));
 }
 
-/// `GET`/`HEAD /healthz` (contract §10): 200 with the version when the database can be read
+/// `GET`/`HEAD /healthz` (docs/design.md §10): 200 with the version when the database can be read
 /// and written, else 503 with the reason (what to fix). No signature needed.
 async fn health(app: Arc<App>, request_id: &str) -> Reply {
     let served = app.clone();
@@ -436,7 +436,7 @@ async fn health(app: Arc<App>, request_id: &str) -> Reply {
     json_reply(status, request_id, body.to_string().into_bytes())
 }
 
-/// `GET /v1/openapi.json`: the API's OpenAPI document (contract §14); no signature needed, so
+/// `GET /v1/openapi.json`: the API's OpenAPI document (docs/design.md §14); no signature needed, so
 /// that viewers and client generators can load it.
 fn openapi(request_id: &str) -> Reply {
     json_reply(
@@ -446,7 +446,7 @@ fn openapi(request_id: &str) -> Reply {
     )
 }
 
-/// `GET /metrics`: Prometheus text (contract §9); no signature needed.
+/// `GET /metrics`: Prometheus text (docs/design.md §9); no signature needed.
 async fn metrics(app: Arc<App>, request_id: &str) -> Reply {
     let rendered = tokio::task::spawn_blocking(move || {
         let counts = app

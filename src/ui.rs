@@ -1,4 +1,4 @@
-//! The web dashboard (contract §15): static files compiled into the binary and served under
+//! The web dashboard (docs/design.md §15): static files compiled into the binary and served under
 //! `/ui/` with their content type, an ETag, and the security headers. The page itself signs
 //! every API call like any other client, so serving its files needs no signature.
 

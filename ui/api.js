@@ -1,4 +1,4 @@
-// The signed API client of the dashboard (contract §2). The key id and secret live in this
+// The signed API client of the dashboard (docs/design.md §2). The key id and secret live in this
 // tab's sessionStorage only: never a cookie, never a URL.
 import { hmacSha256, hex, utf8 } from "./sha256.js";
 

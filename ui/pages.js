@@ -183,7 +183,7 @@ async function overview(main, r, ctx) {
     h("h3", null, "Server"), server);
 
   // One count per status (`total` of a one-item page). A server older than `retrying`
-  // (contract §11) refuses that filter: its card says so instead of failing the page.
+  // (docs/design.md §11) refuses that filter: its card says so instead of failing the page.
   const totals = await Promise.all(TASK_STATUSES.map((s) =>
     api("GET", "/v1/tasks", { status: s, page_size: 1 }).then((d) => d.total, (err) => {
       if (err.status === 400) return null;
@@ -875,7 +875,7 @@ async function tasks(main, r, ctx) {
   for (const el of Object.values(filters)) el.addEventListener("change", apply);
   const forms = panel(main);
   const list = h("div", null, h("p", { class: "empty" }, "Loading…"));
-  // Bulk retry (contract §12) of what the filter shows, when it names an endpoint, schedule or
+  // Bulk retry (docs/design.md §12) of what the filter shows, when it names an endpoint, schedule or
   // event and shows failed or canceled tasks.
   const scoped = ["endpoint_id", "schedule_id", "event_id"].filter((k) => p[k]);
   const bulkStatus = p.status === "canceled" ? "canceled" : "failed";

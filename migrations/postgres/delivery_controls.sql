@@ -1,4 +1,4 @@
--- Twin of migrations/delivery_controls.sql (CONTRACT §12): per-endpoint limits, secret
+-- Twin of migrations/delivery_controls.sql (docs/design.md §12): per-endpoint limits, secret
 -- rotation, and the indexes of the fair claim (one endpoint at a time, round-robin).
 ALTER TABLE endpoints ADD COLUMN rate_limit_per_sec DOUBLE PRECISION;
 ALTER TABLE endpoints ADD COLUMN max_in_flight BIGINT;

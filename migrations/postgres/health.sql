@@ -1,4 +1,4 @@
--- Twin of migrations/health.sql: the row the health check writes (GET /healthz, contract §10),
+-- Twin of migrations/health.sql: the row the health check writes (GET /healthz, docs/design.md §10),
 -- a write probe that proves the database can still be written, not just read.
 CREATE TABLE health_probe (
     id         BIGINT PRIMARY KEY CHECK (id = 1),

@@ -1,4 +1,4 @@
--- Twin of migrations/schedule_catchup_overlap.sql (CONTRACT §13): what to do with runs missed
+-- Twin of migrations/schedule_catchup_overlap.sql (docs/design.md §13): what to do with runs missed
 -- while the server was down (`catchup`), whether to fire while an earlier firing's task is
 -- still open (`overlap`), and how many runs were skipped because of either (`skipped_runs`).
 ALTER TABLE schedules ADD COLUMN catchup TEXT NOT NULL DEFAULT 'latest';

@@ -1,4 +1,4 @@
--- Twin of migrations/visibility.sql (CONTRACT §11): endpoint health kept by the delivery pool,
+-- Twin of migrations/visibility.sql (docs/design.md §11): endpoint health kept by the delivery pool,
 -- and the index of `GET /tasks?status=retrying`.
 ALTER TABLE endpoints ADD COLUMN disabled_reason TEXT;
 ALTER TABLE endpoints ADD COLUMN last_success_at BIGINT;

@@ -29,7 +29,7 @@ fn check_event_name(name: &str) -> ApiResult<()> {
     Ok(())
 }
 
-/// Fields of an event record that the server sets: ignored in a publish body (contract §3).
+/// Fields of an event record that the server sets: ignored in a publish body (docs/design.md §3).
 const READ_ONLY: &[&str] = &["id", "app_id", "status", "task_count", "created_at"];
 
 pub fn publish(ctx: &mut Ctx<'_>, req: &Request) -> ApiResult<Value> {

@@ -18,7 +18,7 @@ pub enum Patch<T> {
 }
 
 /// A JSON object request body. It remembers which fields the handler read: those are the
-/// fields the route takes, and [`Body::finish`] refuses every other one (contract §3), so a
+/// fields the route takes, and [`Body::finish`] refuses every other one (docs/design.md §3), so a
 /// field added to a handler is known without being listed anywhere else.
 #[derive(Debug, Default)]
 pub struct Body {
@@ -149,7 +149,7 @@ impl Body {
         self.patch_with(field, |v| v.as_object().cloned(), "a JSON object")
     }
 
-    /// A JSON object, or a string holding one: for the PATCH fields SPEC.md declares strings
+    /// A JSON object, or a string holding one: for the PATCH fields docs/API.md declares strings
     /// while its examples show objects (schedule `payload`, endpoint `headers`).
     pub fn patch_object_or_text(&self, field: &str) -> ApiResult<Patch<Map<String, Value>>> {
         self.patch_with(
@@ -311,7 +311,7 @@ pub fn check_range(field: &str, value: i64, range: std::ops::RangeInclusive<i64>
 pub const MAX_PAGE: i64 = 1_000_000;
 
 /// A decoded query string. Like [`Body`], it remembers which parameters the handler read, and
-/// [`Query::finish`] refuses the others (contract §3).
+/// [`Query::finish`] refuses the others (docs/design.md §3).
 #[derive(Debug, Default, Clone)]
 pub struct Query {
     pairs: Vec<(String, String)>,

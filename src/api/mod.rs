@@ -64,7 +64,7 @@ impl Request {
     }
 }
 
-/// Runs a handler with the unknown-field rule of contract §3 around it. Only `GET` routes read
+/// Runs a handler with the unknown-field rule of docs/design.md §3 around it. Only `GET` routes read
 /// query parameters and they write nothing, so their parameters (and any body fields, which
 /// none takes) are checked after the handler has read what it takes; other methods take no
 /// query parameter, so one is refused before the handler runs. A body sent to a route whose
@@ -81,7 +81,7 @@ pub fn dispatch(handler: Handler, ctx: &mut Ctx<'_>, req: &Request) -> ApiResult
         return Ok(data);
     }
     req.query.finish()?;
-    // Writing into a file the path no longer names would be lost: 503 instead (contract §10).
+    // Writing into a file the path no longer names would be lost: 503 instead (docs/design.md §10).
     ctx.app.store.quick_check()?;
     let data = handler(ctx, req)?;
     if !req.body_is_blank() && !req.checked.load(Ordering::Relaxed) {
@@ -339,7 +339,7 @@ mod tests {
             vec!["GET", "PATCH", "DELETE"]
         );
         assert_eq!(allowed_methods("/healthz"), vec!["GET", "HEAD"]);
-        // A literal route takes its path from `{id}` patterns (issue #19): POST only.
+        // A literal route takes its path from `{id}` patterns: POST only.
         assert_eq!(allowed_methods("/v1/tasks/retry"), vec!["POST"]);
         assert_eq!(allowed_methods("/v1/tasks/7"), vec!["GET"]);
         assert_eq!(allowed_methods("/v1/tasks/7/retry"), vec!["POST"]);

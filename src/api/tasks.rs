@@ -43,7 +43,7 @@ pub fn attempts(ctx: &mut Ctx<'_>, req: &Request) -> ApiResult<Value> {
     page_object(page, total, items)
 }
 
-/// Fields of a task record that the server sets: ignored in a create body (contract §3). A
+/// Fields of a task record that the server sets: ignored in a create body (docs/design.md §3). A
 /// manual task has no schedule or event, so `schedule_id`, `event_id` and `task_type` are
 /// read-only here too.
 const READ_ONLY: &[&str] = &[

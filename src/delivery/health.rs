@@ -1,4 +1,4 @@
-//! Endpoint health (contract §11): folds one dispatcher round's attempt results into one
+//! Endpoint health (docs/design.md §11): folds one dispatcher round's attempt results into one
 //! change per endpoint, so the result commit writes each endpoint once per round however many
 //! of its attempts finished, and decides auto-disable there (no extra transaction).
 

@@ -771,7 +771,7 @@ fn report_failed_task(
     Ok(())
 }
 
-/// One WARN line per failed attempt (contract §10), and one when a `410 Gone` disables the
+/// One WARN line per failed attempt (docs/design.md §10), and one when a `410 Gone` disables the
 /// endpoint. Ids, the attempt number, the status code or error and what happens next: never the
 /// payload, a header, a secret or a signature.
 fn log_outcome(d: &Done) {

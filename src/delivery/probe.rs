@@ -1,4 +1,4 @@
-//! `POST /endpoints/{id}/test` (contract §11): one real delivery to an endpoint, now, with
+//! `POST /endpoints/{id}/test` (docs/design.md §11): one real delivery to an endpoint, now, with
 //! every header and signature of a pool delivery, recorded as a `manual` task with a single
 //! attempt. It is sent by the pool's senders, admitted by the dispatcher through the same fair
 //! accounting as claimed tasks (the endpoint's cap, its app's share), and judged and recorded

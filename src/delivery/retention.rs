@@ -1,4 +1,4 @@
-//! The retention job (contract §9): once an hour (by the server's clock), deletes finished
+//! The retention job (docs/design.md §9): once an hour (by the server's clock), deletes finished
 //! tasks with their attempts, and unreferenced events, older than `--retention-days`.
 
 use crate::app::{App, Signal};

@@ -1,4 +1,4 @@
-//! One delivery attempt (contract §6): the request a claimed task becomes, sending it with the
+//! One delivery attempt (docs/design.md §6): the request a claimed task becomes, sending it with the
 //! shared HTTP agent, and what the reply means for the task.
 
 use super::target::{GuardedResolver, TargetRules};
@@ -101,7 +101,7 @@ pub fn agent(config: &Config) -> ureq::Agent {
     )
 }
 
-/// The webhookd headers of one attempt (contract §6), besides the endpoint's own and
+/// The webhookd headers of one attempt (docs/design.md §6), besides the endpoint's own and
 /// `Content-Type`. `body` is what is sent (empty for GET/DELETE); both signatures cover it.
 /// With several `secrets` (a rotation's overlap, newest first) each header carries one
 /// signature per secret: `v1,<new> v1,<old>` and `<new hex>,<old hex>`.

@@ -1,4 +1,4 @@
-//! Which addresses a delivery may dial (contract §6): link-local targets are refused unless
+//! Which addresses a delivery may dial (docs/design.md §6): link-local targets are refused unless
 //! `--allow-targets` names them; `--deny-private-targets` also refuses loopback, RFC 1918,
 //! CGNAT and unique-local ones. The check runs on the addresses DNS gave, inside the HTTP
 //! client's resolver, so what is checked is what is dialled.

@@ -46,7 +46,7 @@ pub struct Endpoint {
     pub consecutive_failures: i64,
 }
 
-/// Why an endpoint is disabled (contract §11 `disabled_reason`).
+/// Why an endpoint is disabled (docs/design.md §11 `disabled_reason`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum DisabledReason {
     /// `POST /endpoints/{id}/disable`.

@@ -108,7 +108,7 @@ pub trait Store: Send + Sync + 'static {
     /// there to write to? Err: writes would be lost, answer 503.
     fn quick_check(&self) -> Result<(), StoreError>;
 
-    /// The full check behind `GET /healthz` (contract §10): [`Store::quick_check`], a read,
+    /// The full check behind `GET /healthz` (docs/design.md §10): [`Store::quick_check`], a read,
     /// a committed write of the probe row, and room left on the disk. At most one probe per
     /// `crate::health::PROBE_INTERVAL_MS`; in between the last result is answered.
     fn health(&self, now_ms: i64) -> Result<(), StoreError>;

@@ -36,7 +36,7 @@ pub struct Schedule {
     /// when a client paused it. While set with an empty `endpoint_ids`, resume and trigger are
     /// refused, because an empty list would mean "every endpoint".
     pub paused_reason: Option<String>,
-    /// Runs missed while the server was down: `latest`, `none` or `all` (CONTRACT §13).
+    /// Runs missed while the server was down: `latest`, `none` or `all` (docs/design.md §13).
     pub catchup: Catchup,
     /// `allow`, or `skip`: no new task for an endpoint while this schedule's earlier task for
     /// it is still `pending` or `running`.

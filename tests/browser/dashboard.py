@@ -1,4 +1,4 @@
-"""The dashboard in a real headless Chromium (contract §15), driven by Python playwright.
+"""The dashboard in a real headless Chromium (docs/design.md §15), driven by Python playwright.
 
 Started by tests/it/dashboard.rs with a running webhookd and a loopback receiver; reads:
   WEBHOOKD_URL        http://127.0.0.1:PORT of the server
@@ -560,7 +560,7 @@ def run(page, result):
             page, ".notice.ok",
             lambda: expect(page.locator(".notice.ok")).to_contain_text("0 tasks are pending again"))
 
-        # Test delivery and secret rotation (contract §11/§12).
+        # Test delivery and secret rotation (docs/design.md §11/§12).
         page.click("nav >> text=Endpoints")
         row = page.locator("main tbody tr", has_text="receiver")
         row.locator("button:has-text('Send test')").click()

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Black-box conformance client for webhookd, written from shared/SPEC.md and shared/CONTRACT.md
+"""Black-box conformance client for webhookd, written from docs/API.md and docs/design.md
 only (not from webhookd's source).
 
 Usage:
@@ -14,7 +14,7 @@ schedules to every enabled endpoint of the app. It starts its own loopback recei
 deliveries. Standard library only; when the `standardwebhooks` package is importable, the
 `webhook-signature` header is also verified with it.
 
-It prints one line per check (PASS/FAIL; INFO lines are observations that the contract leaves
+It prints one line per check (PASS/FAIL; INFO lines are observations that docs/design.md leaves
 open and are not counted) and ends with exactly `N passed, M failed`; the exit status is 1 when
 anything failed.
 """
@@ -87,7 +87,7 @@ def short(value, limit=300):
 
 
 # --------------------------------------------------------------------------------------------
-# the signed client (CONTRACT §2, §3)
+# the signed client (docs/design.md §2, §3)
 
 
 class Reply:
@@ -140,7 +140,7 @@ STATUS_OF_CODE = {
 
 
 def audit_envelope(reply):
-    """CONTRACT §3: every /v1 reply is the envelope, X-Request-Id equals request_id."""
+    """docs/design.md §3: every /v1 reply is the envelope, X-Request-Id equals request_id."""
     REPLIES_SEEN[0] += 1
     body = reply.json
     problems = []
@@ -175,7 +175,7 @@ def audit_envelope(reply):
 
 
 def audit_timestamps(value, where, key=None):
-    """CONTRACT §4: timestamps in replies are RFC 3339 UTC with Z, seconds precision."""
+    """docs/design.md §4: timestamps in replies are RFC 3339 UTC with Z, seconds precision."""
     if isinstance(value, dict):
         for k, v in value.items():
             audit_timestamps(v, where, k)
@@ -334,7 +334,7 @@ def wait_task(api, tid, pred, timeout=WAIT):
 
 
 def filter_matches(filter_events, event_name):
-    """CONTRACT §5: comma-separated patterns, `*` any run of characters; empty = every event."""
+    """docs/design.md §5: comma-separated patterns, `*` any run of characters; empty = every event."""
     if filter_events is None or filter_events.strip() == "":
         return True
     for pat in filter_events.split(","):
@@ -348,7 +348,7 @@ def filter_matches(filter_events, event_name):
 
 
 # --------------------------------------------------------------------------------------------
-# the loopback receiver (deliveries, CONTRACT §6)
+# the loopback receiver (deliveries, docs/design.md §6)
 
 
 class Receiver:
@@ -453,7 +453,7 @@ def std_webhooks_key(secret):
 
 
 def verify_signatures(name, rec, secret):
-    """CONTRACT §6: X-Service-Signature and webhook-signature, computed from the contract text."""
+    """docs/design.md §6: X-Service-Signature and webhook-signature, computed from the text of docs/API.md."""
     h = rec["headers"]
     ts = h.get("x-service-timestamp", "")
     want = hmac.new(secret.encode("utf-8"), ts.encode() + b"\n" + rec["body"], hashlib.sha256).hexdigest()
@@ -650,7 +650,7 @@ def phase_generic_errors(api):
         (r.status, r.code) in ((400, 40001), (404, 40401)),
         r.brief(),
     )
-    R.info(f"GET /v1/endpoints/abc answered HTTP {r.status} code {r.code} (contract does not pick one)")
+    R.info(f"GET /v1/endpoints/abc answered HTTP {r.status} code {r.code} (docs/design.md does not pick one)")
     for path, field in (
         ("/v1/endpoints?status=weird", "status"),
         ("/v1/schedules?status=weird", "status"),
@@ -1376,7 +1376,7 @@ def phase_tasks(api, ctx):
 
 
 def start_backoff(api, ctx):
-    """Back-off shapes (CONTRACT §5 retry policies): tasks against a receiver that always
+    """Back-off shapes (docs/design.md §5 retry policies): tasks against a receiver that always
     answers 500, started early so that their waits overlap the other checks."""
     ctx.backoff = []
     # Delays several times LATE apart, so that the shapes stay told apart on a busy machine.

@@ -1,4 +1,4 @@
-//! Inbound authentication (contract §2): every 401 code, bodyless signing, replay, revocation,
+//! Inbound authentication (docs/design.md §2): every 401 code, bodyless signing, replay, revocation,
 //! and per-app isolation.
 
 use crate::support::*;

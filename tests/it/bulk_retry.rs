@@ -1,4 +1,4 @@
-//! `POST /tasks/retry` (CONTRACT §12): bulk retry by endpoint, schedule, event, status and
+//! `POST /tasks/retry` (docs/design.md §12): bulk retry by endpoint, schedule, event, status and
 //! `finished_at` range; the filter that must be given; tasks of deleted endpoints left alone;
 //! at most `bulk_retry_max` per call with `"more": true`.
 

@@ -1,4 +1,4 @@
-//! Schedule `catchup` and `overlap` (CONTRACT §13) on a manual clock: each catch-up mode after
+//! Schedule `catchup` and `overlap` (docs/design.md §13) on a manual clock: each catch-up mode after
 //! downtime, `overlap: skip` with a failing endpoint, `skipped_runs`, validation, and the
 //! upgrade of a version-1 database.
 

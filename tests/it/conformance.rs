@@ -1,5 +1,5 @@
 //! Black-box conformance: `tests/conformance/client.py`, a Python client written only from
-//! SPEC.md and CONTRACT.md, run against a real server. It signs its own requests, drives every
+//! docs/API.md and docs/design.md, run against a real server. It signs its own requests, drives every
 //! route, checks the error codes of bad requests, and receives and verifies deliveries on its own
 //! loopback receiver. This test passes when the script's closing line reports no failure.
 
@@ -22,7 +22,7 @@ fn webhookd(args: &[&str]) {
 }
 
 #[test]
-fn python_client_written_from_the_contract_passes() {
+fn python_client_written_from_the_docs_passes() {
     let python = match Command::new("python3").arg("--version").output() {
         Ok(out) if out.status.success() => "python3",
         Ok(out) => panic!(

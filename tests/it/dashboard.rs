@@ -1,4 +1,4 @@
-//! The dashboard (contract §15): its files and headers over HTTP, and the whole UI in a real
+//! The dashboard (docs/design.md §15): its files and headers over HTTP, and the whole UI in a real
 //! headless Chromium (tests/browser/dashboard.py, Python playwright with Debian's chromium).
 
 use crate::support::{Answer, Receiver, TestServer, program_runs, require_component};

@@ -443,7 +443,7 @@ fn metrics_count_tasks_and_deliveries() {
         text.contains("webhookd_delivery_duration_seconds_count 1\n"),
         "{text}"
     );
-    // Contract §10 additions: per-endpoint counters, build info, process memory and files.
+    // docs/design.md §10 additions: per-endpoint counters, build info, process memory and files.
     assert!(
         text.contains(&format!(
             "webhookd_endpoint_deliveries_total{{endpoint_id=\"{ep}\",outcome=\"success\"}} 1\n"

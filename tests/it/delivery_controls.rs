@@ -1,4 +1,4 @@
-//! Delivery controls (CONTRACT §12) and fair delivery, observed at loopback receivers that
+//! Delivery controls (docs/design.md §12) and fair delivery, observed at loopback receivers that
 //! record arrival times and concurrency: rate-limit spacing, `max_in_flight` caps, in-order
 //! delivery across a retrying head, a hanging endpoint that must not stop the others, secret
 //! rotation checked by the official `standardwebhooks` library, and the 40001s.

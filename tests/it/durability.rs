@@ -91,7 +91,7 @@ fn statuses(db: &str) -> Vec<(String, i64)> {
 }
 
 /// The endpoints' delivery timeout here: short, so that on PostgreSQL the lease of a task a
-/// killed node had claimed (the timeout plus a 30 s margin, contract §16) runs out soon.
+/// killed node had claimed (the timeout plus a 30 s margin, docs/design.md §16) runs out soon.
 const TIMEOUT_MS: u64 = 2_000;
 
 /// How long a restarted server may take to deliver what a SIGKILL interrupted. SQLite: one

@@ -1,4 +1,4 @@
-//! Database health (contract §10, issue #9 items 4–5): `/healthz` says whether the database can
+//! Database health (docs/design.md §10): `/healthz` says whether the database can
 //! be read and written, writes answer 503 with a reason while it cannot, and `serve` refuses a
 //! database it cannot write. Read-only and full disks are made for real: a read-only bind mount
 //! and a small tmpfs, mounted by the test (root only; root ignores file modes, so `chmod` alone

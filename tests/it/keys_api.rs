@@ -93,7 +93,7 @@ fn each_scope_allows_its_routes_and_refuses_the_others() {
     // Nothing refused was written: the read and write keys made no key, the read key no event.
     let keys = ok(&admin, "GET", "/v1/keys", None);
     assert_eq!(keys["total"], 4, "{keys}");
-    // The exact message of the contract's example.
+    // The exact message of docs/design.md §17's example.
     let read = &clients[2].1;
     let refused = err(
         read,

@@ -1,4 +1,4 @@
-//! Logs (contract §10): `--log-format json` writes one JSON object a line; every failed
+//! Logs (docs/design.md §10): `--log-format json` writes one JSON object a line; every failed
 //! delivery attempt, an endpoint disabled and a schedule paused by webhookd are WARN lines with
 //! their ids and reasons; no secret, signature, header value or payload ever reaches the log.
 

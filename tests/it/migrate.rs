@@ -1,4 +1,4 @@
-//! `webhookd migrate --from SQLITE --to postgres://…` (contract §16) through the real binary: a
+//! `webhookd migrate --from SQLITE --to postgres://…` (docs/design.md §16) through the real binary: a
 //! database filled by a real server (every table, tasks in every status) arrives row for row
 //! with the same ids, running tasks as pending; identities continue after the copied ids; a
 //! second run is refused as the target is not empty and changes nothing; a wrong password is an

@@ -1,4 +1,4 @@
-//! Several nodes on one PostgreSQL database (contract §16, issue #13): three `webhookd serve`
+//! Several nodes on one PostgreSQL database (docs/design.md §16): three `webhookd serve`
 //! processes of the real binary share a database of a private server. A node is killed with a
 //! real SIGKILL mid-load; schedules fire on the real clock across minute boundaries; replayed
 //! signatures, revoked keys and cross-node wake-ups are checked through other nodes than the
@@ -147,7 +147,7 @@ impl Cluster {
                 if let Ok(reply) = ureq::get(&healthz).call()
                     && reply.status() == 200
                 {
-                    // Contract §16: the URL's password never reaches a log line.
+                    // docs/design.md §16: the URL's password never reaches a log line.
                     let text = std::fs::read_to_string(&log).unwrap_or_default();
                     assert!(
                         !text.contains(self.pg.password()),
@@ -233,7 +233,7 @@ fn now_ms() -> i64 {
     chrono::Utc::now().timestamp_millis()
 }
 
-/// Contract §16: three nodes under publish load, one killed with SIGKILL mid-load. Every publish
+/// docs/design.md §16: three nodes under publish load, one killed with SIGKILL mid-load. Every publish
 /// a node acknowledged is delivered; the tasks the dead node had claimed (its orphans) wait for
 /// their lease (the endpoint's 2 s timeout plus the margin) and are then delivered by the
 /// others; no task is ever being delivered by two nodes at once, and only the dead node's tasks
@@ -465,7 +465,7 @@ fn a_node_killed_mid_load_loses_no_acknowledged_publish() {
     }
 }
 
-/// Contract §16: three nodes, 200 schedules `* * * * *` over two minute boundaries on the real
+/// docs/design.md §16: three nodes, 200 schedules `* * * * *` over two minute boundaries on the real
 /// clock (a manual clock cannot be shared across processes, and cron has no seconds field):
 /// each (schedule, instant) fires exactly once across the nodes. The two boundaries checked are
 /// the first two after every schedule exists, however long creating them took on a busy
@@ -602,7 +602,7 @@ fn two_hundred_schedules_fire_once_per_instant_across_three_nodes() {
     );
 }
 
-/// Contract §2 and §16: a signed request accepted by one node is a replay on every other.
+/// docs/design.md §2 and §16: a signed request accepted by one node is a replay on every other.
 #[test]
 fn a_signature_used_on_one_node_is_refused_by_the_others() {
     let Some(cluster) = Cluster::start(3, &["--workers", "2"]) else {
@@ -641,7 +641,7 @@ fn a_signature_used_on_one_node_is_refused_by_the_others() {
     assert_eq!(events, 1);
 }
 
-/// Contract §16: a key revoked while the nodes run is refused by every node at once (auth reads
+/// docs/design.md §16: a key revoked while the nodes run is refused by every node at once (auth reads
 /// the key row on every request; no node caches it).
 #[test]
 fn a_key_revoked_through_one_node_is_refused_by_all_at_once() {
@@ -745,7 +745,7 @@ fn a_key_revoked_through_the_api_of_one_node_is_refused_by_the_others_at_once() 
     assert!(record["revoked_at"].is_string(), "{record}");
 }
 
-/// Contract §16: a change made through one node wakes the delivery pool of the others. Node A
+/// docs/design.md §16: a change made through one node wakes the delivery pool of the others. Node A
 /// is made full first: one worker, held by a delivery that hangs, and as many more hanging
 /// tasks claimed as its dispatcher takes ahead (it claims nothing more until one finishes).
 /// What is then published on A is delivered by B or C, and each publish reaches B and C as a

@@ -1,4 +1,4 @@
-//! The OpenAPI document (`openapi.json`, contract §14): it describes exactly the routes the
+//! The OpenAPI document (`openapi.json`, docs/design.md §14): it describes exactly the routes the
 //! server has, it is well-formed 3.1 with every `$ref` resolving, its signing example is right,
 //! the server serves it unsigned, real replies match its schemas, and (when schemathesis is
 //! installed) a property-based fuzzer finds nothing (`.ci/openapi.sh`).

@@ -1,4 +1,4 @@
-//! Running webhookd as an operator does (contract §10): `--version`, `healthcheck`, `backup`
+//! Running webhookd as an operator does (docs/design.md §10): `--version`, `healthcheck`, `backup`
 //! of a live server, the first-start key rules, `--listen` forms, boolean environment values
 //! and the messages of bad values.
 

@@ -1,5 +1,5 @@
 //! The files an operator installs from `packaging/`: the systemd unit passes
-//! `systemd-analyze verify` without a word, and the Containerfile has what contract §10 asks.
+//! `systemd-analyze verify` without a word, and the Containerfile has what docs/design.md §10 asks.
 
 use crate::support::{program_runs, require_component};
 use std::path::Path;

@@ -1,4 +1,4 @@
-//! Cross-node wake-ups (contract §16) against a private server: a notice sent on one connection
+//! Cross-node wake-ups (docs/design.md §16) against a private server: a notice sent on one connection
 //! reaches the `store-listener`'s wake, a notice of a rolled-back transaction
 //! never does (and a committed one only at commit), and after its backend is terminated the
 //! listener reconnects and fires both wakes once. While it cannot listen, the idle cap polls.

@@ -1,4 +1,4 @@
-//! Holding up under real failure (issue #9): a replay window that no restart reopens, a WAL
+//! Holding up under real failure (docs/operations.md): a replay window that no restart reopens, a WAL
 //! that stays bounded under sustained writes.
 
 use crate::support::*;

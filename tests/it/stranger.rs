@@ -1,5 +1,5 @@
 //! What a stranger without a key can hold of the server, and what a storage fault still
-//! serves (issue #19 items 2 and 6): connections are capped per peer address with a reserve
+//! serves (docs/design.md §21, docs/API.md "Limits"): connections are capped per peer address with a reserve
 //! that keeps `/healthz` answering, slow bodies are cut with a 408, a bad key is refused
 //! before the body is read, and signed reads are served while the store refuses writes.
 

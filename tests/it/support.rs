@@ -148,7 +148,7 @@ pub struct TestServer {
 }
 
 impl TestServer {
-    /// Defaults of the contract, real clock.
+    /// The default configuration (docs/design.md), real clock.
     pub fn start() -> TestServer {
         Self::start_with(|_| {})
     }

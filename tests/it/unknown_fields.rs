@@ -1,4 +1,4 @@
-//! Contract §3 (changed 2026-11-23): a body field or query parameter a route does not take is
+//! docs/design.md §3 (changed 2026-11-23): a body field or query parameter a route does not take is
 //! 40001 naming it (with the nearest taken name suggested); read-only fields of the route's own
 //! record are ignored so a record read back can be sent back.
 

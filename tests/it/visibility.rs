@@ -1,4 +1,4 @@
-//! Contract §11 "Seeing what happens", through a real server and loopback receivers: endpoint
+//! docs/design.md §11 "Seeing what happens", through a real server and loopback receivers: endpoint
 //! health, `status=retrying`, local schedule times around DST changes, auto-disable, operator
 //! events (and no storm), and `POST /endpoints/{id}/test`.
 

@@ -1,4 +1,4 @@
-"""schemathesis hook: signs every request as webhookd expects (CONTRACT §2).
+"""schemathesis hook: signs every request as webhookd expects (docs/design.md §2).
 
 X-Signature = hex HMAC-SHA256(secret, X-Timestamp + "\\n" + payload), where payload is the
 body bytes exactly as sent, or `METHOD path?query` for a request without a body. The hook

@@ -1,4 +1,4 @@
-//! `webhookd migrate` (contract §16): copies every row of a SQLite database into an empty
+//! `webhookd migrate` (docs/design.md §16): copies every row of a SQLite database into an empty
 //! PostgreSQL database of the same schema version, with the same ids, in one PostgreSQL
 //! transaction (binary `COPY` per table) read from one SQLite snapshot.
 //!

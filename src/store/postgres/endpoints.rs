@@ -302,7 +302,7 @@ impl<C: GenericClient> EndpointQueries for PgTx<'_, C> {
             &[&id, &now_ms],
         )?;
         // `emptied`: every id left in the list would be this one. The caller publishes
-        // `webhookd.schedule.paused` for each paused schedule (contract §11).
+        // `webhookd.schedule.paused` for each paused schedule (docs/design.md §11).
         let mut paused = Vec::new();
         for row in c.query(
             "SELECT id, status = 'active' AND NOT EXISTS (

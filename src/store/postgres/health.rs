@@ -1,4 +1,4 @@
-//! The health check's write probe on PostgreSQL (twin of `health::probe`, contract §10).
+//! The health check's write probe on PostgreSQL (twin of `health::probe`, docs/design.md §10).
 
 use postgres::{Error, GenericClient};
 

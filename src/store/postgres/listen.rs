@@ -1,4 +1,4 @@
-//! Cross-node wake-ups (contract §16, `docs/dev/storage.md`): a write that makes work due
+//! Cross-node wake-ups (docs/design.md §16, `docs/dev/storage.md`): a write that makes work due
 //! calls [`notify`] inside its transaction, PostgreSQL sends the notice on commit (never for a
 //! rollback), and every node's `store-listener` thread, on its own connection outside the
 //! pool, `LISTEN`s and calls the matching wake. When the listener is not connected (or with

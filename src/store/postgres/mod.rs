@@ -1,4 +1,4 @@
-//! PostgreSQL storage, the groundwork of contract §16: a pool of blocking connections
+//! PostgreSQL storage, the groundwork of docs/design.md §16: a pool of blocking connections
 //! (`postgres` + `r2d2_postgres`, so the blocking delivery model stays) and the versioned
 //! schema, and one file per table implementing that table's query trait
 //! (`store::endpoints::EndpointQueries`, …) on [`PgTx`], laid out like the SQLite store's.

@@ -1,5 +1,5 @@
 //! The `replay_guard` table on PostgreSQL: accepted (key id, signature) pairs, shared by every
-//! node on the database, so a request replayed to another node is refused too (contract §2).
+//! node on the database, so a request replayed to another node is refused too (docs/design.md §2).
 
 use crate::store::postgres::PgTx;
 use crate::store::{ReplayQueries, StoreError};

@@ -1,4 +1,4 @@
-//! Retention (contract §9) on PostgreSQL: finished tasks with their attempts, and old events,
+//! Retention (docs/design.md §9) on PostgreSQL: finished tasks with their attempts, and old events,
 //! in small chunks. Several nodes may run it at once: the deletes are idempotent and a chunk
 //! skips rows another node holds.
 

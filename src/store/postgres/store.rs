@@ -203,7 +203,7 @@ impl Store for PgStore {
         })
     }
 
-    /// Refused (contract §16): a consistent copy of a PostgreSQL database is `pg_dump`'s job.
+    /// Refused (docs/design.md §16): a consistent copy of a PostgreSQL database is `pg_dump`'s job.
     fn backup(&self, _out: &Path) -> anyhow::Result<()> {
         anyhow::bail!(
             "backup copies SQLite files only; back up the PostgreSQL database at {} with pg_dump (e.g. pg_dump --format=custom --file webhookd.dump <url>)",
@@ -240,7 +240,7 @@ impl Store for PgStore {
     }
 }
 
-/// PostgreSQL's "cannot write" conditions become the unavailable causes (contract §10): a full
+/// PostgreSQL's "cannot write" conditions become the unavailable causes (docs/design.md §10): a full
 /// disk (53100), a read-only server or standby (25006), a server shutting down or refusing
 /// connections, a lost connection. Anything else is `Other`. The driver's messages never hold
 /// the URL, so no password can leak through them.

@@ -1,5 +1,5 @@
 //! The `tasks` table on PostgreSQL: [`TaskQueries`] on a [`PgTx`], plus the per-task
-//! lease that lets several nodes share one database (contract §16, docs/dev/storage.md).
+//! lease that lets several nodes share one database (docs/design.md §16, docs/dev/storage.md).
 //!
 //! A claim marks a task `running` with `claimed_by` = the claiming node and `lease_until` = now
 //! plus the endpoint's timeout plus [`LEASE_MARGIN_MS`]. Claims lock with `FOR UPDATE SKIP

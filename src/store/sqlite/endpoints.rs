@@ -288,8 +288,8 @@ impl EndpointQueries for SqliteTx<'_> {
             params![id, now_ms],
         )?;
         // The schedules this deletion leaves with no target: webhookd pauses them (logged at WARN,
-        // contract §10).
-        // The caller publishes `webhookd.schedule.paused` for each (contract §11).
+        // docs/design.md §10).
+        // The caller publishes `webhookd.schedule.paused` for each (docs/design.md §11).
         let paused: Vec<i64> = conn
             .prepare(
                 "SELECT id FROM schedules WHERE app_id = ?2 AND status = 'active'

@@ -1,4 +1,4 @@
-//! SQLite database health (contract §10): is the file the server opened still the file at
+//! SQLite database health (docs/design.md §10): is the file the server opened still the file at
 //! `--db`, and can it still be written? Behind `Store::health` (`GET /healthz`), `quick_check`
 //! (the 503 answered to writes while it cannot) and `require_writable` (the start-up refusal).
 

@@ -1,5 +1,5 @@
 //! The `replay_guard` table: accepted (key id, signature) pairs until their timestamp leaves
-//! the skew window, so that the replay check (contract §2) survives a restart or a crash.
+//! the skew window, so that the replay check (docs/design.md §2) survives a restart or a crash.
 
 use crate::store::sqlite::SqliteTx;
 use crate::store::{ReplayQueries, StoreError};

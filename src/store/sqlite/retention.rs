@@ -1,4 +1,4 @@
-//! Retention (contract §9): deleting finished tasks, their attempts, and events older than
+//! Retention (docs/design.md §9): deleting finished tasks, their attempts, and events older than
 //! `--retention-days`. In small chunks, so that a large clean-up never holds the write lock for
 //! long while deliveries are committing.
 

@@ -296,7 +296,7 @@ impl crate::store::Store for SqliteStore {
 }
 
 /// SQLite's "cannot write" errors become the unavailable causes that say what to fix
-/// (contract §10); anything else is `Other`.
+/// (docs/design.md §10); anything else is `Other`.
 impl From<rusqlite::Error> for StoreError {
     fn from(err: rusqlite::Error) -> Self {
         use rusqlite::ErrorCode;
