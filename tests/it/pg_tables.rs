@@ -60,6 +60,7 @@ fn endpoint(app: &str, name: &str, retry_policy_id: Option<i64>) -> Endpoint {
         timeout_ms: 5_000,
         retry_policy_id,
         filter_events: Some("order.*".into()),
+        filter_payload: serde_json::json!({"tier": "pro"}).as_object().cloned(),
         status: "enabled".into(),
         rate_limit_per_sec: Some(2.5),
         max_in_flight: Some(3),

@@ -24,6 +24,7 @@ const UPGRADES: &[&str] = &[
     include_str!("../../../migrations/postgres/replay_guard.sql"),
     include_str!("../../../migrations/postgres/visibility.sql"),
     include_str!("../../../migrations/postgres/lease.sql"),
+    include_str!("../../../migrations/postgres/filters.sql"),
 ];
 
 /// The schema version this binary writes.

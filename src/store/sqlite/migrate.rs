@@ -18,6 +18,7 @@ const UPGRADES: &[&str] = &[
     include_str!("../../../migrations/replay_guard.sql"),
     include_str!("../../../migrations/visibility.sql"),
     include_str!("../../../migrations/lease.sql"),
+    include_str!("../../../migrations/filters.sql"),
 ];
 
 /// The schema version this binary writes.
