@@ -16,6 +16,7 @@ mod delivery;
 mod delivery_controls;
 mod durability;
 mod events;
+mod filters;
 mod fuzz;
 mod health;
 mod logs;
