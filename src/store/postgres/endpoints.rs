@@ -50,7 +50,7 @@ impl<C: GenericClient> EndpointQueries for PgTx<'_, C> {
         let id: i64 = c
             .query_one(
                 "INSERT INTO endpoints (app_id, name, url, method, headers, secret, timeout_ms, retry_policy_id, filter_events, status, created_at, updated_at,
-                                        rate_limit_per_sec, max_in_flight, previous_secret, previous_secret_expires_at)
+                                        rate_limit_per_sec, max_in_flight, previous_secret, previous_secret_expires_at, filter_payload)
                  VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17) RETURNING id",
                 &[
                     &ep.app_id,
