@@ -40,6 +40,8 @@ fn policy(app: &str, name: &str) -> Policy {
         backoff_type: Backoff::Linear,
         initial_delay_sec: 2,
         max_delay_sec: 60,
+        max_age_sec: Some(3600),
+        jitter: webhookd::retry::Jitter::Full,
         status: "active".into(),
         created_at: 1_000,
         updated_at: 1_000,

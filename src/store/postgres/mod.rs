@@ -31,7 +31,7 @@ pub use store::{PgStore, PgTx};
 pub use tls::{RootCert, SslMode, TlsSettings};
 pub use url::{PgUrl, is_url, redact};
 
-use crate::retry::Backoff;
+use crate::retry::{Backoff, Jitter};
 use crate::store::Word;
 use crate::store::schedules::{Catchup, Overlap};
 use crate::store::tasks::{TaskKind, TaskStatus};
@@ -107,4 +107,4 @@ macro_rules! stored_words {
     )+};
 }
 
-stored_words!(Backoff, Catchup, Overlap, TaskKind, TaskStatus);
+stored_words!(Backoff, Catchup, Jitter, Overlap, TaskKind, TaskStatus);

@@ -24,7 +24,7 @@ pub use migrate::{SCHEMA_VERSION, check_is_ours};
 pub use store::{SqliteStore, SqliteTx, write_tx};
 pub use wal::wal_path;
 
-use crate::retry::Backoff;
+use crate::retry::{Backoff, Jitter};
 use crate::store::Word;
 use crate::store::schedules::{Catchup, Overlap};
 use crate::store::tasks::{TaskKind, TaskStatus};
@@ -157,4 +157,4 @@ macro_rules! stored_words {
     )+};
 }
 
-stored_words!(Backoff, Catchup, Overlap, TaskKind, TaskStatus);
+stored_words!(Backoff, Catchup, Jitter, Overlap, TaskKind, TaskStatus);
