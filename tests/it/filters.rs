@@ -345,3 +345,139 @@ fn schedules_and_manual_tasks_ignore_the_filter() {
         Vec::<i64>::new()
     );
 }
+
+// --- retry limits: max_age_sec and jitter ---
+
+use crate::delivery::{attempts, endpoint as endpoint_at, task_id, wait_attempts, wait_status};
+use chrono::{DateTime, SubsecRound, Utc};
+
+/// A retry policy with these extra fields; returns its id.
+fn policy(client: &Client, body: Value) -> i64 {
+    let mut base = json!({"name": "p", "max_attempts": 10, "backoff_type": "fixed",
+                          "initial_delay_sec": 600, "max_delay_sec": 3600});
+    for (k, v) in body.as_object().expect("an object") {
+        base[k] = v.clone();
+    }
+    ok(client, "POST", "/retries/policies", Some(base))["id"]
+        .as_i64()
+        .unwrap()
+}
+
+fn ms(instant: &Value) -> i64 {
+    DateTime::parse_from_rfc3339(instant.as_str().expect("an instant"))
+        .expect("RFC 3339")
+        .timestamp_millis()
+}
+
+#[test]
+fn policy_fields_default_validate_and_clear() {
+    let server = TestServer::start();
+    let client = server.client();
+    let id = policy(&client, json!({}));
+    let path = format!("/retries/policies/{id}");
+    let got = ok(&client, "GET", &path, None);
+    assert_eq!(
+        (got["max_age_sec"].clone(), got["jitter"].clone()),
+        (Value::Null, json!("none"))
+    );
+    let got = ok(
+        &client,
+        "PATCH",
+        &path,
+        Some(json!({"max_age_sec": 3600, "jitter": "full"})),
+    );
+    assert_eq!(
+        (got["max_age_sec"].clone(), got["jitter"].clone()),
+        (json!(3600), json!("full"))
+    );
+    let got = ok(&client, "PATCH", &path, Some(json!({"max_age_sec": null})));
+    assert_eq!(got["max_age_sec"], Value::Null);
+    assert_eq!(ok(&client, "GET", &path, None)["jitter"], "full");
+    let base = json!({"name": "p", "max_attempts": 3, "backoff_type": "fixed"});
+    let with = |k: &str, v: Value| {
+        let mut b = base.clone();
+        b[k] = v;
+        b
+    };
+    expect_field_errors(
+        &client,
+        "POST",
+        "/retries/policies",
+        [
+            (with("max_age_sec", json!(0)), "max_age_sec"),
+            (with("max_age_sec", json!("1h")), "max_age_sec"),
+            (with("jitter", json!("half")), "jitter"),
+        ],
+    );
+    expect_field_errors(
+        &client,
+        "PATCH",
+        &path,
+        [
+            (json!({"max_age_sec": -5}), "max_age_sec"),
+            (json!({"jitter": null}), "jitter"),
+        ],
+    );
+}
+
+#[test]
+fn a_task_past_max_age_fails_for_good_saying_why() {
+    let t0 = Utc::now().trunc_subsecs(0);
+    let server = TestServer::start_manual(t0, |config| config.max_skew_secs = 3600);
+    let client = server.client();
+    let rx = Receiver::start();
+    rx.set_default(Answer::status(500));
+    let p = policy(&client, json!({"max_age_sec": 1000}));
+    let ep = endpoint_at(&client, &rx.url, json!({"retry_policy_id": p}));
+    let id = task_id(&client, ep);
+    let first = wait_attempts(&client, id, 1);
+    assert_eq!(first["status"], "pending");
+    // 600 s after the first attempt: within the age, retried.
+    server.advance(chrono::Duration::seconds(600));
+    let second = wait_attempts(&client, id, 2);
+    assert_eq!(second["status"], "pending");
+    assert_eq!(
+        ms(&second["next_attempt_at"]),
+        t0.timestamp_millis() + 1_200_000
+    );
+    // 1200 s after it: past the age, failed for good though attempts remain.
+    server.advance(chrono::Duration::seconds(600));
+    let failed = wait_status(&client, id, "failed");
+    assert_eq!(failed["attempts"], 3);
+    let why = "HTTP 500 Internal Server Error; not retried: first attempt was 1200 s ago, max_age_sec is 1000";
+    assert_eq!(failed["last_error"], why);
+    let tries = attempts(&client, id);
+    assert_eq!(tries.len(), 3);
+    assert_eq!(tries[2]["error"], why);
+    assert_eq!(tries[1]["error"], "HTTP 500 Internal Server Error");
+}
+
+#[test]
+fn full_jitter_keeps_each_delay_within_half_to_whole() {
+    let t0 = Utc::now().trunc_subsecs(0);
+    let server = TestServer::start_manual(t0, |config| config.max_skew_secs = 3600);
+    let client = server.client();
+    let rx = Receiver::start();
+    rx.set_default(Answer::status(500));
+    let p = policy(
+        &client,
+        json!({"initial_delay_sec": 100, "jitter": "full", "max_attempts": 2}),
+    );
+    let ep = endpoint_at(&client, &rx.url, json!({"retry_policy_id": p}));
+    let ids: Vec<i64> = (0..8).map(|_| task_id(&client, ep)).collect();
+    let delays: Vec<i64> = ids
+        .iter()
+        .map(|id| ms(&wait_attempts(&client, *id, 1)["next_attempt_at"]) - t0.timestamp_millis())
+        .collect();
+    for d in &delays {
+        assert!(
+            (50_000..=100_000).contains(d),
+            "delay {d} ms outside [50 s, 100 s]: {delays:?}"
+        );
+    }
+    // Drawn, not fixed: eight draws are not all the same (without jitter each is 100 s).
+    assert!(
+        delays.iter().any(|d| *d != delays[0]),
+        "no spread: {delays:?}"
+    );
+}
