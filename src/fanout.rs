@@ -3,16 +3,22 @@
 //! one and the pending tasks made for them, in the caller's transaction so they commit
 //! together. Called by `POST /events` (`api::events`), `operator::publish` and the scheduler.
 
+use crate::payload_filter::{PayloadFilter, Verdict};
 use crate::store::endpoints::Target;
 use crate::store::schedules::{Firing, Overlap};
 use crate::store::tasks::{NewTask, TaskKind};
 use crate::store::{StoreError, Tx};
 use crate::trace::TaskTraces;
+use serde_json::Value;
 use std::collections::HashMap;
 
 /// An event published by a client: every enabled endpoint of `app_id` whose `filter_events`
-/// takes `event_name` gets an `event` task, each in the trace `traces` hands out (the
-/// request's, or one of its own). Returns the event's id and how many tasks it made.
+/// takes `event_name` and whose `filter_payload` holds for `payload` gets an `event` task.
+/// Each task is in the trace `traces` hands out (the request's, or one of its own). Returns
+/// the event's id and how many tasks it made.
+///
+/// The payload is parsed only when some endpoint has a `filter_payload`, and each endpoint's
+/// filter once per publish, so publishing to endpoints without one costs what it did before.
 // The event's fields, the time and the traces: one each, nothing to group.
 #[allow(clippy::too_many_arguments)]
 pub fn event(
@@ -24,6 +30,7 @@ pub fn event(
     now_ms: i64,
     traces: &mut TaskTraces,
 ) -> Result<(i64, usize), StoreError> {
+    let mut parsed: Option<Value> = None;
     publish(
         tx,
         app_id,
@@ -32,8 +39,71 @@ pub fn event(
         payload,
         now_ms,
         traces,
-        |filter| crate::filter::matches(filter, event_name),
+        |target| {
+            if !crate::filter::matches(target.filter_events.as_deref(), event_name) {
+                return false;
+            }
+            let Some(text) = target.filter_payload.as_deref() else {
+                return true;
+            };
+            let value =
+                parsed.get_or_insert_with(|| serde_json::from_str(payload).unwrap_or(Value::Null));
+            match stored_filter(text) {
+                Some(filter) => filter.matches(value),
+                None => {
+                    tracing::warn!(
+                        endpoint_id = target.id,
+                        "the stored filter_payload is not a valid filter; no event reaches the endpoint until it is set again"
+                    );
+                    false
+                }
+            }
+        },
     )
+}
+
+/// A `filter_payload` as its column stores it, parsed; `None` when the text is not a valid
+/// filter (the API never stores one, but a hand-edited row could hold one).
+fn stored_filter(text: &str) -> Option<PayloadFilter> {
+    match serde_json::from_str(text) {
+        Ok(Value::Object(map)) => PayloadFilter::parse(&map).ok(),
+        _ => None,
+    }
+}
+
+/// `POST /endpoints/{id}/filter-test`: whether an event would reach an endpoint with these
+/// filters, by the same rules as [`event`], and why (which filter failed, or that both hold).
+pub fn explain(
+    filter_events: Option<&str>,
+    filter_payload: Option<&PayloadFilter>,
+    event_name: &str,
+    payload: &Value,
+) -> (bool, String) {
+    let events = match filter_events {
+        Some(filter) if !crate::filter::matches(Some(filter), event_name) => {
+            return (
+                false,
+                format!("filter_events \"{filter}\" does not take the event name \"{event_name}\""),
+            );
+        }
+        Some(_) => "matches filter_events",
+        None => "no filter_events (every event name)",
+    };
+    match filter_payload {
+        None => (true, format!("{events}; no filter_payload")),
+        Some(filter) => match filter.check(payload) {
+            Verdict::Fails(why) => (false, format!("{events}, but filter_payload fails: {why}")),
+            Verdict::Matches => {
+                let n = filter.len();
+                let conditions = if n == 1 {
+                    "the 1 condition".to_string()
+                } else {
+                    format!("all {n} conditions")
+                };
+                (true, format!("{events} and {conditions} of filter_payload"))
+            }
+        },
+    }
 }
 
 /// An operator event (`webhookd.…`, see `operator`): only endpoints that subscribed to it with
@@ -56,11 +126,14 @@ pub fn operator_event(
         payload,
         now_ms,
         &mut traces,
-        |filter| crate::filter::matches_prefixed(filter, prefix, event_name),
+        |target| {
+            crate::filter::matches_prefixed(target.filter_events.as_deref(), prefix, event_name)
+        },
     )
 }
 
-/// The event row and one `event` task per enabled endpoint `subscribed` accepts.
+/// The event row and one `event` task per enabled endpoint `subscribed` accepts. Operator
+/// events ignore `filter_payload` (their subscription is by name only).
 #[allow(clippy::too_many_arguments)]
 fn publish(
     tx: &mut dyn Tx,
@@ -70,12 +143,12 @@ fn publish(
     payload: &str,
     now_ms: i64,
     traces: &mut TaskTraces,
-    subscribed: impl Fn(Option<&str>) -> bool,
+    mut subscribed: impl FnMut(&Target) -> bool,
 ) -> Result<(i64, usize), StoreError> {
     let targets: Vec<_> = tx
         .list_enabled_targets(app_id)?
         .into_iter()
-        .filter(|t| subscribed(t.filter_events.as_deref()))
+        .filter(|t| subscribed(t))
         .collect();
     let task_count = i64::try_from(targets.len()).unwrap_or(i64::MAX);
     let id = tx.insert_event(app_id, event_name, event_key, payload, task_count, now_ms)?;

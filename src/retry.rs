@@ -15,6 +15,17 @@ crate::store::word::words! {
     }
 }
 
+crate::store::word::words! {
+    /// Whether retry delays are spread at random, so that a receiver that comes back is not hit
+    /// by every waiting retry at once.
+    Jitter, "jitter" {
+        /// Each delay is what the back-off says.
+        Off = "none",
+        /// Each delay is drawn uniformly from [delay/2, delay].
+        Full = "full",
+    }
+}
+
 /// The parts of a retry policy that decide when, and how often, a delivery is retried.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RetryPolicy {
@@ -24,6 +35,9 @@ pub struct RetryPolicy {
     pub initial_delay_sec: u64,
     /// Upper bound on every delay, `Retry-After` included.
     pub max_delay_sec: u64,
+    /// A task whose first attempt began longer ago than this is not retried; `None`: no limit.
+    pub max_age_sec: Option<u64>,
+    pub jitter: Jitter,
 }
 
 impl RetryPolicy {
@@ -33,6 +47,8 @@ impl RetryPolicy {
         backoff: Backoff::Exponential,
         initial_delay_sec: 60,
         max_delay_sec: 3600,
+        max_age_sec: None,
+        jitter: Jitter::Off,
     };
 
     /// Delay in seconds after failed attempt n (1-based): fixed = initial; linear = initial*n;
@@ -59,6 +75,50 @@ impl RetryPolicy {
         };
         base.max(retry_after_secs.unwrap_or(0))
             .min(self.max_delay_sec)
+    }
+}
+
+impl RetryPolicy {
+    /// The delay in milliseconds after failed attempt n, jitter applied: `draw` is a random
+    /// number in [0, 1) that the caller supplies (so this stays pure). With [`Jitter::Full`] the
+    /// back-off delay `d` (after its cap) becomes `d/2 + draw × d/2`, uniform over [d/2, d]; a
+    /// longer `Retry-After` is honoured as is, never shortened by jitter, still under the cap.
+    pub fn next_delay_ms(
+        &self,
+        failed_attempt: u32,
+        retry_after_secs: Option<u64>,
+        draw: f64,
+    ) -> u64 {
+        let cap_ms = self.max_delay_sec.saturating_mul(1000);
+        let base_ms = self
+            .next_delay_secs(failed_attempt, None)
+            .saturating_mul(1000);
+        let jittered = match self.jitter {
+            Jitter::Off => base_ms,
+            Jitter::Full => {
+                let half = base_ms / 2;
+                let span = base_ms - half;
+                // `draw` in [0, 1): the product stays below `span`; clamp a careless draw.
+                let extra = (span as f64 * draw.clamp(0.0, 1.0)) as u64;
+                half + extra.min(span)
+            }
+        };
+        let asked_ms = retry_after_secs.unwrap_or(0).saturating_mul(1000);
+        jittered.max(asked_ms.min(cap_ms))
+    }
+
+    /// Why a failed task is not retried because of `max_age_sec`, when its first attempt began
+    /// at `first_attempt_ms` and it is now `now_ms`; `None` when it may be retried.
+    pub fn too_old(&self, first_attempt_ms: i64, now_ms: i64) -> Option<String> {
+        let max_age = self.max_age_sec?;
+        let age_ms = now_ms.saturating_sub(first_attempt_ms).max(0);
+        let limit_ms = i64::try_from(max_age.saturating_mul(1000)).unwrap_or(i64::MAX);
+        (age_ms > limit_ms).then(|| {
+            format!(
+                "not retried: first attempt was {} s ago, max_age_sec is {max_age}",
+                age_ms / 1000
+            )
+        })
     }
 }
 
@@ -111,7 +171,74 @@ mod tests {
             backoff,
             initial_delay_sec: initial,
             max_delay_sec: max,
+            max_age_sec: None,
+            jitter: Jitter::Off,
         }
+    }
+
+    #[test]
+    fn full_jitter_spans_half_to_whole_delay() {
+        let p = RetryPolicy {
+            jitter: Jitter::Full,
+            ..policy(Backoff::Exponential, 10, 100)
+        };
+        // Fixed draws: 0 gives the half, just under 1 the whole, 0.5 the middle.
+        assert_eq!(p.next_delay_ms(1, None, 0.0), 5_000);
+        assert_eq!(p.next_delay_ms(1, None, 0.5), 7_500);
+        assert_eq!(p.next_delay_ms(1, None, 0.999_9), 9_999);
+        assert_eq!(p.next_delay_ms(3, None, 0.25), 25_000); // 40 s → [20 s, 40 s]
+        // The cap applies before the jitter: [50 s, 100 s] at attempt 10.
+        assert_eq!(p.next_delay_ms(10, None, 0.0), 50_000);
+        assert_eq!(p.next_delay_ms(10, None, 0.999_99), 99_999);
+        // Out-of-range draws are clamped, never outside [d/2, d].
+        assert_eq!(p.next_delay_ms(1, None, -3.0), 5_000);
+        assert_eq!(p.next_delay_ms(1, None, 7.0), 10_000);
+        // A longer Retry-After is honoured as is (capped), not jittered down.
+        assert_eq!(p.next_delay_ms(1, Some(40), 0.0), 40_000);
+        assert_eq!(p.next_delay_ms(1, Some(400), 0.0), 100_000);
+        // Odd milliseconds: 1 s → [500, 1000].
+        let one = RetryPolicy {
+            jitter: Jitter::Full,
+            ..policy(Backoff::Fixed, 1, 100)
+        };
+        assert_eq!(one.next_delay_ms(1, None, 0.0), 500);
+        for i in 0..100 {
+            let d = one.next_delay_ms(1, None, f64::from(i) / 100.0);
+            assert!((500..=1000).contains(&d), "{d}");
+        }
+    }
+
+    #[test]
+    fn without_jitter_the_delay_is_the_back_off_in_ms() {
+        use crate::store::Word;
+        let p = policy(Backoff::Linear, 30, 3600);
+        for draw in [0.0, 0.3, 0.99] {
+            assert_eq!(p.next_delay_ms(2, None, draw), 60_000);
+        }
+        assert_eq!(p.next_delay_ms(2, Some(90), 0.0), 90_000);
+        assert_eq!(Jitter::from_word("full"), Some(Jitter::Full));
+        assert_eq!(Jitter::from_word("none"), Some(Jitter::Off));
+        assert_eq!(Jitter::from_word("half"), None);
+    }
+
+    #[test]
+    fn max_age_stops_retries_past_it() {
+        let p = RetryPolicy {
+            max_age_sec: Some(3600),
+            ..policy(Backoff::Fixed, 60, 3600)
+        };
+        let first = 1_000_000;
+        assert_eq!(
+            p.too_old(first, first + 3_600_000),
+            None,
+            "exactly at the limit"
+        );
+        assert_eq!(
+            p.too_old(first, first + 3_700_000).as_deref(),
+            Some("not retried: first attempt was 3700 s ago, max_age_sec is 3600")
+        );
+        assert_eq!(p.too_old(first, first - 5), None, "a clock step back");
+        assert_eq!(policy(Backoff::Fixed, 60, 3600).too_old(0, i64::MAX), None);
     }
 
     fn delays(p: &RetryPolicy, upto: u32) -> Vec<u64> {

@@ -378,6 +378,7 @@ async function endpointPage(main, id, ctx) {
       fact("Retry policy", policy ? `${policy.name}: ${plural(policy.max_attempts, "attempt")}, ${policy.backoff_type}` : "default: 5 attempts, exponential"),
       fact("Timeout", `${e.timeout_ms} ms`),
       fact("Events it receives", e.filter_events || "every event"),
+      fact("Payload filter", e.filter_payload ? h("pre", null, JSON.stringify(e.filter_payload, null, 1)) : "none: every payload"),
       fact("Signing", e.secret ? (e.previous_secret_expires_at ? ["signed; the old secret too until ", timeCell(e.previous_secret_expires_at)] : "signed") : "unsigned (no secret)"),
       fact("Limits", [e.rate_limit_per_sec ? `${e.rate_limit_per_sec}/s` : "no rate limit", ", ",
         e.max_in_flight ? `${e.max_in_flight} in flight` : "no in-flight cap"]),
@@ -472,16 +473,25 @@ async function endpointForm(forms, e, ctx) {
     timeout_ms: input("timeout_ms", v.timeout_ms, { type: "number", min: 1, max: 300000 }),
     retry_policy_id: select("retry_policy_id", await policyOptions(), v.retry_policy_id),
     filter_events: input("filter_events", v.filter_events, { placeholder: "order.*, invoice.paid" }),
+    filter_payload: textarea("filter_payload", v.filter_payload ? JSON.stringify(v.filter_payload, null, 1) : ""),
     headers: textarea("headers", JSON.stringify(v.headers || {}, null, 1)),
     secret: input("secret", "", { type: "password", autocomplete: "new-password", placeholder: e ? "unchanged" : "generated" }),
     rate_limit_per_sec: input("rate_limit_per_sec", v.rate_limit_per_sec, { type: "number", step: "any", min: 0.01 }),
     max_in_flight: input("max_in_flight", v.max_in_flight, { type: "number", min: 1, max: 1000 }),
   };
+  inputs.filter_payload.placeholder = '{"customer.tier": {"$in": ["pro"]}, "total": {"$gte": 100}}';
+  // The server's 40001 for a bad filter, shown next to the box it is about.
+  const filterError = h("small", { class: "error filter-error", role: "alert" });
   const clear = h("input", { type: "checkbox", name: "clear_secret" });
   forms.open(e ? `Edit endpoint ${e.id}` : "New endpoint", form([
     field("Name", inputs.name), field("URL", inputs.url), field("Method", inputs.method),
     field("Timeout (ms)", inputs.timeout_ms), field("Retry policy", inputs.retry_policy_id),
     field("Events it receives", inputs.filter_events, "comma-separated patterns; empty = every event"),
+    h("div", { class: "wide" },
+      field("Payload filter (JSON object)", inputs.filter_payload,
+        "conditions that must all hold: dotted paths, a value or one of $eq $ne $in $nin $exists $gt $gte $lt $lte; empty = every payload"),
+      filterError,
+      e ? filterTester(e) : null),
     field("Headers (JSON object)", inputs.headers),
     field("Signing secret", inputs.secret, e ? (e.secret ? "has a secret" : "no secret") : "empty = a new whsec_… secret is made (signed by default)"),
     h("label", { class: "check" }, clear, e ? " remove the secret" : " unsigned (no secret)"),
@@ -495,6 +505,7 @@ async function endpointForm(forms, e, ctx) {
       timeout_ms: numberOrNull(inputs.timeout_ms.value, "timeout_ms"),
       retry_policy_id: numberOrNull(inputs.retry_policy_id.value, "retry_policy_id"),
       filter_events: inputs.filter_events.value.trim() || null,
+      filter_payload: inputs.filter_payload.value.trim() ? parseJson(inputs.filter_payload.value, "filter_payload") : null,
       headers: parseJson(inputs.headers.value, "headers"),
       rate_limit_per_sec: numberOrNull(inputs.rate_limit_per_sec.value, "rate_limit_per_sec"),
       max_in_flight: numberOrNull(inputs.max_in_flight.value, "max_in_flight"),
@@ -503,19 +514,49 @@ async function endpointForm(forms, e, ctx) {
     if (e) {
       body = changed(e, values);
       if (body.filter_events === null && !e.filter_events) delete body.filter_events;
+      if (body.filter_payload === null && !e.filter_payload) delete body.filter_payload;
     } else {
       body = Object.fromEntries(Object.entries(values).filter(([, x]) => x !== null));
     }
     if (inputs.secret.value) body.secret = inputs.secret.value;
     if (clear.checked && e) body.clear_secret = true;
     if (clear.checked && !e) body.secret = null;
-    const saved = e
-      ? await api("PATCH", `/v1/endpoints/${e.id}`, null, body)
-      : await api("POST", "/v1/endpoints", null, body);
+    filterError.textContent = "";
+    let saved;
+    try {
+      saved = e
+        ? await api("PATCH", `/v1/endpoints/${e.id}`, null, body)
+        : await api("POST", "/v1/endpoints", null, body);
+    } catch (err) {
+      if (/^filter_payload/.test(err.message || "")) filterError.textContent = err.message;
+      throw err;
+    }
     forms.close();
     ctx.notify(`Endpoint ${saved.id} saved.`, "ok");
     ctx.go(...currentPage());
   }, () => forms.close()));
+}
+
+/** Beside the filter editor: an event name and payload tried against the endpoint's saved
+ *  filters (`POST /v1/endpoints/{id}/filter-test`), answered with matches/reason. */
+function filterTester(e) {
+  const name = input("test_event_name", "", { placeholder: "order.created" });
+  const payload = textarea("test_payload", "{}");
+  payload.rows = 3;
+  const answer = h("p", { class: "filter-answer", role: "status" });
+  const run = async () => {
+    fill(answer);
+    try {
+      const d = await api("POST", `/v1/endpoints/${e.id}/filter-test`, null,
+        { event_name: name.value.trim(), payload: parseJson(payload.value, "payload") });
+      fill(answer, badge(d.matches ? "matches" : "no match", d.matches ? "success" : "failed"), " ", d.reason);
+    } catch (err) {
+      fill(answer, h("span", { class: "error" }, describe(err)));
+    }
+  };
+  return h("fieldset", { class: "filter-test" }, h("legend", null, "Try the saved filters"),
+    field("Event name", name), field("Payload (JSON object)", payload),
+    h("button", { type: "button", class: "filter-test-run", onclick: run }, "Test filter"), answer);
 }
 
 function rotateForm(forms, e, ctx) {
@@ -1025,7 +1066,8 @@ async function policies(main, r, ctx) {
       ["Id", (p) => String(p.id)],
       ["Name", (p) => h("strong", { class: "name" }, p.name)],
       ["Attempts", (p) => String(p.max_attempts)],
-      ["Backoff", (p) => `${p.backoff_type}, ${p.initial_delay_sec} s … ${p.max_delay_sec} s`],
+      ["Backoff", (p) => `${p.backoff_type}, ${p.initial_delay_sec} s … ${p.max_delay_sec} s${p.jitter === "full" ? ", jittered" : ""}`],
+      ["Max age", (p) => p.max_age_sec ? `${p.max_age_sec} s` : "—"],
       ["Actions", (p) => h("div", { class: "row-actions" },
         allowed("PATCH", `/v1/retries/policies/${p.id}`, "Edit", () => policyForm(forms, p, ctx)),
         allowed("DELETE", `/v1/retries/policies/${p.id}`, "Delete", () => confirm(`Delete retry policy ${p.id}?`) &&
@@ -1034,13 +1076,15 @@ async function policies(main, r, ctx) {
 }
 
 function policyForm(forms, p, ctx) {
-  const v = p || { max_attempts: 5, backoff_type: "exponential", initial_delay_sec: 60, max_delay_sec: 3600 };
+  const v = p || { max_attempts: 5, backoff_type: "exponential", initial_delay_sec: 60, max_delay_sec: 3600, max_age_sec: null, jitter: "none" };
   const inputs = {
     name: input("name", v.name, { required: true, maxlength: 200 }),
     max_attempts: input("max_attempts", v.max_attempts, { type: "number", min: 1, max: 100, required: true }),
     backoff_type: select("backoff_type", [["exponential", "exponential"], ["linear", "linear"], ["fixed", "fixed"]], v.backoff_type),
     initial_delay_sec: input("initial_delay_sec", v.initial_delay_sec, { type: "number", min: 0, max: 86400 }),
     max_delay_sec: input("max_delay_sec", v.max_delay_sec, { type: "number", min: 0, max: 604800 }),
+    max_age_sec: input("max_age_sec", v.max_age_sec, { type: "number", min: 1, placeholder: "no limit" }),
+    jitter: select("jitter", [["none", "none"], ["full", "full: each delay drawn from [delay/2, delay]"]], v.jitter),
   };
   forms.open(p ? `Edit retry policy ${p.id}` : "New retry policy", form(
     Object.entries(inputs).map(([k, el]) => field(k.replaceAll("_", " "), el)),
@@ -1051,6 +1095,8 @@ function policyForm(forms, p, ctx) {
         backoff_type: inputs.backoff_type.value,
         initial_delay_sec: numberOrNull(inputs.initial_delay_sec.value, "initial_delay_sec"),
         max_delay_sec: numberOrNull(inputs.max_delay_sec.value, "max_delay_sec"),
+        max_age_sec: numberOrNull(inputs.max_age_sec.value, "max_age_sec"),
+        jitter: inputs.jitter.value,
       };
       const saved = p
         ? await api("PATCH", `/v1/retries/policies/${p.id}`, null, changed(p, values))

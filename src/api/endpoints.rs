@@ -4,6 +4,7 @@ use super::input::{Body, Patch, check_name, check_range, page_object};
 use super::{Ctx, Request, missing, to_data};
 use crate::error::{ApiError, ApiResult};
 use crate::operator::{self, OperatorEvent};
+use crate::payload_filter::PayloadFilter;
 use crate::store::{endpoints::DisabledReason, endpoints::Endpoint};
 use serde_json::{Map, Value};
 
@@ -172,6 +173,11 @@ fn check_filter(filter: &str) -> ApiResult<()> {
     crate::filter::validate(filter).map_err(ApiError::validation)
 }
 
+/// Parses a `filter_payload` object, refusing it with a 40001 that names the path at fault.
+fn check_filter_payload(filter: &Map<String, Value>) -> ApiResult<PayloadFilter> {
+    PayloadFilter::parse(filter).map_err(|e| ApiError::validation(e.to_string()))
+}
+
 fn load(ctx: &Ctx<'_>, id: i64) -> ApiResult<Endpoint> {
     ctx.store
         .read(|tx| tx.get_endpoint(ctx.app_id, id))?
@@ -208,6 +214,10 @@ pub fn create(ctx: &mut Ctx<'_>, req: &Request) -> ApiResult<Value> {
     if let Some(filter) = &filter_events {
         check_filter(filter)?;
     }
+    let filter_payload = body.object("filter_payload")?;
+    if let Some(filter) = &filter_payload {
+        check_filter_payload(filter)?;
+    }
     let rate_limit_per_sec = body.f64("rate_limit_per_sec")?;
     if let Some(rate) = rate_limit_per_sec {
         check_rate(rate)?;
@@ -227,6 +237,7 @@ pub fn create(ctx: &mut Ctx<'_>, req: &Request) -> ApiResult<Value> {
         timeout_ms,
         retry_policy_id,
         filter_events,
+        filter_payload,
         status: "enabled".into(),
         rate_limit_per_sec,
         max_in_flight,
@@ -287,6 +298,11 @@ fn apply_patch(ctx: &Ctx<'_>, ep: &mut Endpoint, body: &Body) -> ApiResult<()> {
         check_filter(filter)?;
     }
     filter.apply_nullable(&mut ep.filter_events);
+    let filter_payload = body.patch_object("filter_payload")?;
+    if let Patch::Value(filter) = &filter_payload {
+        check_filter_payload(filter)?;
+    }
+    filter_payload.apply_nullable(&mut ep.filter_payload);
     let secret = body.patch_str("secret")?;
     if let Patch::Value(secret) = &secret {
         check_secret(secret)?;
@@ -437,4 +453,27 @@ pub fn test(ctx: &mut Ctx<'_>, req: &Request) -> ApiResult<Value> {
         ProbeError::Other(e) => ApiError::internal(format!("{e:#}")),
     })?;
     to_data(&probe)
+}
+
+/// `POST /endpoints/{id}/filter-test` with `{"event_name", "payload"}`: whether such an event
+/// would reach the endpoint (its `filter_events` and `filter_payload`, as publishing checks
+/// them) and why, without publishing anything.
+pub fn filter_test(ctx: &mut Ctx<'_>, req: &Request) -> ApiResult<Value> {
+    let body = req.json()?;
+    let event_name = body.required_str("event_name")?;
+    let payload = Value::Object(body.object("payload")?.unwrap_or_default());
+    body.finish()?;
+    let endpoint = load(ctx, req.id())?;
+    let filter = endpoint
+        .filter_payload
+        .as_ref()
+        .map(check_filter_payload)
+        .transpose()?;
+    let (matches, reason) = crate::fanout::explain(
+        endpoint.filter_events.as_deref(),
+        filter.as_ref(),
+        &event_name,
+        &payload,
+    );
+    to_data(&serde_json::json!({ "matches": matches, "reason": reason }))
 }

@@ -139,6 +139,7 @@ static ROUTES: &[Route] = &[
         endpoints::rotate_secret,
     ),
     route("POST", "endpoints/{id}/test", endpoints::test),
+    route("POST", "endpoints/{id}/filter-test", endpoints::filter_test),
     route("POST", "retries/policies", policies::create),
     route("GET", "retries/policies", policies::list),
     route("GET", "retries/policies/{id}", policies::get),

@@ -3,7 +3,7 @@
 use super::input::{Body, check_name, check_range, page_object};
 use super::{Ctx, Request, missing, to_data};
 use crate::error::{ApiError, ApiResult};
-use crate::retry::Backoff;
+use crate::retry::{Backoff, Jitter};
 use crate::store::Word;
 use crate::store::policies::Policy;
 use serde_json::Value;
@@ -16,6 +16,11 @@ fn parse_backoff(text: &str) -> ApiResult<Backoff> {
     })
 }
 
+fn parse_jitter(text: &str) -> ApiResult<Jitter> {
+    Jitter::from_word(text)
+        .ok_or_else(|| ApiError::validation(format!("jitter: '{text}' is not one of none, full")))
+}
+
 /// Range checks over the whole (created or patched) policy.
 fn check(policy: &Policy) -> ApiResult<()> {
     check_name("name", &policy.name)?;
@@ -26,7 +31,13 @@ fn check(policy: &Policy) -> ApiResult<()> {
             "max_delay_sec: must be at least initial_delay_sec",
         ));
     }
-    check_range("max_delay_sec", policy.max_delay_sec, 0..=604_800)
+    check_range("max_delay_sec", policy.max_delay_sec, 0..=604_800)?;
+    match policy.max_age_sec {
+        Some(age) if age < 1 => Err(ApiError::validation(format!(
+            "max_age_sec: must be at least 1 (seconds), or null for no limit; got {age}"
+        ))),
+        _ => Ok(()),
+    }
 }
 
 fn load(ctx: &Ctx<'_>, id: i64) -> ApiResult<Policy> {
@@ -49,6 +60,11 @@ pub fn create(ctx: &mut Ctx<'_>, req: &Request) -> ApiResult<Value> {
         )));
     }
     let max_delay_sec = max_delay_given.unwrap_or(3600);
+    let max_age_sec = body.int("max_age_sec")?;
+    let jitter = match body.str("jitter")? {
+        Some(text) => parse_jitter(&text)?,
+        None => Jitter::Off,
+    };
     let policy = Policy {
         id: 0,
         app_id: ctx.app_id.to_string(),
@@ -57,6 +73,8 @@ pub fn create(ctx: &mut Ctx<'_>, req: &Request) -> ApiResult<Value> {
         backoff_type,
         initial_delay_sec,
         max_delay_sec,
+        max_age_sec,
+        jitter,
         status: "active".into(),
         created_at: ctx.now_ms,
         updated_at: ctx.now_ms,
@@ -91,6 +109,11 @@ fn apply_patch(policy: &mut Policy, body: &Body) -> ApiResult<()> {
     }
     if let Some(max) = body.update_int("max_delay_sec")? {
         policy.max_delay_sec = max;
+    }
+    body.patch_int("max_age_sec")?
+        .apply_nullable(&mut policy.max_age_sec);
+    if let Some(jitter) = body.update_str("jitter")? {
+        policy.jitter = parse_jitter(&jitter)?;
     }
     check(policy)
 }

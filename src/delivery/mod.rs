@@ -421,7 +421,11 @@ pub(crate) fn attempt(
         u64::try_from(sent.duration_ms).unwrap_or(0),
     );
     let now = app.clock.now();
-    let verdict = send::judge(&task, &target.policy, &sent, now);
+    let inputs = send::RetryInputs {
+        first_attempt_at: first_attempt_at(app, &task, &target.policy, &sent, started_at),
+        draw: rand::random::<f64>(),
+    };
+    let verdict = send::judge(&task, &target.policy, &sent, now, inputs);
     Done {
         quiet,
         trace_id: span.trace_id,
@@ -430,6 +434,29 @@ pub(crate) fn attempt(
         sent,
         verdict,
         at: now.timestamp_millis(),
+    }
+}
+
+/// When the task's first attempt began, for `max_age_sec`: this attempt's start for a first
+/// attempt; else the stored one, read only when the attempt failed and the policy has a limit
+/// (a failed read is logged and counts as this attempt, so the task is retried rather than
+/// dropped).
+fn first_attempt_at(
+    app: &App,
+    task: &Claimed,
+    policy: &crate::retry::RetryPolicy,
+    sent: &send::Sent,
+    started_at: i64,
+) -> i64 {
+    if task.attempt <= 1 || policy.max_age_sec.is_none() || sent.is_success() {
+        return started_at;
+    }
+    match app.store.read(|tx| tx.first_attempt_started_at(task.id)) {
+        Ok(first) => first.unwrap_or(started_at),
+        Err(e) => {
+            tracing::warn!(error = %e, task_id = task.id, "cannot read when the task's first attempt began; max_age_sec not applied to this attempt");
+            started_at
+        }
     }
 }
 

@@ -282,9 +282,25 @@ pub struct Verdict {
     pub error: Option<String>,
 }
 
+/// What judging a failed attempt needs besides the reply, passed in so [`judge`] stays pure:
+/// when the task's first attempt began (for `max_age_sec`) and a random draw in [0, 1) (for
+/// `jitter: full`).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct RetryInputs {
+    pub first_attempt_at: i64,
+    pub draw: f64,
+}
+
 /// Decides, from an attempt's result, whether the task succeeded, is retried (when, by the
-/// endpoint's policy, honouring `Retry-After` on 429/503) or failed for good.
-pub fn judge(task: &Claimed, policy: &RetryPolicy, sent: &Sent, now: DateTime<Utc>) -> Verdict {
+/// endpoint's policy, honouring `Retry-After` on 429/503, with the policy's jitter) or failed
+/// for good (out of attempts, `410 Gone`, or past the policy's `max_age_sec`).
+pub fn judge(
+    task: &Claimed,
+    policy: &RetryPolicy,
+    sent: &Sent,
+    now: DateTime<Utc>,
+    inputs: RetryInputs,
+) -> Verdict {
     if sent.is_success() {
         return Verdict {
             after: AfterAttempt::Success,
@@ -293,7 +309,7 @@ pub fn judge(task: &Claimed, policy: &RetryPolicy, sent: &Sent, now: DateTime<Ut
         };
     }
     let gone = sent.status == Some(410);
-    let error = match sent.status {
+    let mut error = match sent.status {
         Some(410) => "HTTP 410 Gone: the endpoint was disabled".to_string(),
         Some(code) if (300..400).contains(&code) => {
             format!("HTTP {code}: redirects are not followed")
@@ -326,7 +342,11 @@ pub fn judge(task: &Claimed, policy: &RetryPolicy, sent: &Sent, now: DateTime<Ut
         },
         None => sent.error.clone().unwrap_or_else(|| "no reply".to_string()),
     };
+    let too_old = policy.too_old(inputs.first_attempt_at, now.timestamp_millis());
     let after = if gone || task.attempt >= task.max_attempts {
+        AfterAttempt::Failed
+    } else if let Some(why) = too_old {
+        error = format!("{error}; {why}");
         AfterAttempt::Failed
     } else {
         let retry_after = match sent.status {
@@ -337,8 +357,8 @@ pub fn judge(task: &Claimed, policy: &RetryPolicy, sent: &Sent, now: DateTime<Ut
             _ => None,
         };
         let failed = u32::try_from(task.attempt).unwrap_or(u32::MAX);
-        let delay_secs = policy.next_delay_secs(failed, retry_after);
-        let delay_ms = i64::try_from(delay_secs.saturating_mul(1000)).unwrap_or(i64::MAX);
+        let delay_ms = policy.next_delay_ms(failed, retry_after, inputs.draw);
+        let delay_ms = i64::try_from(delay_ms).unwrap_or(i64::MAX);
         AfterAttempt::RetryAt(now.timestamp_millis().saturating_add(delay_ms))
     };
     Verdict {
@@ -351,7 +371,7 @@ pub fn judge(task: &Claimed, policy: &RetryPolicy, sent: &Sent, now: DateTime<Ut
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::retry::Backoff;
+    use crate::retry::{Backoff, Jitter};
     use chrono::TimeZone;
 
     fn task(attempt: i64, max_attempts: i64) -> Claimed {
@@ -459,48 +479,64 @@ mod tests {
             backoff: Backoff::Exponential,
             initial_delay_sec: 10,
             max_delay_sec: 100,
+            max_age_sec: None,
+            jitter: Jitter::Off,
         };
         let now = Utc.timestamp_opt(1_000, 0).unwrap();
+        let fresh = RetryInputs {
+            first_attempt_at: 1_000_000,
+            draw: 0.0,
+        };
         let at = |secs: i64| AfterAttempt::RetryAt((1_000 + secs) * 1000);
         assert_eq!(
-            judge(&task(1, 3), &policy, &reply(204), now).after,
+            judge(&task(1, 3), &policy, &reply(204), now, fresh).after,
             AfterAttempt::Success
         );
-        let v = judge(&task(2, 3), &policy, &reply(500), now);
+        let v = judge(&task(2, 3), &policy, &reply(500), now, fresh);
         assert_eq!(v.after, at(20));
         assert_eq!(v.error.as_deref(), Some("HTTP 500 Internal Server Error"));
         assert_eq!(
-            judge(&task(3, 3), &policy, &reply(500), now).after,
+            judge(&task(3, 3), &policy, &reply(500), now, fresh).after,
             AfterAttempt::Failed
         );
-        let gone = judge(&task(1, 3), &policy, &reply(410), now);
+        let gone = judge(&task(1, 3), &policy, &reply(410), now, fresh);
         assert_eq!(
             (gone.after, gone.disable_endpoint),
             (AfterAttempt::Failed, true)
         );
         let mut busy = reply(429);
         busy.retry_after = Some("50".into());
-        assert_eq!(judge(&task(1, 3), &policy, &busy, now).after, at(50));
+        assert_eq!(judge(&task(1, 3), &policy, &busy, now, fresh).after, at(50));
         busy.retry_after = Some("5000".into());
-        assert_eq!(judge(&task(1, 3), &policy, &busy, now).after, at(100));
+        assert_eq!(
+            judge(&task(1, 3), &policy, &busy, now, fresh).after,
+            at(100)
+        );
         let mut ignored = reply(500);
         ignored.retry_after = Some("50".into());
-        assert_eq!(judge(&task(1, 3), &policy, &ignored, now).after, at(10));
+        assert_eq!(
+            judge(&task(1, 3), &policy, &ignored, now, fresh).after,
+            at(10)
+        );
         let mut refused = reply(401);
         refused.signed = true;
-        let error = judge(&task(1, 3), &policy, &refused, now).error.unwrap();
+        let error = judge(&task(1, 3), &policy, &refused, now, fresh)
+            .error
+            .unwrap();
         assert!(
             error.starts_with("HTTP 401 Unauthorized: the receiver refused the delivery")
                 && error.contains("X-Service-Signature, webhook-signature"),
             "{error}"
         );
-        let error = judge(&task(1, 3), &policy, &reply(403), now).error.unwrap();
+        let error = judge(&task(1, 3), &policy, &reply(403), now, fresh)
+            .error
+            .unwrap();
         assert!(
             error.starts_with("HTTP 403 Forbidden: the receiver refused the delivery")
                 && error.contains("not signed"),
             "{error}"
         );
-        let redirect = judge(&task(1, 3), &policy, &reply(302), now);
+        let redirect = judge(&task(1, 3), &policy, &reply(302), now, fresh);
         assert!(
             redirect
                 .error
@@ -511,10 +547,42 @@ mod tests {
             error: Some("connection failed: refused".into()),
             ..Sent::default()
         };
-        let v = judge(&task(1, 3), &policy, &network, now);
+        let v = judge(&task(1, 3), &policy, &network, now, fresh);
         assert_eq!(
             (v.after, v.error.as_deref()),
             (at(10), Some("connection failed: refused"))
         );
+    }
+
+    #[test]
+    fn judges_max_age_and_jitter() {
+        let policy = RetryPolicy {
+            max_attempts: 10,
+            backoff: Backoff::Fixed,
+            initial_delay_sec: 60,
+            max_delay_sec: 600,
+            max_age_sec: Some(3600),
+            jitter: Jitter::Full,
+        };
+        let now = Utc.timestamp_opt(10_000, 0).unwrap();
+        let first = |secs_ago: i64| RetryInputs {
+            first_attempt_at: (10_000 - secs_ago) * 1000,
+            draw: 0.5,
+        };
+        // Within the age: retried, 60 s jittered to 45 s by the draw 0.5.
+        let v = judge(&task(2, 10), &policy, &reply(500), now, first(3600));
+        assert_eq!(v.after, AfterAttempt::RetryAt(10_045_000));
+        // Past it: failed for good, and the error says why.
+        let v = judge(&task(2, 10), &policy, &reply(500), now, first(3700));
+        assert_eq!(v.after, AfterAttempt::Failed);
+        assert_eq!(
+            v.error.as_deref(),
+            Some(
+                "HTTP 500 Internal Server Error; not retried: first attempt was 3700 s ago, max_age_sec is 3600"
+            )
+        );
+        // A success is a success, however old.
+        let v = judge(&task(2, 10), &policy, &reply(200), now, first(9999));
+        assert_eq!(v.after, AfterAttempt::Success);
     }
 }

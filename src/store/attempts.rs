@@ -35,4 +35,8 @@ pub trait AttemptQueries {
         task_id: i64,
         page: Page,
     ) -> Result<(i64, Vec<Attempt>), StoreError>;
+    /// When a task's first attempt began (of its latest round: attempts count from 1 again
+    /// after a retry by hand), for a retry policy's `max_age_sec`; `None` when no attempt row
+    /// is left. One read on the `attempts_task` index.
+    fn first_attempt_started_at(&mut self, task_id: i64) -> Result<Option<i64>, StoreError>;
 }

@@ -20,6 +20,9 @@ pub struct Endpoint {
     pub timeout_ms: i64,
     pub retry_policy_id: Option<i64>,
     pub filter_events: Option<String>,
+    /// Conditions on an event's payload (`payload_filter`), all of which must hold for an event
+    /// to reach the endpoint; stored as JSON text. `None`: no condition.
+    pub filter_payload: Option<serde_json::Map<String, serde_json::Value>>,
     pub status: String,
     /// Deliveries start at most this often a second, on average (burst 1); `None`: no limit.
     pub rate_limit_per_sec: Option<f64>,
@@ -55,6 +58,23 @@ pub enum DisabledReason {
     Gone,
     /// Auto-disable: failing for `--disable-failing-after-hours`.
     Failing,
+}
+
+/// `filter_payload` as the column stores it: JSON text, or NULL.
+pub fn filter_payload_text(ep: &Endpoint) -> Option<String> {
+    ep.filter_payload
+        .as_ref()
+        .map(|f| serde_json::Value::Object(f.clone()).to_string())
+}
+
+/// `filter_payload` read back from its column; text that is not an object reads as none.
+pub fn filter_payload_from_text(
+    text: Option<String>,
+) -> Option<serde_json::Map<String, serde_json::Value>> {
+    match serde_json::from_str(&text?) {
+        Ok(serde_json::Value::Object(map)) => Some(map),
+        _ => None,
+    }
 }
 
 impl DisabledReason {
@@ -95,6 +115,8 @@ pub struct HealthDelta {
 pub struct Target {
     pub id: i64,
     pub filter_events: Option<String>,
+    /// `filter_payload` as stored (JSON text); fan-out parses it once per publish.
+    pub filter_payload: Option<String>,
     /// From the endpoint's retry policy, or the default policy.
     pub max_attempts: i64,
 }

@@ -16,6 +16,10 @@ pub struct Policy {
     pub backoff_type: crate::retry::Backoff,
     pub initial_delay_sec: i64,
     pub max_delay_sec: i64,
+    /// A task whose first attempt began longer ago than this fails for good instead of being
+    /// retried; `None`: no limit.
+    pub max_age_sec: Option<i64>,
+    pub jitter: crate::retry::Jitter,
     pub status: String,
     #[serde(serialize_with = "ser_ms")]
     pub created_at: i64,
@@ -31,6 +35,8 @@ impl Policy {
             backoff: self.backoff_type,
             initial_delay_sec: u64::try_from(self.initial_delay_sec).unwrap_or(0),
             max_delay_sec: u64::try_from(self.max_delay_sec).unwrap_or(0),
+            max_age_sec: self.max_age_sec.and_then(|s| u64::try_from(s).ok()),
+            jitter: self.jitter,
         }
     }
 }

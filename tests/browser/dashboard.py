@@ -393,6 +393,18 @@ def run(page, result):
         create_through_form(page, "Retry policies", "New policy",
                             {"input[name=name]": "once", "input[name=max_attempts]": "1"}, "saved")
         expect(page.locator("main table")).to_contain_text("once")
+        # The retry limits: max age and jitter, edited and shown in the list.
+        prow = page.locator("main tbody tr", has_text="once")
+        prow.locator("button:has-text('Edit')").click()
+        page.fill("form.grid input[name=max_age_sec]", "7200")
+        page.select_option("form.grid select[name=jitter]", "full")
+        page.click("form.grid button[type=submit]")
+        expect(page.locator("form.grid input[name=max_age_sec]")).to_have_count(0)
+        prow = page.locator("main tbody tr", has_text="once")
+        expect(prow).to_contain_text("jittered")
+        expect(prow).to_contain_text("7200 s")
+        once = next(p for p in signed_get("/v1/retries/policies")["items"] if p["name"] == "once")
+        check((once["max_age_sec"], once["jitter"]) == (7200, "full"), "policy limits not saved")
         shot(page, "6-policies")
 
         # Endpoints: one to the receiver (using the policy), one whose name is HTML.
@@ -419,6 +431,46 @@ def run(page, result):
         endpoints = signed_get("/v1/endpoints?page_size=10")["items"]
         check(next(e for e in endpoints if e["name"] == "receiver")["filter_events"] == "order.*", "endpoint edit")
         receiver_id = next(e["id"] for e in endpoints if e["name"] == "receiver")
+
+        # The payload filter: a bad one shows the server's 40001 beside the box and saves
+        # nothing; a good one saves; the filter test beside it answers matches/reason.
+        row = page.locator("main tbody tr", has_text="receiver")
+        row.locator("button:has-text('Edit')").click()
+        page.fill("form.grid textarea[name=filter_payload]", '{"tier": {"$in": "pro"}}')
+        page.click("form.grid button[type=submit]")
+        expect(page.locator("form.grid .filter-error")).to_have_text(
+            'filter_payload["tier"]: $in takes an array of values')
+        check(signed_get(f"/v1/endpoints/{receiver_id}")["filter_payload"] is None, "a bad filter was saved")
+        page.fill("form.grid textarea[name=filter_payload]", '{"tier": {"$in": ["pro", "team"]}}')
+        page.click("form.grid button[type=submit]")
+        expect(page.locator("form.grid textarea[name=filter_payload]")).to_have_count(0)
+        check(signed_get(f"/v1/endpoints/{receiver_id}")["filter_payload"] == {"tier": {"$in": ["pro", "team"]}},
+              "the filter was not saved")
+        row = page.locator("main tbody tr", has_text="receiver")
+        row.locator("button:has-text('Edit')").click()
+        expect(page.locator("form.grid textarea[name=filter_payload]")).to_have_value(
+            re.compile(r'"\$in"'))
+        page.fill("form.grid input[name=test_event_name]", "order.created")
+        page.fill("form.grid textarea[name=test_payload]", '{"tier": "free"}')
+        page.click("form.grid .filter-test-run")
+        expect(page.locator("form.grid .filter-answer")).to_contain_text("no match")
+        expect(page.locator("form.grid .filter-answer")).to_contain_text(
+            'filter_payload fails: tier is "free", not one of ["pro","team"]')
+        page.fill("form.grid textarea[name=test_payload]", '{"tier": "pro"}')
+        page.click("form.grid .filter-test-run")
+        expect(page.locator("form.grid .filter-answer")).to_contain_text(
+            "matches filter_events and the 1 condition of filter_payload")
+        page.fill("form.grid input[name=test_event_name]", "invoice.paid")
+        page.click("form.grid .filter-test-run")
+        expect(page.locator("form.grid .filter-answer")).to_contain_text(
+            'filter_events "order.*" does not take the event name "invoice.paid"')
+        check(signed_get("/v1/events?page_size=1")["total"] == 0, "the filter test published")
+        shot(page, "2b-filter-editor")
+        # Cleared again (an empty box sends null), so the rest of the run is unfiltered.
+        page.fill("form.grid textarea[name=filter_payload]", "")
+        page.click("form.grid button[type=submit]")
+        expect(page.locator("form.grid textarea[name=filter_payload]")).to_have_count(0)
+        check(signed_get(f"/v1/endpoints/{receiver_id}")["filter_payload"] is None, "the filter was not cleared")
         shot(page, "2-endpoints")
 
         # A failing delivery (the receiver answers 500), found on the tasks page and retried.

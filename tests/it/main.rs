@@ -17,6 +17,7 @@ mod delivery;
 mod delivery_controls;
 mod durability;
 mod events;
+mod filters;
 mod fuzz;
 mod health;
 mod ids;

@@ -332,7 +332,8 @@ fn real_replies_match_the_document() {
         "/v1/retries/policies",
         "/retries/policies",
         Some(
-            json!({"name": "p", "max_attempts": 2, "backoff_type": "fixed", "initial_delay_sec": 0}),
+            json!({"name": "p", "max_attempts": 2, "backoff_type": "fixed", "initial_delay_sec": 0,
+                   "max_age_sec": 3600, "jitter": "full"}),
         ),
     );
     let (_, ep) = c(
@@ -341,14 +342,20 @@ fn real_replies_match_the_document() {
         "/endpoints",
         Some(json!({"name": "e", "url": receiver.url, "secret": "s3cret",
                     "headers": {"X-Team": "a"}, "retry_policy_id": policy["id"],
-                    "filter_events": "order.*"})),
+                    "filter_events": "order.*", "filter_payload": {"tier": {"$in": ["pro"]}}})),
     );
     let ep_id = ep["id"].as_i64().unwrap();
+    c(
+        "POST",
+        "/v1/endpoints/{id}/filter-test",
+        &format!("/endpoints/{ep_id}/filter-test"),
+        Some(json!({"event_name": "order.created", "payload": {"tier": "free"}})),
+    );
     c(
         "PATCH",
         "/v1/endpoints/{id}",
         &format!("/endpoints/{ep_id}"),
-        Some(json!({"timeout_ms": 5000, "filter_events": null})),
+        Some(json!({"timeout_ms": 5000, "filter_events": null, "filter_payload": null})),
     );
     c("GET", "/v1/endpoints", "/endpoints?page_size=500", None);
     c(
@@ -854,7 +861,7 @@ fn the_validator_catches_what_it_checks() {
     let good = json!({"code": 0, "message": "success", "request_id": "r", "data": {
         "id": 1, "app_id": "a", "name": "n", "url": "https://x.example/h", "method": "POST",
         "headers": {}, "secret": null, "timeout_ms": 30000, "retry_policy_id": null,
-        "filter_events": null, "status": "enabled", "rate_limit_per_sec": null,
+        "filter_events": null, "filter_payload": null, "status": "enabled", "rate_limit_per_sec": null,
         "max_in_flight": null, "previous_secret_expires_at": null,
         "created_at": "2026-11-21T21:00:00Z", "updated_at": "2026-11-21T21:00:00Z",
         "disabled_reason": null, "last_success_at": null, "last_failure_at": null,

@@ -66,4 +66,13 @@ impl<C: GenericClient> AttemptQueries for PgTx<'_, C> {
             .collect::<Result<Vec<_>, _>>()?;
         Ok((total, items))
     }
+
+    fn first_attempt_started_at(&mut self, task_id: i64) -> Result<Option<i64>, StoreError> {
+        let c = &mut *self.c;
+        Ok(c.query_one(
+            "SELECT max(started_at) FROM attempts WHERE task_id = $1 AND attempt = 1",
+            &[&task_id],
+        )?
+        .try_get(0)?)
+    }
 }

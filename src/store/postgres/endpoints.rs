@@ -2,12 +2,15 @@
 
 use super::list::{Filters, list_page};
 use crate::store::Page;
-use crate::store::endpoints::{DisabledReason, Endpoint, HealthDelta, Limits, Target};
+use crate::store::endpoints::{
+    DisabledReason, Endpoint, HealthDelta, Limits, Target, filter_payload_from_text,
+    filter_payload_text,
+};
 use crate::store::postgres::PgTx;
 use crate::store::{EndpointQueries, StoreError};
 use postgres::{Error, GenericClient, Row};
 
-const COLUMNS: &str = "id, app_id, name, url, method, headers, secret, timeout_ms, retry_policy_id, filter_events, status, created_at, updated_at, rate_limit_per_sec, max_in_flight, previous_secret, previous_secret_expires_at, disabled_reason, last_success_at, last_failure_at, consecutive_failures";
+const COLUMNS: &str = "id, app_id, name, url, method, headers, secret, timeout_ms, retry_policy_id, filter_events, status, created_at, updated_at, rate_limit_per_sec, max_in_flight, previous_secret, previous_secret_expires_at, disabled_reason, last_success_at, last_failure_at, consecutive_failures, filter_payload";
 
 fn from_row(r: &Row) -> Result<Endpoint, Error> {
     let headers: String = r.try_get(5)?;
@@ -33,6 +36,7 @@ fn from_row(r: &Row) -> Result<Endpoint, Error> {
         last_success_at: r.try_get(18)?,
         last_failure_at: r.try_get(19)?,
         consecutive_failures: r.try_get(20)?,
+        filter_payload: filter_payload_from_text(r.try_get(21)?),
     })
 }
 
@@ -46,8 +50,8 @@ impl<C: GenericClient> EndpointQueries for PgTx<'_, C> {
         let id: i64 = c
             .query_one(
                 "INSERT INTO endpoints (app_id, name, url, method, headers, secret, timeout_ms, retry_policy_id, filter_events, status, created_at, updated_at,
-                                        rate_limit_per_sec, max_in_flight, previous_secret, previous_secret_expires_at)
-                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16) RETURNING id",
+                                        rate_limit_per_sec, max_in_flight, previous_secret, previous_secret_expires_at, filter_payload)
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17) RETURNING id",
                 &[
                     &ep.app_id,
                     &ep.name,
@@ -65,6 +69,7 @@ impl<C: GenericClient> EndpointQueries for PgTx<'_, C> {
                     &ep.max_in_flight,
                     &ep.previous_secret,
                     &ep.previous_secret_expires_at,
+                    &filter_payload_text(ep),
                 ],
             )?
             .try_get(0)?;
@@ -77,7 +82,8 @@ impl<C: GenericClient> EndpointQueries for PgTx<'_, C> {
         c.execute(
             "UPDATE endpoints SET name = $3, url = $4, method = $5, headers = $6, secret = $7, timeout_ms = $8,
              retry_policy_id = $9, filter_events = $10, updated_at = $11,
-             rate_limit_per_sec = $12, max_in_flight = $13, previous_secret = $14, previous_secret_expires_at = $15
+             rate_limit_per_sec = $12, max_in_flight = $13, previous_secret = $14, previous_secret_expires_at = $15,
+             filter_payload = $16
              WHERE app_id = $1 AND id = $2",
             &[
                 &ep.app_id,
@@ -95,6 +101,7 @@ impl<C: GenericClient> EndpointQueries for PgTx<'_, C> {
                 &ep.max_in_flight,
                 &ep.previous_secret,
                 &ep.previous_secret_expires_at,
+                &filter_payload_text(ep),
             ],
         )?;
         self.tasks_due();
@@ -356,7 +363,7 @@ impl<C: GenericClient> EndpointQueries for PgTx<'_, C> {
         let c = &mut *self.c;
         let default_attempts = i64::from(crate::retry::RetryPolicy::DEFAULT.max_attempts);
         Ok(c.query(
-            "SELECT e.id, e.filter_events, coalesce(p.max_attempts, $2)
+            "SELECT e.id, e.filter_events, coalesce(p.max_attempts, $2), e.filter_payload
              FROM endpoints e LEFT JOIN retry_policies p ON p.id = e.retry_policy_id
              WHERE e.app_id = $1 AND e.status = 'enabled' ORDER BY e.id",
             &[&app_id, &default_attempts],
@@ -367,6 +374,7 @@ impl<C: GenericClient> EndpointQueries for PgTx<'_, C> {
                 id: r.try_get(0)?,
                 filter_events: r.try_get(1)?,
                 max_attempts: r.try_get(2)?,
+                filter_payload: r.try_get(3)?,
             })
         })
         .collect::<Result<_, _>>()?)

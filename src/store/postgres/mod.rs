@@ -31,7 +31,7 @@ pub use store::{PgStore, PgTx};
 pub use tls::{RootCert, SslMode, TlsSettings};
 pub use url::{PgUrl, is_url, redact};
 
-use crate::retry::Backoff;
+use crate::retry::{Backoff, Jitter};
 use crate::store::Word;
 use crate::store::keys::Scope;
 use crate::store::schedules::{Catchup, Overlap};
@@ -108,4 +108,6 @@ macro_rules! stored_words {
     )+};
 }
 
-stored_words!(Backoff, Catchup, Overlap, Scope, TaskKind, TaskStatus);
+stored_words!(
+    Backoff, Catchup, Jitter, Overlap, Scope, TaskKind, TaskStatus
+);

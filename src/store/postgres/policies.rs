@@ -7,7 +7,7 @@ use crate::store::postgres::PgTx;
 use crate::store::{PolicyQueries, StoreError};
 use postgres::{Error, GenericClient, Row};
 
-const COLUMNS: &str = "id, app_id, name, max_attempts, backoff_type, initial_delay_sec, max_delay_sec, status, created_at, updated_at";
+const COLUMNS: &str = "id, app_id, name, max_attempts, backoff_type, initial_delay_sec, max_delay_sec, status, created_at, updated_at, max_age_sec, jitter";
 
 fn from_row(r: &Row) -> Result<Policy, Error> {
     Ok(Policy {
@@ -21,6 +21,8 @@ fn from_row(r: &Row) -> Result<Policy, Error> {
         status: r.try_get(7)?,
         created_at: r.try_get(8)?,
         updated_at: r.try_get(9)?,
+        max_age_sec: r.try_get(10)?,
+        jitter: r.try_get(11)?,
     })
 }
 
@@ -29,8 +31,8 @@ impl<C: GenericClient> PolicyQueries for PgTx<'_, C> {
         let c = &mut *self.c;
         let id: i64 = c
             .query_one(
-                "INSERT INTO retry_policies (app_id, name, max_attempts, backoff_type, initial_delay_sec, max_delay_sec, status, created_at, updated_at)
-                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) RETURNING id",
+                "INSERT INTO retry_policies (app_id, name, max_attempts, backoff_type, initial_delay_sec, max_delay_sec, status, created_at, updated_at, max_age_sec, jitter)
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11) RETURNING id",
                 &[
                     &p.app_id,
                     &p.name,
@@ -41,6 +43,8 @@ impl<C: GenericClient> PolicyQueries for PgTx<'_, C> {
                     &p.status,
                     &p.created_at,
                     &p.updated_at,
+                    &p.max_age_sec,
+                    &p.jitter,
                 ],
             )?
             .try_get(0)?;
@@ -51,7 +55,8 @@ impl<C: GenericClient> PolicyQueries for PgTx<'_, C> {
         let c = &mut *self.c;
         c.execute(
             "UPDATE retry_policies SET name = $3, max_attempts = $4, backoff_type = $5, initial_delay_sec = $6,
-             max_delay_sec = $7, status = $8, updated_at = $9 WHERE app_id = $1 AND id = $2",
+             max_delay_sec = $7, status = $8, updated_at = $9,
+             max_age_sec = $10, jitter = $11 WHERE app_id = $1 AND id = $2",
             &[
                 &p.app_id,
                 &p.id,
@@ -62,6 +67,8 @@ impl<C: GenericClient> PolicyQueries for PgTx<'_, C> {
                 &p.max_delay_sec,
                 &p.status,
                 &p.updated_at,
+                &p.max_age_sec,
+                &p.jitter,
             ],
         )?;
         Ok(())

@@ -59,4 +59,13 @@ impl AttemptQueries for SqliteTx<'_> {
             .collect::<rusqlite::Result<Vec<_>>>()?;
         Ok((total, items))
     }
+
+    fn first_attempt_started_at(&mut self, task_id: i64) -> Result<Option<i64>, StoreError> {
+        let conn = self.0;
+        Ok(conn
+            .prepare_cached(
+                "SELECT max(started_at) FROM attempts WHERE task_id = ?1 AND attempt = 1",
+            )?
+            .query_row(params![task_id], |r| r.get(0))?)
+    }
 }

@@ -8,7 +8,7 @@ use crate::store::sqlite::list::{Filters, list_page};
 use crate::store::{EndpointQueries, StoreError};
 use rusqlite::{OptionalExtension, Row, params};
 
-const COLUMNS: &str = "id, app_id, name, url, method, headers, secret, timeout_ms, retry_policy_id, filter_events, status, created_at, updated_at, rate_limit_per_sec, max_in_flight, previous_secret, previous_secret_expires_at, disabled_reason, last_success_at, last_failure_at, consecutive_failures";
+const COLUMNS: &str = "id, app_id, name, url, method, headers, secret, timeout_ms, retry_policy_id, filter_events, status, created_at, updated_at, rate_limit_per_sec, max_in_flight, previous_secret, previous_secret_expires_at, disabled_reason, last_success_at, last_failure_at, consecutive_failures, filter_payload";
 
 fn from_row(r: &Row<'_>) -> rusqlite::Result<Endpoint> {
     let headers: String = r.get(5)?;
@@ -34,6 +34,7 @@ fn from_row(r: &Row<'_>) -> rusqlite::Result<Endpoint> {
         last_success_at: r.get(18)?,
         last_failure_at: r.get(19)?,
         consecutive_failures: r.get(20)?,
+        filter_payload: filter_payload_from_text(r.get(21)?),
     })
 }
 
@@ -46,8 +47,8 @@ impl EndpointQueries for SqliteTx<'_> {
         let conn = self.0;
         conn.prepare_cached(
             "INSERT INTO endpoints (app_id, name, url, method, headers, secret, timeout_ms, retry_policy_id, filter_events, status, created_at, updated_at,
-                                    rate_limit_per_sec, max_in_flight, previous_secret, previous_secret_expires_at)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16)",
+                                    rate_limit_per_sec, max_in_flight, previous_secret, previous_secret_expires_at, filter_payload)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17)",
         )?
         .execute(params![
             ep.app_id,
@@ -65,7 +66,8 @@ impl EndpointQueries for SqliteTx<'_> {
             ep.rate_limit_per_sec,
             ep.max_in_flight,
             ep.previous_secret,
-            ep.previous_secret_expires_at
+            ep.previous_secret_expires_at,
+            filter_payload_text(ep)
         ])?;
         Ok(Endpoint {
             id: conn.last_insert_rowid(),
@@ -78,7 +80,8 @@ impl EndpointQueries for SqliteTx<'_> {
         conn.prepare_cached(
             "UPDATE endpoints SET name = ?3, url = ?4, method = ?5, headers = ?6, secret = ?7, timeout_ms = ?8,
              retry_policy_id = ?9, filter_events = ?10, updated_at = ?11,
-             rate_limit_per_sec = ?12, max_in_flight = ?13, previous_secret = ?14, previous_secret_expires_at = ?15
+             rate_limit_per_sec = ?12, max_in_flight = ?13, previous_secret = ?14, previous_secret_expires_at = ?15,
+             filter_payload = ?16
              WHERE app_id = ?1 AND id = ?2",
         )?
         .execute(params![
@@ -96,7 +99,8 @@ impl EndpointQueries for SqliteTx<'_> {
             ep.rate_limit_per_sec,
             ep.max_in_flight,
             ep.previous_secret,
-            ep.previous_secret_expires_at
+            ep.previous_secret_expires_at,
+            filter_payload_text(ep)
         ])?;
         Ok(())
     }
@@ -330,7 +334,7 @@ impl EndpointQueries for SqliteTx<'_> {
         let default_attempts = i64::from(crate::retry::RetryPolicy::DEFAULT.max_attempts);
         Ok(conn
             .prepare_cached(
-                "SELECT e.id, e.filter_events, coalesce(p.max_attempts, ?2)
+                "SELECT e.id, e.filter_events, coalesce(p.max_attempts, ?2), e.filter_payload
              FROM endpoints e LEFT JOIN retry_policies p ON p.id = e.retry_policy_id
              WHERE e.app_id = ?1 AND e.status = 'enabled' ORDER BY e.id",
             )?
@@ -339,6 +343,7 @@ impl EndpointQueries for SqliteTx<'_> {
                     id: r.get(0)?,
                     filter_events: r.get(1)?,
                     max_attempts: r.get(2)?,
+                    filter_payload: r.get(3)?,
                 })
             })?
             .collect::<Result<_, _>>()?)

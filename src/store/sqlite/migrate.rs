@@ -21,6 +21,7 @@ const UPGRADES: &[&str] = &[
     include_str!("../../../migrations/key_scopes.sql"),
     include_str!("../../../migrations/traces.sql"),
     include_str!("../../../migrations/schedule_windows.sql"),
+    include_str!("../../../migrations/filters.sql"),
 ];
 
 /// The schema version this binary writes.

@@ -25,7 +25,7 @@ pub use store::{SqliteStore, SqliteTx, write_tx};
 pub use wal::wal_path;
 
 use crate::config::SqliteSync;
-use crate::retry::Backoff;
+use crate::retry::{Backoff, Jitter};
 use crate::store::Word;
 use crate::store::keys::Scope;
 use crate::store::schedules::{Catchup, Overlap};
@@ -179,4 +179,6 @@ macro_rules! stored_words {
     )+};
 }
 
-stored_words!(Backoff, Catchup, Overlap, Scope, TaskKind, TaskStatus);
+stored_words!(
+    Backoff, Catchup, Jitter, Overlap, Scope, TaskKind, TaskStatus
+);

@@ -8,7 +8,7 @@ use crate::store::sqlite::list::{Filters, list_page};
 use crate::store::{PolicyQueries, StoreError};
 use rusqlite::{OptionalExtension, Row, params};
 
-const COLUMNS: &str = "id, app_id, name, max_attempts, backoff_type, initial_delay_sec, max_delay_sec, status, created_at, updated_at";
+const COLUMNS: &str = "id, app_id, name, max_attempts, backoff_type, initial_delay_sec, max_delay_sec, status, created_at, updated_at, max_age_sec, jitter";
 
 fn from_row(r: &Row<'_>) -> rusqlite::Result<Policy> {
     Ok(Policy {
@@ -22,6 +22,8 @@ fn from_row(r: &Row<'_>) -> rusqlite::Result<Policy> {
         status: r.get(7)?,
         created_at: r.get(8)?,
         updated_at: r.get(9)?,
+        max_age_sec: r.get(10)?,
+        jitter: r.get(11)?,
     })
 }
 
@@ -29,8 +31,8 @@ impl PolicyQueries for SqliteTx<'_> {
     fn insert_policy(&mut self, p: &Policy) -> Result<Policy, StoreError> {
         let conn = self.0;
         conn.prepare_cached(
-            "INSERT INTO retry_policies (app_id, name, max_attempts, backoff_type, initial_delay_sec, max_delay_sec, status, created_at, updated_at)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
+            "INSERT INTO retry_policies (app_id, name, max_attempts, backoff_type, initial_delay_sec, max_delay_sec, status, created_at, updated_at, max_age_sec, jitter)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
         )?
         .execute(params![
             p.app_id,
@@ -41,7 +43,9 @@ impl PolicyQueries for SqliteTx<'_> {
             p.max_delay_sec,
             p.status,
             p.created_at,
-            p.updated_at
+            p.updated_at,
+            p.max_age_sec,
+            p.jitter
         ])?;
         Ok(Policy {
             id: conn.last_insert_rowid(),
@@ -53,7 +57,8 @@ impl PolicyQueries for SqliteTx<'_> {
         let conn = self.0;
         conn.prepare_cached(
             "UPDATE retry_policies SET name = ?3, max_attempts = ?4, backoff_type = ?5, initial_delay_sec = ?6,
-             max_delay_sec = ?7, status = ?8, updated_at = ?9 WHERE app_id = ?1 AND id = ?2",
+             max_delay_sec = ?7, status = ?8, updated_at = ?9,
+             max_age_sec = ?10, jitter = ?11 WHERE app_id = ?1 AND id = ?2",
         )?
         .execute(params![
             p.app_id,
@@ -64,7 +69,9 @@ impl PolicyQueries for SqliteTx<'_> {
             p.initial_delay_sec,
             p.max_delay_sec,
             p.status,
-            p.updated_at
+            p.updated_at,
+            p.max_age_sec,
+            p.jitter
         ])?;
         Ok(())
     }
