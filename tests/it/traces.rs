@@ -326,6 +326,18 @@ fn collected_spans(collector: &Receiver) -> Vec<Value> {
     spans
 }
 
+/// Waits until at least `count` spans of `trace_id` reached the collector, and returns them.
+fn spans_of_trace(collector: &Receiver, trace_id: &str, count: usize, what: &str) -> Vec<Value> {
+    wait_for(WAIT, || {
+        let spans: Vec<Value> = collected_spans(collector)
+            .into_iter()
+            .filter(|s| s["traceId"] == trace_id)
+            .collect();
+        (spans.len() >= count).then_some(spans)
+    })
+    .unwrap_or_else(|| panic!("{what}"))
+}
+
 /// An attribute of an OTLP JSON span, as text (`intValue`s are strings in OTLP JSON).
 fn attribute(span: &Value, key: &str) -> Option<String> {
     let attr = span["attributes"]
@@ -369,14 +381,12 @@ fn otlp_export_shows_one_trace_from_the_publish_to_the_last_attempt() {
         .to_string();
 
     // The request span, the queue wait and both attempts, all in the caller's trace.
-    let spans = wait_for(WAIT, || {
-        let spans: Vec<Value> = collected_spans(&collector)
-            .into_iter()
-            .filter(|s| s["traceId"] == CALLER_TRACE)
-            .collect();
-        (spans.len() >= 4).then_some(spans)
-    })
-    .expect("four spans of the caller's trace reach the collector");
+    let spans = spans_of_trace(
+        &collector,
+        CALLER_TRACE,
+        4,
+        "four spans of the caller's trace reach the collector",
+    );
     let named =
         |name: &str| -> Vec<&Value> { spans.iter().filter(|s| s["name"] == name).collect() };
     let request = named("POST /v1/events");
@@ -467,14 +477,12 @@ fn otlp_export_roots_a_task_of_its_own_trace_in_a_copy_of_its_request_span() {
     let received = rx.wait_for(1, WAIT);
     let delivered = delivered_context(&received[0]);
     let trace_id = hex::encode(delivered.trace_id);
-    let spans = wait_for(WAIT, || {
-        let spans: Vec<Value> = collected_spans(&collector)
-            .into_iter()
-            .filter(|s| s["traceId"] == trace_id.as_str())
-            .collect();
-        (spans.len() >= 3).then_some(spans)
-    })
-    .expect("the request, queue-wait and attempt spans of the task's trace");
+    let spans = spans_of_trace(
+        &collector,
+        &trace_id,
+        3,
+        "the request, queue-wait and attempt spans of the task's trace",
+    );
     let root = spans
         .iter()
         .find(|s| s["name"] == "POST /v1/events")
@@ -550,14 +558,12 @@ fn otlp_export_roots_a_scheduled_firings_tasks_in_firing_spans() {
         "each task of a firing has a trace of its own"
     );
     for trace_id in &traces {
-        let spans = wait_for(WAIT, || {
-            let spans: Vec<Value> = collected_spans(&collector)
-                .into_iter()
-                .filter(|s| s["traceId"] == trace_id.as_str())
-                .collect();
-            (spans.len() >= 3).then_some(spans)
-        })
-        .expect("the firing, queue-wait and attempt spans of the task's trace");
+        let spans = spans_of_trace(
+            &collector,
+            trace_id,
+            3,
+            "the firing, queue-wait and attempt spans of the task's trace",
+        );
         let firing = spans
             .iter()
             .find(|s| s["name"] == "schedule firing")
