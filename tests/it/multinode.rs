@@ -755,7 +755,8 @@ fn a_key_revoked_through_the_api_of_one_node_is_refused_by_the_others_at_once() 
 /// printed.
 #[test]
 fn a_publish_on_a_full_node_wakes_the_others_without_polling() {
-    let Some(mut cluster) = Cluster::start(1, &["--workers", "1"]) else {
+    // One send at a time (`--max-in-flight 1`): A is full with its first hanging task.
+    let Some(mut cluster) = Cluster::start(1, &["--workers", "1", "--max-in-flight", "1"]) else {
         return;
     };
     let key = cluster.key("app1");
