@@ -218,19 +218,15 @@ fn parse_test(value: &Value) -> Result<Test, String> {
             Ok(Test::Compare(comparison, operand.clone()))
         }
         unknown => {
-            // The closest operator by edit distance, or one the unknown word starts with
-            // (`$equal`, `$exists_not`).
-            let hint = OPERATORS
-                .iter()
-                .map(|op| (strsim::levenshtein(op, unknown), op))
-                .min()
-                .filter(|(distance, _)| *distance <= 2)
-                .map(|(_, op)| op)
+            // The nearest operator (the did-you-mean of every other field), or one the
+            // unknown word starts with (`$equal`).
+            let hint = crate::suggest::nearest(unknown, OPERATORS)
                 .or_else(|| {
                     OPERATORS
                         .iter()
-                        .filter(|op| unknown.starts_with(*op))
+                        .filter(|op| unknown.starts_with(**op))
                         .max_by_key(|op| op.len())
+                        .copied()
                 })
                 .map(|op| format!("; did you mean \"{op}\"?"))
                 .unwrap_or_else(|| format!("; the operators are {}", OPERATORS.join(", ")));
