@@ -670,16 +670,7 @@ fn a_key_revoked_through_one_node_is_refused_by_all_at_once() {
     );
     // No wait: the very next request on each node is refused.
     for i in 0..3 {
-        let reply = cluster
-            .client(i, &doomed)
-            .send("GET", "/v1/endpoints", None)
-            .unwrap();
-        assert_eq!(
-            (reply.status, reply.code()),
-            (401, 40102),
-            "node {i}: {}",
-            reply.body
-        );
+        assert_key_refused(&cluster, i, &doomed);
         ok(
             &cluster.client(i, &kept),
             "GET",
@@ -724,16 +715,7 @@ fn a_key_revoked_through_the_api_of_one_node_is_refused_by_the_others_at_once() 
     assert_eq!(revoked["deleted"], true);
     // No wait: node B's very next request with the key is refused.
     for i in [1, 0] {
-        let reply = cluster
-            .client(i, &doomed)
-            .send("GET", "/v1/endpoints", None)
-            .unwrap();
-        assert_eq!(
-            (reply.status, reply.code()),
-            (401, 40102),
-            "node {i}: {}",
-            reply.body
-        );
+        assert_key_refused(&cluster, i, &doomed);
     }
     // Node B sees the revocation in the record too.
     let record = ok(
@@ -979,5 +961,19 @@ fn backfills_racing_the_scheduler_of_another_node_fire_each_instant_once() {
     assert!(
         (0..=SCHEDULES as i64).contains(&by_schedulers),
         "backfills fired {fired}"
+    );
+}
+
+/// A revoked key is refused (401 / 40102) by node `i`'s very next request.
+fn assert_key_refused(cluster: &Cluster, i: usize, key: &(String, String)) {
+    let reply = cluster
+        .client(i, key)
+        .send("GET", "/v1/endpoints", None)
+        .unwrap();
+    assert_eq!(
+        (reply.status, reply.code()),
+        (401, 40102),
+        "node {i}: {}",
+        reply.body
     );
 }
