@@ -744,14 +744,16 @@ fn a_publish_on_a_full_node_wakes_the_others_without_polling() {
     let key = cluster.key("app1");
     let a = cluster.client(0, &key);
     let hang = Receiver::start();
-    hang.set_default(Answer::status(200).delayed(Duration::from_secs(40)));
+    // The hanging receiver outlasts the test however slow the machine (the longest time-out an
+    // endpoint may have), so A's claims can only change if A claims again.
+    hang.set_default(Answer::status(200).delayed(Duration::from_secs(300)));
     let fast = Receiver::start();
     const HANGING: usize = 12;
     ok(
         &a,
         "POST",
         "/v1/endpoints",
-        json!({"name": "hang", "url": hang.url, "timeout_ms": 60000,
+        json!({"name": "hang", "url": hang.url, "timeout_ms": 300000,
                "filter_events": "hang", "max_in_flight": HANGING}),
     );
     ok(
