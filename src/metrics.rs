@@ -62,7 +62,8 @@ pub enum RetryReason {
     /// No connection: refused, DNS, TLS, or a target webhookd refuses: the receiver is down or
     /// the URL is wrong.
     Connect,
-    /// `429 Too Many Requests`: the receiver limits webhookd; lower the endpoint's `rate_limit`.
+    /// `429 Too Many Requests`: the receiver limits webhookd; lower the endpoint's
+    /// `rate_limit_per_sec`.
     Http429,
     /// Another 4xx: the receiver refuses the delivery (signature, payload, path).
     Http4xx,
