@@ -8,6 +8,8 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
+use std::collections::{HashSet, VecDeque};
+use std::sync::RwLock;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 
 /// Upper bounds (ms) of the delivery latency histogram buckets; `+Inf` follows.
@@ -134,12 +136,26 @@ impl FiringCounts {
 
 type Labels = Vec<(&'static str, String)>;
 
+/// How many deleted endpoints [`Forgotten`] remembers: far more than can be deleted while one
+/// attempt (at most `timeout_ms`, 300 s) is under way.
+const FORGOTTEN_KEPT: usize = 4096;
+
+/// The latest [`FORGOTTEN_KEPT`] deleted endpoint ids (ids are never reused).
+#[derive(Debug, Default)]
+struct Forgotten {
+    ids: HashSet<i64>,
+    order: VecDeque<i64>,
+}
+
 /// The server's metrics; one instance lives in [`crate::app::App`]. The metric handles are
 /// cheap clones of shared atomics, so each scrape registers them in a fresh [`Registry`].
 #[derive(Debug)]
 pub struct Metrics {
     deliveries: Family<Labels, Counter>,
     endpoint_deliveries: Family<Labels, Counter>,
+    /// Endpoints deleted lately: an attempt still under way when its endpoint was deleted must
+    /// not bring the endpoint's series back.
+    forgotten: RwLock<Forgotten>,
     latency: Histogram,
     /// How late (ms) the scheduler fired its last due schedule; set by the scheduler, -1 until
     /// it has fired anything (the gauge is left out until then).
@@ -179,6 +195,7 @@ impl Default for Metrics {
         Metrics {
             deliveries: family_of("outcome", DeliveryOutcome::ALL.map(DeliveryOutcome::label)),
             endpoint_deliveries: Family::default(),
+            forgotten: RwLock::default(),
             latency: Histogram::new(LATENCY_BUCKETS_MS.iter().map(|ms| *ms as f64 / 1000.0)),
             scheduler_lag_ms: AtomicI64::new(-1),
             backup_last_success: AtomicI64::new(-1),
@@ -214,17 +231,38 @@ impl Metrics {
         self.deliveries
             .get_or_create(&vec![("outcome", label.clone())])
             .inc();
-        self.endpoint_deliveries
-            .get_or_create(&vec![
-                ("endpoint_id", endpoint_id.to_string()),
-                ("outcome", label),
-            ])
-            .inc();
+        // Held while counting, so that a deletion is either after (and removes the series)
+        // or before (and this attempt is not counted per endpoint).
+        let forgotten = self.forgotten.read();
+        if forgotten
+            .as_ref()
+            .is_ok_and(|f| !f.ids.contains(&endpoint_id))
+        {
+            self.endpoint_deliveries
+                .get_or_create(&vec![
+                    ("endpoint_id", endpoint_id.to_string()),
+                    ("outcome", label),
+                ])
+                .inc();
+        }
+        drop(forgotten);
         self.latency.observe(duration_ms as f64 / 1000.0);
     }
 
-    /// Drops `endpoint_id`'s per-endpoint series (the endpoint was deleted).
+    /// Drops `endpoint_id`'s per-endpoint series (the endpoint was deleted), and keeps them
+    /// from coming back when an attempt under way ends.
     pub fn forget_endpoint(&self, endpoint_id: i64) {
+        let Ok(mut forgotten) = self.forgotten.write() else {
+            return;
+        };
+        if forgotten.ids.insert(endpoint_id) {
+            forgotten.order.push_back(endpoint_id);
+        }
+        if forgotten.order.len() > FORGOTTEN_KEPT
+            && let Some(oldest) = forgotten.order.pop_front()
+        {
+            forgotten.ids.remove(&oldest);
+        }
         for outcome in DeliveryOutcome::ALL {
             self.endpoint_deliveries.remove(&vec![
                 ("endpoint_id", endpoint_id.to_string()),
@@ -609,13 +647,27 @@ mod tests {
         m.record_delivery(7, DeliveryOutcome::HttpError, 3);
         m.record_delivery(8, DeliveryOutcome::Success, 3);
         m.forget_endpoint(7);
+        // An attempt under way when the endpoint was deleted ends after: not counted per endpoint.
+        m.record_delivery(7, DeliveryOutcome::Success, 3);
         let text = m.render(&[], None);
         assert!(!text.contains("endpoint_id=\"7\""), "{text}");
         assert!(text.contains(
             "webhookd_endpoint_deliveries_total{endpoint_id=\"8\",outcome=\"success\"} 1\n"
         ));
         // The totals keep every attempt.
-        assert!(text.contains("webhookd_deliveries_total{outcome=\"success\"} 2\n"));
+        assert!(text.contains("webhookd_deliveries_total{outcome=\"success\"} 3\n"));
+        // Only the latest deletions are remembered.
+        for id in 100..100 + FORGOTTEN_KEPT as i64 {
+            m.forget_endpoint(id);
+        }
+        m.record_delivery(7, DeliveryOutcome::Success, 3);
+        m.record_delivery(100, DeliveryOutcome::Success, 3);
+        let text = m.render(&[], None);
+        assert!(
+            text.contains("{endpoint_id=\"7\",outcome=\"success\"} 1\n"),
+            "{text}"
+        );
+        assert!(!text.contains("endpoint_id=\"100\""), "{text}");
     }
 
     #[test]
