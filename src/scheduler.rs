@@ -118,7 +118,7 @@ const BUSY_ELSEWHERE_PAUSE: Duration = Duration::from_millis(20);
 /// `None` when the batch was full and more may be due already.
 fn tick(app: &App, crons: &mut CronCache, idle: Duration) -> anyhow::Result<Option<Duration>> {
     let now = app.clock.now();
-    let (tasks, lag_ms, full, none_due, firings) = app.store.write(|tx| {
+    let (tasks, lag_ms, full, none_due, firings, counts) = app.store.write(|tx| {
         let due = tx.due_schedules(now.timestamp_millis(), BATCH)?;
         let mut batch = Batch::new(tx, app, now);
         for firing in &due {
@@ -130,9 +130,11 @@ fn tick(app: &App, crons: &mut CronCache, idle: Duration) -> anyhow::Result<Opti
             due.len() == BATCH,
             due.is_empty(),
             batch.firings,
+            batch.counts,
         ))
     })?;
     firings.into_iter().for_each(|f| f.export(app));
+    app.metrics.record_firings(&counts);
     if tasks > 0 {
         app.delivery_wake.notify();
     }
@@ -293,6 +295,9 @@ struct Batch<'a> {
     export: bool,
     /// The firings' spans, exported once the batch commits (only when `export`).
     firings: Vec<FiringSpan>,
+    /// What the batch skipped, caught up and how late it fired, for `GET /metrics` once it
+    /// commits (the loop's batches only: a backfill's lag is not the scheduler's).
+    counts: crate::metrics::FiringCounts,
 }
 
 /// What the span of one firing tells (`spans::Spans::firing`).
@@ -333,6 +338,7 @@ impl<'a> Batch<'a> {
             lag_ms: None,
             export: app.spans.on(),
             firings: Vec::new(),
+            counts: crate::metrics::FiringCounts::default(),
         }
     }
 
@@ -356,6 +362,7 @@ impl<'a> Batch<'a> {
             next_in_window(cron, firing.window, t)
         });
         let skipped = i64::try_from(plan.skipped).unwrap_or(i64::MAX);
+        self.counts.missed_skipped += plan.skipped;
         let Some(latest) = plan.fire.last() else {
             tracing::warn!(
                 schedule_id = firing.id,
@@ -434,6 +441,7 @@ impl<'a> Batch<'a> {
                     "overlap skip: an earlier task of this schedule is still open; no new task for those endpoints"
                 );
                 skipped += 1;
+                self.counts.overlap_skipped += 1;
             }
             // A run that overlap held back entirely did not run.
             if out.overlapped == 0 || !out.ids.is_empty() {
@@ -441,6 +449,8 @@ impl<'a> Batch<'a> {
             }
             self.tasks += out.ids.len();
             self.lag_ms = Some((self.now - at).num_milliseconds().max(0));
+            self.counts
+                .fired(self.now - at, fired_at.is_some(), ON_TIME_SLACK);
             Some(out.ids)
         } else {
             tracing::warn!(

@@ -432,6 +432,7 @@ pub fn delete(ctx: &mut Ctx<'_>, req: &Request) -> ApiResult<Value> {
     if !deleted {
         return Err(missing("endpoint", id));
     }
+    ctx.app.metrics.forget_endpoint(id);
     ctx.app.delivery_wake.notify();
     ctx.app.scheduler_wake.notify();
     Ok(serde_json::json!({ "id": id, "deleted": true }))

@@ -86,6 +86,7 @@ impl InFlight {
                 })?;
                 tracing::warn!(
                     task_id = task.id,
+                    trace_id = %task.trace_id_hex(),
                     endpoint_id = s.target.endpoint_id,
                     attempt = task.attempt,
                     "delivery attempt interrupted by shutdown; the task is pending again"

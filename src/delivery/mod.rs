@@ -399,6 +399,7 @@ pub(crate) fn attempt(
     let started_at = app.clock.now_ms();
     if task.attempt == 1 {
         app.spans.queue_wait(&task, started_at);
+        app.metrics.record_queue_wait(started_at - task.due_at);
     }
     let clock = std::time::Instant::now();
     let sent = send::send(agent, target, &task, started_at, &span.header());
@@ -426,6 +427,7 @@ pub(crate) fn attempt(
         draw: rand::random::<f64>(),
     };
     let verdict = send::judge(&task, &target.policy, &sent, now, inputs);
+    app.metrics.record_verdict(&sent, &verdict);
     Done {
         quiet,
         trace_id: span.trace_id,
@@ -454,7 +456,7 @@ fn first_attempt_at(
     match app.store.read(|tx| tx.first_attempt_started_at(task.id)) {
         Ok(first) => first.unwrap_or(started_at),
         Err(e) => {
-            tracing::warn!(error = %e, task_id = task.id, "cannot read when the task's first attempt began; max_age_sec not applied to this attempt");
+            tracing::warn!(error = %e, task_id = task.id, trace_id = %task.trace_id_hex(), "cannot read when the task's first attempt began; max_age_sec not applied to this attempt");
             started_at
         }
     }
@@ -799,11 +801,13 @@ fn report_failed_task(
 }
 
 /// One WARN line per failed attempt (docs/design.md §10), and one when a `410 Gone` disables the
-/// endpoint. Ids, the attempt number, the status code or error and what happens next: never the
-/// payload, a header, a secret or a signature.
+/// endpoint; a DEBUG line per successful one. Ids (the trace's too), the attempt number, the
+/// status code or error and what happens next: never the payload, a header, a secret or a
+/// signature.
 fn log_outcome(d: &Done) {
     use crate::store::tasks::AfterAttempt;
     if d.verdict.after == AfterAttempt::Success {
+        tracing::debug!(task_id = d.task.id, trace_id = %hex::encode(d.trace_id), endpoint_id = d.endpoint_id, attempt = d.task.attempt, status_code = d.sent.status, "delivery attempt succeeded");
         return;
     }
     // A time field holds a time or is left out; what happens next is said in `outcome`.

@@ -155,6 +155,8 @@ pub struct Sent {
     pub body: Option<String>,
     /// Why no reply came.
     pub error: Option<String>,
+    /// No reply came within the endpoint's timeout (for the retry metrics).
+    pub timed_out: bool,
     /// Whether the request carried signatures (the endpoint had a secret).
     pub signed: bool,
 }
@@ -222,7 +224,10 @@ pub fn send(
                 .map(str::to_string);
             sent.body = read_body(response.body_mut());
         }
-        Err(e) => sent.error = Some(describe_error(&e, target.timeout)),
+        Err(e) => {
+            sent.timed_out = matches!(e, ureq::Error::Timeout(_));
+            sent.error = Some(describe_error(&e, target.timeout));
+        }
     }
     sent.duration_ms = i64::try_from(clock.elapsed().as_millis()).unwrap_or(i64::MAX);
     sent

@@ -3,6 +3,7 @@
 //! the newest N, shows the newest one's time in `/metrics` and `/healthz`, and goes on serving
 //! when a backup fails; the binary refuses the flags with a PostgreSQL `--db` (exit 2).
 
+use crate::metrics::metric;
 use crate::support::{TestServer, get_text, ok, sqlite_only, wait_for};
 use serde_json::{Value, json};
 use std::collections::BTreeSet;
@@ -23,14 +24,6 @@ fn backed_up(dir: &Path, every: Duration, keep: usize) -> TestServer {
 
 fn names(dir: &Path) -> Vec<PathBuf> {
     webhookd::backup::list(dir).unwrap_or_default()
-}
-
-fn metric(server: &TestServer, name: &str) -> Option<f64> {
-    let (status, text) = get_text(&format!("{}/metrics", server.url));
-    assert_eq!(status, 200);
-    text.lines()
-        .find_map(|line| line.strip_prefix(&format!("{name} ")))
-        .map(|v| v.trim().parse().expect("a number"))
 }
 
 fn healthz(server: &TestServer) -> Value {

@@ -1,8 +1,9 @@
 //! Schedule `catchup` and `overlap` (docs/design.md §13) on a manual clock: each catch-up mode after
-//! downtime, `overlap: skip` with a failing endpoint, `skipped_runs`, validation, and the
-//! upgrade of a version-1 database.
+//! downtime, `overlap: skip` with a failing endpoint, `skipped_runs` and their totals in
+//! `/metrics`, validation, and the upgrade of a version-1 database.
 
 use crate::delivery::{policy, wait_attempts};
+use crate::metrics::{metric, wait_metric};
 use crate::schedules::{
     at, endpoint, id, rfc, schedule, server_at, tasks_of, wait_next_run, wait_tasks, wide_skew,
 };
@@ -11,6 +12,11 @@ use chrono::TimeDelta;
 use serde_json::{Value, json};
 use std::time::Duration;
 use webhookd::client::Client;
+
+const MISSED: &str = "webhookd_schedule_runs_skipped_total{reason=\"missed\"}";
+const OVERLAPPED: &str = "webhookd_schedule_runs_skipped_total{reason=\"overlap\"}";
+const CAUGHT_UP: &str = "webhookd_schedule_runs_caught_up_total";
+const LAGS: &str = "webhookd_schedule_firing_lag_seconds_count";
 
 fn read(client: &Client, schedule_id: i64) -> Value {
     ok(client, "GET", &format!("/schedules/{schedule_id}"), None)
@@ -139,6 +145,11 @@ fn each_catchup_mode_after_downtime() {
     assert_eq!((skipped(latest), skipped(none), skipped(all)), (9, 10, 0));
     assert_eq!(read(&c, all)["last_run_at"], rfc(at(12, 10, 0)));
     assert!(read(&c, none)["last_run_at"].is_null());
+    // /metrics: the skips, and 12:10 (latest) and 12:01 … 12:10 (all) fired late.
+    wait_metric(&server, MISSED, 19.0);
+    wait_metric(&server, CAUGHT_UP, 11.0);
+    wait_metric(&server, LAGS, 11.0);
+    assert_eq!(metric(&server, OVERLAPPED), Some(0.0));
 
     // On time, every mode fires.
     server.advance(TimeDelta::seconds(30));
@@ -149,6 +160,14 @@ fn each_catchup_mode_after_downtime() {
             at(12, 11, 0).timestamp_millis()
         );
     }
+    // Three firings on time: lags of 0, no catch-up.
+    wait_metric(&server, LAGS, 14.0);
+    wait_metric(
+        &server,
+        "webhookd_schedule_firing_lag_seconds_bucket{le=\"0.01\"}",
+        3.0,
+    );
+    assert_eq!(metric(&server, CAUGHT_UP), Some(11.0));
 
     // Down again until 12:30:30 with a five-minute grace: 12:12 … 12:30 missed.
     let server = server.restart_manual(at(12, 30, 30), |config| {
@@ -172,6 +191,9 @@ fn each_catchup_mode_after_downtime() {
         (skipped(latest), skipped(none), skipped(all)),
         (9 + 18, 10 + 19, 14)
     );
+    // A new process counts from 0: this outage's skips, and 12:30 and 12:26 … 12:30 caught up.
+    wait_metric(&server, MISSED, (18 + 19 + 14) as f64);
+    wait_metric(&server, CAUGHT_UP, 6.0);
     std::thread::sleep(Duration::from_millis(200));
     assert_eq!(run_ats(&server, all).len(), 16, "no firing twice");
 }
@@ -237,6 +259,8 @@ fn overlap_skip_holds_back_new_tasks_while_a_failing_one_retries() {
         );
     }
     assert_eq!(read(&c, allow)["skipped_runs"], 0);
+    wait_metric(&server, OVERLAPPED, 2.0);
+    assert_eq!(metric(&server, MISSED), Some(0.0));
 
     // A trigger is not held back.
     let triggered = ok(&c, "POST", &format!("/schedules/{skip}/trigger"), None);

@@ -321,3 +321,116 @@ fn log_level_flag_and_the_webhookd_log_filter() {
         "{log}"
     );
 }
+
+/// Logs join traces: with `--log-format json`, every line naming a task (`task_id`) carries the
+/// trace id its record shows — a failed attempt, a successful one (DEBUG), a 410 disabling the
+/// endpoint, and an attempt cut by shutdown.
+#[test]
+fn every_json_line_about_a_task_carries_its_trace_id() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = crate::support::test_db(dir.path());
+    let (key_id, api_secret) = crate::support::create_key(&db, "app1");
+    let log_path = dir.path().join("stderr.log");
+    let (child, url) = serve_logging(
+        &db,
+        &log_path,
+        &[
+            "--log-format",
+            "json",
+            "--log-level",
+            "debug",
+            "--shutdown-grace-secs",
+            "1",
+        ],
+        &[],
+    );
+    let c = Client::new(&url, &key_id, &api_secret);
+    let policy = ok(
+        &c,
+        "POST",
+        "/v1/retries/policies",
+        Some(
+            json!({"name": "fast", "max_attempts": 3, "backoff_type": "fixed", "initial_delay_sec": 0, "max_delay_sec": 0}),
+        ),
+    );
+    let endpoint = |rx: &Receiver| -> i64 {
+        ok(
+            &c,
+            "POST",
+            "/v1/endpoints",
+            Some(json!({"name": "e", "url": rx.url, "retry_policy_id": policy["id"]})),
+        )["id"]
+            .as_i64()
+            .unwrap()
+    };
+    let task = |endpoint_id: i64| -> i64 {
+        ok(
+            &c,
+            "POST",
+            "/v1/tasks",
+            Some(json!({"endpoint_id": endpoint_id})),
+        )["id"]
+            .as_i64()
+            .unwrap()
+    };
+    // A 500 then a 200; a 410; a receiver that answers only after the shutdown grace.
+    let flaky = Receiver::start();
+    flaky.script([Answer::status(500)]);
+    let gone = Receiver::start();
+    gone.set_default(Answer::status(410));
+    let slow = Receiver::start();
+    slow.set_default(Answer::status(200).delayed(Duration::from_secs(20)));
+    let mut tasks = vec![task(endpoint(&flaky)), task(endpoint(&gone))];
+    assert_eq!(flaky.wait_for(2, Duration::from_secs(30)).len(), 2);
+    gone.wait_for(1, Duration::from_secs(30));
+    let settled = |id: i64| {
+        wait_for(Duration::from_secs(30), || {
+            let t = ok(&c, "GET", &format!("/v1/tasks/{id}"), None);
+            (t["status"] == "success" || t["status"] == "failed").then_some(())
+        })
+        .expect("the task settled");
+    };
+    tasks.iter().for_each(|id| settled(*id));
+    tasks.push(task(endpoint(&slow)));
+    assert_eq!(slow.wait_for(1, Duration::from_secs(30)).len(), 1);
+    let trace_ids: Vec<(i64, String)> = tasks
+        .iter()
+        .map(|id| {
+            let t = ok(&c, "GET", &format!("/v1/tasks/{id}"), None);
+            (*id, t["trace_id"].as_str().expect("a trace id").to_string())
+        })
+        .collect();
+    let exit = stop(child);
+    assert!(exit.success(), "clean shutdown: {exit:?}");
+    let log = std::fs::read_to_string(&log_path).unwrap();
+
+    let mut messages = Vec::new();
+    for line in log.lines().filter(|l| !l.trim().is_empty()) {
+        let value: Value =
+            serde_json::from_str(line).unwrap_or_else(|e| panic!("not a JSON line ({e}): {line}"));
+        let Some(task_id) = value["task_id"].as_i64() else {
+            continue;
+        };
+        let want = trace_ids
+            .iter()
+            .find(|(id, _)| *id == task_id)
+            .map(|(_, trace)| trace.as_str());
+        assert_eq!(
+            value["trace_id"].as_str(),
+            want,
+            "a line about task {task_id} without its trace id: {line}"
+        );
+        messages.push(value["message"].as_str().unwrap_or_default().to_string());
+    }
+    for message in [
+        "delivery attempt failed",
+        "delivery attempt succeeded",
+        "endpoint disabled by webhookd",
+        "delivery attempt interrupted by shutdown; the task is pending again",
+    ] {
+        assert!(
+            messages.iter().any(|m| m == message),
+            "no {message:?} line about a task:\n{log}"
+        );
+    }
+}

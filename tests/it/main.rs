@@ -24,6 +24,7 @@ mod ids;
 mod isolation;
 mod keys_api;
 mod logs;
+mod metrics;
 mod migrate;
 mod multinode;
 mod openapi;
