@@ -22,10 +22,10 @@ const KEPT_BODY_BYTES: usize = 4096;
 const DRAINED_BODY_BYTES: u64 = 1024 * 1024;
 /// The `User-Agent` of every delivery whose endpoint does not set its own.
 const USER_AGENT: &str = concat!("webhookd/", env!("CARGO_PKG_VERSION"));
-/// An endpoint header whose lower-case name holds one of these may carry a credential: its
-/// value is recorded redacted (docs/API.md, "Attempt"). The list follows the usual scrubbing
-/// rules of error trackers (Authorization, Cookie, X-Api-Key, X-Auth-Token, Private-Token, …);
-/// no header webhookd sets itself matches it.
+/// A header whose lower-case name holds one of these may carry a credential (an endpoint's own
+/// headers may hold the receiver's): its value is recorded redacted (docs/API.md, "Attempt").
+/// The list follows the usual scrubbing rules of error trackers (Authorization, Cookie,
+/// X-Api-Key, X-Auth-Token, Private-Token, …); no header webhookd sets itself matches it.
 const SECRET_NAME_PARTS: &[&str] = &[
     "auth",
     "cookie",
