@@ -434,6 +434,8 @@ def run(page, result):
         row.locator("button:has-text('Edit')").click()
         page.fill("form.grid input[name=filter_events]", "order.*")
         page.click("form.grid button[type=submit]")
+        # The create's "saved" notice is still up: wait for the edit form to close instead.
+        expect(page.locator("form.grid input[name=filter_events]")).to_have_count(0)
         expect(page.locator(".notice.ok")).to_contain_text("saved")
         endpoints = signed_get("/v1/endpoints?page_size=10")["items"]
         check(next(e for e in endpoints if e["name"] == "receiver")["filter_events"] == "order.*", "endpoint edit")
