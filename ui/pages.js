@@ -849,8 +849,24 @@ async function taskTable(items, ctx, knownEndpoints) {
   ], items, "No tasks match.");
 }
 
-/** Headers of an attempt that the record implies (see `requestView`). */
-function requestView(a, t, endpoint, event) {
+/** The headers an attempt was sent with (`request_headers`: [name, value] pairs in the order
+ * sent, credentials as their length only, docs/API.md "Attempt"); for an attempt without them,
+ * what its record implies (given the task page's context). */
+function requestView(a, context) {
+  const sent = a.request_headers;
+  if (Array.isArray(sent)) {
+    const redacted = sent.some(([, v]) => /^(\S+ )?… \(\d+ bytes\)$/.test(v));
+    return h("details", { class: "request" }, h("summary", null, `Request headers (${sent.length})`),
+      h("pre", null, sent.map(([k, v]) => `${k}: ${v}`).join("\n")),
+      h("small", null, "As sent, besides the HTTP client's own host, content-length, accept and accept-encoding.",
+        redacted ? " Credentials (Authorization, Cookie, API keys, …) are recorded as their length only." : null));
+  }
+  return context ? impliedRequestView(a, context.task, context.endpoint, context.event) : null;
+}
+
+/** For an attempt without recorded headers: the headers its record implies, and the
+ * endpoint's current settings, marked as such. */
+function impliedRequestView(a, t, endpoint, event) {
   const ts = String(Math.floor(Date.parse(a.started_at) / 1000));
   const lines = [
     `X-Service-Task-Id: ${t.id}`,
@@ -872,7 +888,7 @@ function requestView(a, t, endpoint, event) {
     h("pre", null, lines.join("\n")),
     now.length ? [h("small", null, "From the endpoint's settings as they are now (they may have changed since this attempt):"),
       h("pre", null, now.join("\n"))] : null,
-    h("small", null, "webhookd does not record the headers of an attempt: the lines above are those its record implies."));
+    h("small", null, "This attempt has no recorded headers (it was made before webhookd recorded them, or cut short by shutdown): the lines above are those its record implies."));
 }
 
 function attemptView(a, context) {
@@ -881,7 +897,7 @@ function attemptView(a, context) {
       h("strong", null, `#${a.attempt ?? "?"} `), resultBadge(a),
       ` ${when(a.started_at)} · ${a.duration_ms ?? "?"} ms`),
     a.error ? h("p", { class: "error" }, a.error) : null,
-    context ? requestView(a, context.task, context.endpoint, context.event) : null,
+    requestView(a, context),
     a.response_body ? h("details", { open: true }, h("summary", null, "Reply body"), h("pre", null, a.response_body)) : h("small", null, "empty reply body"));
 }
 

@@ -431,31 +431,14 @@ pub(crate) fn unknown_message<'a>(
     }
 }
 
+/// Decodes one key or value of an `application/x-www-form-urlencoded` query: `+` is a space,
+/// `%XX` a byte; a `%` not followed by two hex digits stays as it is, and bytes that are not
+/// UTF-8 become U+FFFD.
 fn percent_decode(text: &str) -> String {
-    let bytes = text.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        match bytes[i] {
-            b'+' => out.push(b' '),
-            b'%' if i + 3 <= bytes.len() => match (hex(bytes[i + 1]), hex(bytes[i + 2])) {
-                (Some(hi), Some(lo)) => {
-                    out.push(hi * 16 + lo);
-                    i += 2;
-                }
-                _ => out.push(b'%'),
-            },
-            b => out.push(b),
-        }
-        i += 1;
-    }
-    String::from_utf8_lossy(&out).into_owned()
-}
-
-fn hex(digit: u8) -> Option<u8> {
-    char::from(digit)
-        .to_digit(16)
-        .and_then(|d| u8::try_from(d).ok())
+    let spaced = text.replace('+', " ");
+    percent_encoding::percent_decode_str(&spaced)
+        .decode_utf8_lossy()
+        .into_owned()
 }
 
 /// The page object of list replies.
@@ -477,6 +460,15 @@ mod tests {
         let q = Query::parse(Some("page=2&page_size=500&name=a%20b+c&bad=%zz"));
         assert_eq!(q.get("name"), Some("a b c"));
         assert_eq!(q.get("bad"), Some("%zz"));
+        let odd = Query::parse(Some(
+            "plus=1%2B1&cut=50%&half=%4&utf8=caf%C3%A9&latin1=caf%E9&k%3Dy=v",
+        ));
+        assert_eq!(odd.get("plus"), Some("1+1"));
+        assert_eq!(odd.get("cut"), Some("50%"));
+        assert_eq!(odd.get("half"), Some("%4"));
+        assert_eq!(odd.get("utf8"), Some("café"));
+        assert_eq!(odd.get("latin1"), Some("caf\u{fffd}"));
+        assert_eq!(odd.get("k=y"), Some("v"));
         assert_eq!(
             q.page().unwrap(),
             Page {

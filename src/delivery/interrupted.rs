@@ -83,6 +83,9 @@ impl InFlight {
                     status_code: None,
                     error: Some(ERROR.to_string()),
                     response_body: None,
+                    // The headers are built by the send still under way, which this list
+                    // does not see (docs/API.md, "Attempt").
+                    request_headers: None,
                 })?;
                 tracing::warn!(
                     task_id = task.id,

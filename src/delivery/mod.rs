@@ -722,6 +722,7 @@ pub(crate) fn record(
             status_code,
             error: d.verdict.error.clone(),
             response_body: d.sent.body.clone(),
+            request_headers: d.sent.request_headers.clone(),
         })?;
         seen.add(d.endpoint_id, d.sent.is_success(), d.at, d.quiet);
         if d.verdict.disable_endpoint

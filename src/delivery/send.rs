@@ -5,9 +5,11 @@ use super::target::{GuardedResolver, TargetRules};
 use crate::config::Config;
 use crate::retry::{RetryPolicy, parse_retry_after};
 use crate::signing;
+use crate::store::attempts::RequestHeaders;
 use crate::store::endpoints::Endpoint;
 use crate::store::tasks::{AfterAttempt, Claimed};
 use chrono::{DateTime, Utc};
+use std::borrow::Cow;
 use std::io::Read;
 use std::time::{Duration, Instant};
 use ureq::http::{self, StatusCode};
@@ -18,6 +20,23 @@ use ureq::{AsSendBody, RequestExt};
 const KEPT_BODY_BYTES: usize = 4096;
 /// A reply body up to this size is read to its end so the connection can be reused.
 const DRAINED_BODY_BYTES: u64 = 1024 * 1024;
+/// The `User-Agent` of every delivery whose endpoint does not set its own.
+const USER_AGENT: &str = concat!("webhookd/", env!("CARGO_PKG_VERSION"));
+/// A header whose lower-case name holds one of these may carry a credential (an endpoint's own
+/// headers may hold the receiver's): its value is recorded redacted (docs/API.md, "Attempt").
+/// The list follows the usual scrubbing rules of error trackers (Authorization, Cookie,
+/// X-Api-Key, X-Auth-Token, Private-Token, …); no header webhookd sets itself matches it.
+const SECRET_NAME_PARTS: &[&str] = &[
+    "auth",
+    "cookie",
+    "credential",
+    "key",
+    "passwd",
+    "password",
+    "secret",
+    "session",
+    "token",
+];
 
 /// Where and how tasks of one endpoint are sent; loaded once per claimed batch.
 #[derive(Debug, Clone, PartialEq)]
@@ -86,7 +105,7 @@ pub fn agent(config: &Config) -> ureq::Agent {
         .max_redirects(0)
         .max_redirects_will_error(false)
         .proxy(None)
-        .user_agent(concat!("webhookd/", env!("CARGO_PKG_VERSION")))
+        .user_agent(USER_AGENT)
         .max_idle_connections(idle)
         .max_idle_connections_per_host(config.workers.max(4))
         .build();
@@ -159,6 +178,9 @@ pub struct Sent {
     pub timed_out: bool,
     /// Whether the request carried signatures (the endpoint had a secret).
     pub signed: bool,
+    /// The headers the request was sent with, as the attempt records them; `None` when no
+    /// request could be built.
+    pub request_headers: Option<RequestHeaders>,
 }
 
 impl Sent {
@@ -196,10 +218,21 @@ pub fn send(
         request = request.header(name, value);
     }
     request = request.header("traceparent", traceparent);
+    if target.sends_body() {
+        request = request.header(http::header::CONTENT_TYPE, "application/json");
+    }
+    // Set here rather than left to the agent, so the recorded headers hold it; an endpoint's
+    // own `User-Agent` replaces it, as it would the agent's.
+    if request
+        .headers_ref()
+        .is_some_and(|h| !h.contains_key(http::header::USER_AGENT))
+    {
+        request = request.header(http::header::USER_AGENT, USER_AGENT);
+    }
+    let request_headers = request.headers_ref().map(recorded_headers);
     let clock = Instant::now();
     let reply = if target.sends_body() {
         request
-            .header("Content-Type", "application/json")
             .body(body)
             .map_err(ureq::Error::from)
             .and_then(|r| run(agent, r, target.timeout))
@@ -212,6 +245,7 @@ pub fn send(
     let mut sent = Sent {
         started_at,
         signed: !secrets.is_empty(),
+        request_headers,
         ..Sent::default()
     };
     match reply {
@@ -231,6 +265,52 @@ pub fn send(
     }
     sent.duration_ms = i64::try_from(clock.elapsed().as_millis()).unwrap_or(i64::MAX);
     sent
+}
+
+/// The headers of a request as the attempt records them: in the order the HTTP client writes
+/// them, names lower-case (as they go on the wire), values of headers that may hold a
+/// credential redacted. The client adds only `Host`, `Content-Length`, `Accept` and
+/// `Accept-Encoding` of its own, which are not recorded.
+fn recorded_headers(headers: &http::HeaderMap) -> RequestHeaders {
+    let values: Vec<(&str, Cow<'_, str>)> = headers
+        .iter()
+        .map(|(name, value)| {
+            let name = name.as_str();
+            let value = String::from_utf8_lossy(value.as_bytes());
+            if holds_credential(name) {
+                (name, Cow::Owned(redact(name, &value)))
+            } else {
+                (name, value)
+            }
+        })
+        .collect();
+    RequestHeaders::encode(values.iter().map(|(name, value)| (*name, value.as_ref())))
+}
+
+/// Whether a header of this (lower-case) name may carry a credential.
+fn holds_credential(name: &str) -> bool {
+    SECRET_NAME_PARTS.iter().any(|part| name.contains(part))
+}
+
+/// A credential as recorded: its length in bytes only, after its scheme in an
+/// `Authorization` or `Proxy-Authorization` header (`Bearer … (47 bytes)`), so an operator can
+/// tell which kind of credential went and whether it was the one expected, without the
+/// attempt holding a copy of it.
+fn redact(name: &str, value: &str) -> String {
+    let scheme = value
+        .split_once(' ')
+        .map(|(first, _)| first)
+        .filter(|first| {
+            name.ends_with("authorization")
+                && !first.is_empty()
+                && first
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b == b'-')
+        });
+    match scheme {
+        Some(scheme) => format!("{scheme} … ({} bytes)", value.len()),
+        None => format!("… ({} bytes)", value.len()),
+    }
 }
 
 fn run<B: AsSendBody>(
@@ -468,6 +548,80 @@ mod tests {
         assert_eq!(header(&headers, "X-Service-Event"), None);
         assert_eq!(header(&headers, "X-Service-Signature"), None);
         assert_eq!(header(&headers, "webhook-signature"), None);
+    }
+
+    #[test]
+    fn credentials_are_redacted_to_their_length_and_scheme() {
+        assert_eq!(
+            redact("authorization", "Bearer abc123"),
+            "Bearer … (13 bytes)"
+        );
+        assert_eq!(
+            redact("proxy-authorization", "Basic dXNlcjpwYXNz"),
+            "Basic … (18 bytes)"
+        );
+        assert_eq!(redact("authorization", "abc123"), "… (6 bytes)");
+        // Only an Authorization header has a scheme: the first word of a key stays hidden.
+        assert_eq!(redact("x-api-key", "first second"), "… (12 bytes)");
+        assert_eq!(redact("cookie", "a=b; c=d"), "… (8 bytes)");
+        for name in [
+            "authorization",
+            "proxy-authorization",
+            "cookie",
+            "x-api-key",
+            "apikey",
+            "x-auth-token",
+            "private-token",
+            "x-client-secret",
+            "x-session-id",
+            "x-db-password",
+        ] {
+            assert!(holds_credential(name), "{name}");
+        }
+        for name in ["x-tenant", "x-request-source", "accept-language"] {
+            assert!(!holds_credential(name), "{name}");
+        }
+    }
+
+    #[test]
+    fn webhookds_own_headers_are_recorded_in_the_clear_in_the_order_set() {
+        let headers = delivery_headers(&task(1, 5), &["s3cret"], 1_700_000_000, b"{}");
+        let mut map = http::HeaderMap::new();
+        map.append("x-tenant", http::HeaderValue::from_static("acme"));
+        map.append(
+            "authorization",
+            http::HeaderValue::from_static("Bearer t0ken"),
+        );
+        for (name, value) in &headers {
+            map.append(*name, http::HeaderValue::from_str(value).unwrap());
+        }
+        map.append("traceparent", http::HeaderValue::from_static("00-a-b-01"));
+        map.append(
+            http::header::USER_AGENT,
+            http::HeaderValue::from_static(USER_AGENT),
+        );
+        let pairs = recorded_headers(&map).pairs().unwrap();
+        let mut expected = vec![
+            ("x-tenant".to_string(), "acme".to_string()),
+            (
+                "authorization".to_string(),
+                "Bearer … (12 bytes)".to_string(),
+            ),
+        ];
+        expected.extend(
+            headers
+                .iter()
+                .map(|(n, v)| (n.to_ascii_lowercase(), v.clone())),
+        );
+        expected.push(("traceparent".into(), "00-a-b-01".into()));
+        expected.push(("user-agent".into(), USER_AGENT.into()));
+        assert_eq!(pairs, expected);
+        for (name, _) in &headers {
+            assert!(!holds_credential(&name.to_ascii_lowercase()), "{name}");
+        }
+        for name in ["traceparent", "user-agent", "content-type"] {
+            assert!(!holds_credential(name), "{name}");
+        }
     }
 
     fn reply(status: u16) -> Sent {

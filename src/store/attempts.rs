@@ -4,7 +4,7 @@
 
 use crate::clock::ser_ms;
 use crate::store::{Page, StoreError};
-use serde::Serialize;
+use serde::{Serialize, Serializer};
 
 /// An attempt record, serialized exactly as `GET /tasks/{id}/attempts` returns it.
 #[derive(Debug, Clone, Serialize, PartialEq)]
@@ -21,6 +21,49 @@ pub struct Attempt {
     pub error: Option<String>,
     /// The first 4 KiB of the reply body.
     pub response_body: Option<String>,
+    /// The headers the request was sent with; `None` for an attempt made before webhookd
+    /// recorded them, one cut short by shutdown, and one whose request could not be built.
+    pub request_headers: Option<RequestHeaders>,
+}
+
+/// The headers of an attempt's request as webhookd sent them (names lower-case, in the order
+/// sent, credentials redacted: docs/API.md, "Attempt"), kept as the compact JSON text of an
+/// array of `[name, value]` pairs. That text is what the `attempts.request_headers` column
+/// holds, so recording an attempt encodes once and stores the text as it is; the API shows
+/// the array it holds.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RequestHeaders(String);
+
+impl RequestHeaders {
+    /// Encodes the pairs as sent.
+    pub fn encode<'a>(pairs: impl IntoIterator<Item = (&'a str, &'a str)>) -> RequestHeaders {
+        let pairs: Vec<(&str, &str)> = pairs.into_iter().collect();
+        // Serializing pairs of strings cannot fail.
+        RequestHeaders(serde_json::to_string(&pairs).unwrap_or_else(|_| "[]".to_string()))
+    }
+
+    /// The text a store read from its column.
+    pub fn from_stored(text: String) -> RequestHeaders {
+        RequestHeaders(text)
+    }
+
+    /// The JSON text, as stored.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+
+    /// The `[name, value]` pairs; `None` if the stored text is not such an array.
+    pub fn pairs(&self) -> Option<Vec<(String, String)>> {
+        serde_json::from_str(&self.0).ok()
+    }
+}
+
+impl Serialize for RequestHeaders {
+    /// The array of pairs. Text that is not one (a column edited by hand) shows as `null`
+    /// rather than failing the whole list of attempts.
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        self.pairs().serialize(serializer)
+    }
 }
 
 /// The queries on delivery attempts, one body per backend (`store::sqlite::attempts`,

@@ -39,6 +39,9 @@ SHOTS = os.environ.get("SCREENSHOTS", "target/ui-screenshots")
 CHROMIUM = os.environ.get("CHROMIUM", "/usr/bin/chromium")
 BROWSER_ZONE = "America/New_York"
 XSS_NAME = "<img src=x onerror=alert(document.domain)>"
+# The receiver endpoint's Authorization header; tests/it/dashboard.rs checks the receiver got
+# it, while the dashboard shows only its length.
+RECEIVER_TOKEN = "Bearer dashboard-s3cr3t-0123456789"
 HERE = os.path.dirname(os.path.abspath(__file__))
 ARGS = [
     "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
@@ -412,6 +415,10 @@ def run(page, result):
         page.click("text=New endpoint")
         page.fill("input[name=name]", "receiver")
         page.fill("input[name=url]", RECEIVER)
+        # Its own headers, one a credential: attempts record the first, and only the length
+        # of the second.
+        page.fill("form.grid textarea[name=headers]", json.dumps(
+            {"X-Tenant": "acme", "Authorization": RECEIVER_TOKEN}))
         page.select_option("select[name=retry_policy_id]", label=page.locator(
             "select[name=retry_policy_id] option", has_text="once").inner_text())
         page.click("form.grid button[type=submit]")
@@ -427,6 +434,8 @@ def run(page, result):
         row.locator("button:has-text('Edit')").click()
         page.fill("form.grid input[name=filter_events]", "order.*")
         page.click("form.grid button[type=submit]")
+        # The create's "saved" notice is still up: wait for the edit form to close instead.
+        expect(page.locator("form.grid input[name=filter_events]")).to_have_count(0)
         expect(page.locator(".notice.ok")).to_contain_text("saved")
         endpoints = signed_get("/v1/endpoints?page_size=10")["items"]
         check(next(e for e in endpoints if e["name"] == "receiver")["filter_events"] == "order.*", "endpoint edit")
@@ -494,13 +503,25 @@ def run(page, result):
         row.locator("text=Attempts").click()
         expect(page.locator(".attempt details:has-text('Reply body') pre")).to_have_text("boom from receiver")
         expect(page.locator(".attempt")).to_contain_text("HTTP 500")
-        # The headers the attempt implies, and what the record does not keep said plainly.
+        # The headers the attempt was sent with, exactly as recorded, the credential as its
+        # length only.
         page.click(".attempt details.request summary")
         request = page.locator(".attempt details.request")
-        expect(request).to_contain_text(f"X-Service-Task-Id: {task_id}")
-        expect(request).to_contain_text("X-Service-Attempt: 1")
+        expect(request.locator("summary")).to_contain_text("Request headers (")
+        expect(request).to_contain_text(f"x-service-task-id: {task_id}")
+        expect(request).to_contain_text("x-service-attempt: 1")
         expect(request).to_contain_text(f"webhook-id: task_{task_id}")
-        expect(request).to_contain_text("does not record the headers")
+        expect(request).to_contain_text("x-tenant: acme")
+        expect(request).to_contain_text("content-type: application/json")
+        expect(request).to_contain_text("user-agent: webhookd/")
+        expect(request).to_contain_text(f"authorization: Bearer … ({len(RECEIVER_TOKEN)} bytes)")
+        expect(request).to_contain_text("recorded as their length only")
+        expect(request).not_to_contain_text("s3cr3t")
+        expect(request).not_to_contain_text("no recorded headers")
+        first = signed_get(f"/v1/tasks/{task_id}/attempts")["items"][0]["request_headers"]
+        shown = request.locator("pre").inner_text()
+        check(shown == "\n".join(f"{k}: {v}" for k, v in first), f"shown {shown!r}, recorded {first!r}")
+        result["first_attempt_request_headers"] = first
         shot(page, "4-task-attempts")
         page.click("button:has-text('Retry')")
         expect(page.locator(".notice.ok")).to_contain_text("pending again")

@@ -122,4 +122,36 @@ fn dashboard_works_in_headless_chromium_on_a_non_secure_origin() {
         "{:?}",
         receiver.received().len()
     );
+    // What the dashboard showed for the failing delivery is what its receiver got; the
+    // endpoint's Authorization (RECEIVER_TOKEN in dashboard.py) only as its length.
+    let shown: Vec<(String, String)> =
+        serde_json::from_value(figures["first_attempt_request_headers"].clone())
+            .expect("the headers the dashboard showed");
+    let value = |name: &str| {
+        shown
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, v)| v.as_str())
+    };
+    let got = receiver
+        .received()
+        .into_iter()
+        .find(|r| {
+            r.header("x-service-task-id") == value("x-service-task-id")
+                && r.header("x-service-attempt") == Some("1")
+        })
+        .expect("the receiver got the attempt the dashboard showed");
+    let token = got
+        .header("authorization")
+        .expect("the credential was sent");
+    assert_eq!(token, "Bearer dashboard-s3cr3t-0123456789");
+    for (name, shown) in &shown {
+        let sent = got
+            .header(name)
+            .unwrap_or_else(|| panic!("{name} was not sent"));
+        match name.as_str() {
+            "authorization" => assert_eq!(*shown, format!("Bearer … ({} bytes)", sent.len())),
+            _ => assert_eq!(shown, sent, "{name}"),
+        }
+    }
 }

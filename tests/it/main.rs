@@ -7,6 +7,7 @@ mod api_auth;
 mod api_docs;
 mod api_endpoints;
 mod api_policies;
+mod attempt_headers;
 mod backup;
 mod bulk_retry;
 mod catchup;

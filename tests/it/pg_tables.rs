@@ -8,7 +8,7 @@ use std::sync::{Arc, Barrier};
 use std::time::Duration;
 use webhookd::retry::Backoff;
 use webhookd::store::Page;
-use webhookd::store::attempts::Attempt;
+use webhookd::store::attempts::{Attempt, RequestHeaders};
 use webhookd::store::endpoints::{DisabledReason, Endpoint, HealthDelta};
 use webhookd::store::policies::Policy;
 use webhookd::store::postgres as pg;
@@ -106,6 +106,8 @@ fn attempt(task_id: i64, attempt: i64) -> Attempt {
         status_code: (attempt % 2 == 0).then_some(503),
         error: (attempt % 2 == 1).then(|| "connection refused".to_string()),
         response_body: Some(format!("body {attempt}")),
+        request_headers: (attempt != 2)
+            .then(|| RequestHeaders::encode([("x-try", attempt.to_string().as_str())])),
     }
 }
 

@@ -1,13 +1,12 @@
 //! The `attempts` table on PostgreSQL ([`AttemptQueries`] on a [`PgTx`]).
 
 use crate::store::Page;
-use crate::store::attempts::Attempt;
+use crate::store::attempts::{Attempt, RequestHeaders};
 use crate::store::postgres::PgTx;
 use crate::store::{AttemptQueries, StoreError};
 use postgres::{Error, GenericClient, Row};
 
-const COLUMNS: &str =
-    "id, task_id, attempt, started_at, duration_ms, status_code, error, response_body";
+const COLUMNS: &str = "id, task_id, attempt, started_at, duration_ms, status_code, error, response_body, request_headers";
 
 fn from_row(r: &Row) -> Result<Attempt, Error> {
     Ok(Attempt {
@@ -19,6 +18,9 @@ fn from_row(r: &Row) -> Result<Attempt, Error> {
         status_code: r.try_get(5)?,
         error: r.try_get(6)?,
         response_body: r.try_get(7)?,
+        request_headers: r
+            .try_get::<_, Option<String>>(8)?
+            .map(RequestHeaders::from_stored),
     })
 }
 
@@ -27,8 +29,8 @@ impl<C: GenericClient> AttemptQueries for PgTx<'_, C> {
     fn insert_attempt(&mut self, a: &Attempt) -> Result<(), StoreError> {
         let c = &mut *self.c;
         c.execute(
-            "INSERT INTO attempts (task_id, attempt, started_at, duration_ms, status_code, error, response_body)
-             VALUES ($1, $2, $3, $4, $5, $6, $7)",
+            "INSERT INTO attempts (task_id, attempt, started_at, duration_ms, status_code, error, response_body, request_headers)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
             &[
                 &a.task_id,
                 &a.attempt,
@@ -37,6 +39,7 @@ impl<C: GenericClient> AttemptQueries for PgTx<'_, C> {
                 &a.status_code,
                 &a.error,
                 &a.response_body,
+                &a.request_headers.as_ref().map(RequestHeaders::as_str),
             ],
         )?;
         Ok(())

@@ -1,14 +1,12 @@
 //! [`AttemptQueries`] on SQLite: the SQL of the `attempts` table (records in `store::attempts`).
 
 use crate::store::Page;
-#[allow(unused_imports)]
-use crate::store::attempts::*;
+use crate::store::attempts::{Attempt, RequestHeaders};
 use crate::store::sqlite::SqliteTx;
 use crate::store::{AttemptQueries, StoreError};
 use rusqlite::{Row, params};
 
-const COLUMNS: &str =
-    "id, task_id, attempt, started_at, duration_ms, status_code, error, response_body";
+const COLUMNS: &str = "id, task_id, attempt, started_at, duration_ms, status_code, error, response_body, request_headers";
 
 fn from_row(r: &Row<'_>) -> rusqlite::Result<Attempt> {
     Ok(Attempt {
@@ -20,6 +18,9 @@ fn from_row(r: &Row<'_>) -> rusqlite::Result<Attempt> {
         status_code: r.get(5)?,
         error: r.get(6)?,
         response_body: r.get(7)?,
+        request_headers: r
+            .get::<_, Option<String>>(8)?
+            .map(RequestHeaders::from_stored),
     })
 }
 
@@ -27,8 +28,8 @@ impl AttemptQueries for SqliteTx<'_> {
     fn insert_attempt(&mut self, a: &Attempt) -> Result<(), StoreError> {
         let conn = self.0;
         conn.prepare_cached(
-            "INSERT INTO attempts (task_id, attempt, started_at, duration_ms, status_code, error, response_body)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+            "INSERT INTO attempts (task_id, attempt, started_at, duration_ms, status_code, error, response_body, request_headers)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
         )?
         .execute(params![
             a.task_id,
@@ -37,7 +38,8 @@ impl AttemptQueries for SqliteTx<'_> {
             a.duration_ms,
             a.status_code,
             a.error,
-            a.response_body
+            a.response_body,
+            a.request_headers.as_ref().map(RequestHeaders::as_str)
         ])?;
         Ok(())
     }
