@@ -214,6 +214,9 @@ impl<C: GenericClient> ScheduleQueries for PgTx<'_, C> {
     /// node or another (a concurrent insert of the same instant waits for the first to commit,
     /// then inserts nothing), or appears earlier in `firings`.
     fn record_firings(&mut self, firings: &[(i64, i64)]) -> Result<Vec<bool>, StoreError> {
+        if firings.is_empty() {
+            return Ok(Vec::new());
+        }
         let c = &mut *self.c;
         let (ids, ats): (Vec<i64>, Vec<i64>) = firings.iter().copied().unzip();
         let mut inserted: HashSet<(i64, i64)> = c
