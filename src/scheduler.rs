@@ -6,7 +6,8 @@
 //! `schedule_firings` (already there → nothing is created: firing is idempotent), one task per
 //! target endpoint with `run_at` = T, and `next_run_at` moved to the first instant after now.
 //! Due schedules are taken in batches, one transaction each, so thousands due on the same
-//! minute fire together.
+//! minute fire together; a batch is planned in memory and written with one statement each for
+//! its firing rows, its tasks and moving its schedules on.
 //!
 //! A schedule found late (the server was down) follows its `catchup` (docs/design.md §13): `latest`
 //! fires once, for its latest missed instant, when that is within `--misfire-grace-secs`;
@@ -19,8 +20,8 @@
 //! included; past its end `next_run_at` is null and it stays `active`. `jitter_sec` moves each
 //! firing's tasks' `run_at` to a random moment in [instant, instant + jitter]; the firing row is
 //! still the instant's. [`backfill`] fires the instants of a past interval that have no firing
-//! row yet; because every way of firing goes through that row, firing rows are never forgotten
-//! (docs/design.md §19).
+//! row yet. Every way of firing goes through that row, so firing rows are kept as long as a
+//! backfill may reach (`--retention-days`, plus a day: docs/operations.md, "Retention").
 
 use crate::app::App;
 use crate::clock::{from_ms, rfc3339};
