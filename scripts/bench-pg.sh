@@ -21,6 +21,8 @@
 # Env: CONFIGS="sqlite pg1 pg3", SCENARIOS="publish1 publish10 api schedules",
 #      EVENTS1 (fan-out 1 events, default 20000), EVENTS10 (default 5000), API_SECS (10),
 #      SCHEDULES (10000), SYNC (on), WORKERS (webhookd's default when unset),
+#      BENCH_ARGS (more harness arguments for every run: `--binary PATH` runs another build
+#      for an A/B, `--fill` fills the schedules straight into the database),
 #      ROUNDTRIPS=1 (PostgreSQL configs through scripts/pg-roundtrips.py, which counts the
 #      round trips; slower, so its rates are not comparable).
 # Counts per run (docs/scaling.md): WAL bytes (pg_current_wal_lsn before and after), statements
@@ -142,9 +144,9 @@ for config in $CONFIGS; do
         pid_mpstat=$!
         workers=()
         [ -n "${WORKERS:-}" ] && workers=(--workers "$WORKERS")
-        # shellcheck disable=SC2046 # the argument lists are meant to split
+        # shellcheck disable=SC2046,SC2086 # the argument lists are meant to split
         "$BENCH" $(args_for_scenario "$scenario") $(args_for_config "$config") \
-            "${workers[@]}" --json >"$OUT/$name.json" 2>"$OUT/$name.log" &
+            "${workers[@]}" ${BENCH_ARGS:-} --json >"$OUT/$name.json" 2>"$OUT/$name.log" &
         pid_bench=$!
         # Whose samples count: the harness, its nodes, and this server's processes (other
         # programs on the machine may run webhookd or PostgreSQL too).

@@ -45,7 +45,8 @@ pub struct Config {
     pub allow_targets: Vec<Cidr>,
     /// Also refuse loopback, RFC 1918, CGNAT and unique-local delivery targets.
     pub deny_private_targets: bool,
-    /// Finished tasks, attempts and events older than this many days are deleted.
+    /// Finished tasks, attempts and events older than this many days are deleted (schedule
+    /// firing records a day later), and a backfill fires no instant older than this.
     pub retention_days: u64,
     /// Requests per second allowed per API key (a burst of as many); 0 means no limit.
     pub rate_limit_per_sec: u32,
@@ -100,6 +101,14 @@ pub enum SqliteSync {
 pub const DEFAULT_WAL_LIMIT_BYTES: u64 = 64 * 1024 * 1024;
 
 impl Config {
+    /// The oldest instant `--retention-days` keeps at `now_ms`: finished tasks and events
+    /// before it are deleted, and a backfill fires no instant before it.
+    pub fn retention_cutoff(&self, now_ms: i64) -> i64 {
+        const DAY_MS: i64 = 24 * 60 * 60 * 1000;
+        let days = i64::try_from(self.retention_days).unwrap_or(i64::MAX / DAY_MS);
+        now_ms.saturating_sub(days.saturating_mul(DAY_MS))
+    }
+
     /// The defaults (docs/design.md) for a database path.
     pub fn new(db: impl Into<String>) -> Self {
         Config {

@@ -10,7 +10,7 @@ use crate::store::tasks::{NewTask, TaskKind};
 use crate::store::{StoreError, Tx};
 use crate::trace::TaskTraces;
 use serde_json::Value;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 /// An event published by a client: every enabled endpoint of `app_id` whose `filter_events`
 /// takes `event_name` and whose `filter_payload` holds for `payload` gets an `event` task.
@@ -177,11 +177,7 @@ pub struct Fired {
 }
 
 /// A schedule's firing (`task_type` `schedule`, due at `run_at`) or trigger (`manual`): one
-/// pending task per target endpoint of the schedule ([`Targets::resolve`]). A scheduled firing
-/// of a schedule with `overlap: skip` passes over an endpoint that still has an open task of
-/// this schedule (from a firing or a trigger); a trigger always creates its tasks. Each task
-/// created takes the next trace of `traces` (skipped endpoints take none, so `traces.roots()`
-/// line up with `Fired::ids`).
+/// pending task per target endpoint of the schedule ([`firing_tasks`]), inserted at once.
 pub fn firing(
     tx: &mut dyn Tx,
     targets: &mut Targets,
@@ -191,17 +187,63 @@ pub fn firing(
     now_ms: i64,
     traces: &mut TaskTraces,
 ) -> Result<Fired, StoreError> {
+    let planned = firing_tasks(
+        tx,
+        targets,
+        &HashSet::new(),
+        firing,
+        task_type,
+        run_at,
+        now_ms,
+        traces,
+    )?;
+    Ok(Fired {
+        ids: tx.insert_tasks(&planned.tasks)?,
+        overlapped: planned.overlapped,
+    })
+}
+
+/// The tasks one firing is to make, not inserted yet (the scheduler inserts those of a whole
+/// batch of firings at once).
+pub struct Planned<'a> {
+    pub tasks: Vec<NewTask<'a>>,
+    /// Target endpoints that get no task because of `overlap: skip`.
+    pub overlapped: usize,
+}
+
+/// The tasks of a schedule's firing or trigger: one pending task per target endpoint of the
+/// schedule ([`Targets::resolve`]). A scheduled firing of a schedule with `overlap: skip`
+/// passes over an endpoint that still has an open task of this schedule (from a firing or a
+/// trigger), in the database or among `unsaved`, the (schedule, endpoint) pairs of tasks
+/// planned in this transaction and not inserted yet; a trigger always creates its tasks. Each
+/// task takes the next trace of `traces` (skipped endpoints take none, so `traces.roots()`
+/// line up with the tasks).
+// The firing, the time and the traces: one each, nothing to group.
+#[allow(clippy::too_many_arguments)]
+pub fn firing_tasks<'a>(
+    tx: &mut dyn Tx,
+    targets: &mut Targets,
+    unsaved: &HashSet<(i64, i64)>,
+    firing: &'a Firing,
+    task_type: TaskKind,
+    run_at: i64,
+    now_ms: i64,
+    traces: &mut TaskTraces,
+) -> Result<Planned<'a>, StoreError> {
     let skip_open = task_type == TaskKind::Schedule && firing.overlap == Overlap::Skip;
-    let mut out = Fired {
-        ids: Vec::new(),
+    let mut out = Planned {
+        tasks: Vec::new(),
         overlapped: 0,
     };
     for target in targets.resolve(tx, &firing.app_id, &firing.endpoint_ids)? {
-        if skip_open && tx.schedule_task_open(firing.id, target.id)? {
+        if skip_open
+            && (unsaved.contains(&(firing.id, target.id))
+                || tx.schedule_task_open(firing.id, target.id)?)
+        {
             out.overlapped += 1;
             continue;
         }
-        out.ids.push(tx.insert_task(&NewTask {
+        out.tasks.push(NewTask {
             app_id: &firing.app_id,
             schedule_id: Some(firing.id),
             event_id: None,
@@ -212,7 +254,7 @@ pub fn firing(
             max_attempts: target.max_attempts,
             now_ms,
             trace: traces.for_task(),
-        })?);
+        });
     }
     Ok(out)
 }

@@ -6,7 +6,8 @@
 //! `schedule_firings` (already there → nothing is created: firing is idempotent), one task per
 //! target endpoint with `run_at` = T, and `next_run_at` moved to the first instant after now.
 //! Due schedules are taken in batches, one transaction each, so thousands due on the same
-//! minute fire together.
+//! minute fire together; a batch is planned in memory and written with one statement each for
+//! its firing rows, its tasks and moving its schedules on.
 //!
 //! A schedule found late (the server was down) follows its `catchup` (docs/design.md §13): `latest`
 //! fires once, for its latest missed instant, when that is within `--misfire-grace-secs`;
@@ -19,19 +20,19 @@
 //! included; past its end `next_run_at` is null and it stays `active`. `jitter_sec` moves each
 //! firing's tasks' `run_at` to a random moment in [instant, instant + jitter]; the firing row is
 //! still the instant's. [`backfill`] fires the instants of a past interval that have no firing
-//! row yet; because every way of firing goes through that row, firing rows are never forgotten
-//! (docs/design.md §19).
+//! row yet. Every way of firing goes through that row, so firing rows are kept as long as a
+//! backfill may reach (`--retention-days`, plus a day: docs/operations.md, "Retention").
 
 use crate::app::App;
 use crate::clock::{from_ms, rfc3339};
 use crate::cron::CronSchedule;
 use crate::fanout;
-use crate::store::schedules::{Catchup, Firing, Overlap, Window};
+use crate::store::schedules::{Advance, Catchup, Firing, Overlap, Window};
 use crate::store::tasks::TaskKind;
 use crate::store::{IdleCap, StoreError, Tx};
 use crate::trace::TaskTraces;
 use chrono::{DateTime, TimeDelta, Utc};
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
@@ -121,9 +122,12 @@ fn tick(app: &App, crons: &mut CronCache, idle: Duration) -> anyhow::Result<Opti
     let (tasks, lag_ms, full, none_due, firings, counts) = app.store.write(|tx| {
         let due = tx.due_schedules(now.timestamp_millis(), BATCH)?;
         let mut batch = Batch::new(tx, app, now);
+        let mut instants = Vec::new();
         for firing in &due {
-            batch.fire_due(crons, firing)?;
+            batch.plan_due(crons, firing, &mut instants);
         }
+        batch.fire_all(&instants)?;
+        batch.advance()?;
         Ok::<_, StoreError>((
             batch.tasks,
             batch.lag_ms,
@@ -175,8 +179,14 @@ pub fn fire_at(app: &App, schedule_id: i64, at: DateTime<Utc>) -> anyhow::Result
             .map_err(|e| anyhow::anyhow!("schedule {schedule_id}: {e}"))?;
         let next_run_at = next_in_window(&cron, firing.window, at.max(now));
         let mut batch = Batch::new(tx, app, now);
-        let created = batch.fire(&firing, at, next_run_at, 0)?;
-        Ok::<_, anyhow::Error>((created, batch.firings))
+        let mut created = batch.fire_all(&[ToFire {
+            firing: &firing,
+            at,
+            next_run_at,
+            skipped: 0,
+        }])?;
+        batch.advance()?;
+        Ok::<_, anyhow::Error>((created.pop().flatten(), batch.firings))
     })?;
     let (created, firings) = created;
     firings.into_iter().for_each(|f| f.export(app));
@@ -280,7 +290,11 @@ pub fn plan(
     }
 }
 
-/// The work of one transaction of the scheduler.
+/// The work of one transaction of the scheduler: the due schedules are planned one by one
+/// ([`Batch::plan_due`]), then written together ([`Batch::fire_all`], [`Batch::advance`]): one
+/// statement for the firing records, one for the tasks, one moving the schedules on, however
+/// many schedules the batch holds (on PostgreSQL, three round trips instead of three per
+/// schedule).
 struct Batch<'a> {
     tx: &'a mut dyn Tx,
     now: DateTime<Utc>,
@@ -298,6 +312,19 @@ struct Batch<'a> {
     /// What the batch skipped, caught up and how late it fired, for `GET /metrics` once it
     /// commits (the loop's batches only: a backfill's lag is not the scheduler's).
     counts: crate::metrics::FiringCounts,
+    /// How each schedule looked at moves on, one entry per schedule, written by
+    /// [`Batch::advance`].
+    advances: Vec<Advance>,
+}
+
+/// One instant a schedule is to fire for.
+struct ToFire<'f> {
+    firing: &'f Firing,
+    at: DateTime<Utc>,
+    /// The schedule's `next_run_at` once this instant fired.
+    next_run_at: Option<DateTime<Utc>>,
+    /// Runs to add to `skipped_runs` (the misses `plan` counted, on the first instant).
+    skipped: i64,
 }
 
 /// What the span of one firing tells (`spans::Spans::firing`).
@@ -324,6 +351,15 @@ impl FiringSpan {
     }
 }
 
+/// A firing recorded in [`Batch::fire_all`] whose tasks are planned but not inserted yet.
+struct Recorded {
+    /// Its tasks' range in the batch's task list.
+    tasks: std::ops::Range<usize>,
+    overlapped: usize,
+    traces: TaskTraces,
+    started: std::time::Instant,
+}
+
 impl<'a> Batch<'a> {
     fn new(tx: &'a mut dyn Tx, app: &'a App, now: DateTime<Utc>) -> Self {
         let secs = app.config.misfire_grace_secs.min(MAX_GRACE_SECS);
@@ -339,14 +375,28 @@ impl<'a> Batch<'a> {
             export: app.spans.on(),
             firings: Vec::new(),
             counts: crate::metrics::FiringCounts::default(),
+            advances: Vec::new(),
         }
     }
 
-    /// Fires a schedule the due query returned, or skips its instants missed beyond the grace.
-    fn fire_due(&mut self, crons: &mut CronCache, firing: &Firing) -> Result<(), StoreError> {
+    /// Plans a schedule the due query returned: the instants it fires for go to `out` (oldest
+    /// first); a schedule that fires none (its instants missed beyond the grace, its window
+    /// over, its expression no longer parsing) only moves on.
+    fn plan_due<'f>(
+        &mut self,
+        crons: &mut CronCache,
+        firing: &'f Firing,
+        out: &mut Vec<ToFire<'f>>,
+    ) {
+        let park = Advance {
+            id: firing.id,
+            fired_at: None,
+            next_run_at: None,
+            skipped: 0,
+        };
         let Some(cron) = crons.get(firing) else {
             // Not parseable any more (it was when saved): park it rather than spin on it.
-            return self.tx.advance_schedule(firing.id, None, None, 0);
+            return self.advances.push(park);
         };
         let due = firing.next_run_at.map_or(self.now, from_ms);
         // A `next_run_at` outside the window (set before the window was) moves into it.
@@ -356,7 +406,7 @@ impl<'a> Batch<'a> {
             next_in_window(cron, firing.window, due - TimeDelta::milliseconds(1))
         };
         let Some(due) = due else {
-            return self.tx.advance_schedule(firing.id, None, None, 0);
+            return self.advances.push(park);
         };
         let plan = plan(due, self.now, self.grace, firing.catchup, |t| {
             next_in_window(cron, firing.window, t)
@@ -371,8 +421,11 @@ impl<'a> Batch<'a> {
                 catchup = %firing.catchup,
                 "schedule missed runs; skipped them (catchup none, or older than --misfire-grace-secs)"
             );
-            let next = plan.next_run_at.map(|t| t.timestamp_millis());
-            return self.tx.advance_schedule(firing.id, None, next, skipped);
+            return self.advances.push(Advance {
+                next_run_at: plan.next_run_at.map(|t| t.timestamp_millis()),
+                skipped,
+                ..park
+            });
         };
         if plan.skipped > 0 || plan.fire.len() > 1 || *latest > due {
             tracing::info!(
@@ -385,85 +438,151 @@ impl<'a> Batch<'a> {
                 "schedule missed runs; caught up"
             );
         }
-        for (i, at) in plan.fire.iter().enumerate() {
-            let skipped = if i == 0 { skipped } else { 0 };
-            self.fire(firing, *at, plan.next_run_at, skipped)?;
-        }
-        Ok(())
+        out.extend(plan.fire.iter().enumerate().map(|(i, at)| ToFire {
+            firing,
+            at: *at,
+            next_run_at: plan.next_run_at,
+            skipped: if i == 0 { skipped } else { 0 },
+        }));
     }
 
-    /// Fires `firing` for `at` unless (schedule, `at`) fired already, and moves `next_run_at`
-    /// on either way, adding `skipped` (and this instant, when `overlap: skip` held back a
-    /// target) to `skipped_runs`. Returns the new task ids, or `None` when it had fired.
-    fn fire(
-        &mut self,
-        firing: &Firing,
-        at: DateTime<Utc>,
-        next_run_at: Option<DateTime<Utc>>,
-        mut skipped: i64,
-    ) -> Result<Option<Vec<i64>>, StoreError> {
-        let at_ms = at.timestamp_millis();
-        let mut fired_at = None;
-        let created = if self.tx.record_firing(firing.id, at_ms)? {
+    /// Fires each of `instants` unless (schedule, instant) fired already, and plans moving
+    /// each schedule on either way ([`Batch::advance`] writes it): `next_run_at`, `last_run_at`
+    /// to its latest instant that fired, `skipped_runs` up by the misses (and by each instant
+    /// at which `overlap: skip` held back a target). The instants of one schedule come
+    /// together, oldest first. Returns, per instant, the new task ids, or `None` when it had
+    /// fired.
+    fn fire_all(&mut self, instants: &[ToFire<'_>]) -> Result<Vec<Option<Vec<i64>>>, StoreError> {
+        if instants.is_empty() {
+            // A tick with nothing due (woken by a change) costs no statement here.
+            return Ok(Vec::new());
+        }
+        // The firing records, in (schedule, instant) order (see `record_firings`).
+        let mut order: Vec<usize> = (0..instants.len()).collect();
+        order.sort_by_key(|&i| (instants[i].firing.id, instants[i].at));
+        let keys: Vec<(i64, i64)> = order
+            .iter()
+            .map(|&i| (instants[i].firing.id, instants[i].at.timestamp_millis()))
+            .collect();
+        let mut recorded = vec![false; instants.len()];
+        for (&i, new) in order.iter().zip(self.tx.record_firings(&keys)?) {
+            recorded[i] = new;
+        }
+
+        // Every recorded instant's tasks, then one insert for all of them.
+        let now_ms = self.now.timestamp_millis();
+        let mut tasks = Vec::new();
+        let mut unsaved = HashSet::new();
+        let mut planned = Vec::with_capacity(instants.len());
+        for (f, recorded) in instants.iter().zip(recorded) {
+            if !recorded {
+                planned.push(None);
+                continue;
+            }
             let started = std::time::Instant::now();
             // A firing has no caller: each of its tasks starts a trace of its own.
             let mut traces = TaskTraces::new(None, self.export);
-            let run_at = at_ms.saturating_add(self.jitter.draw(firing.jitter_sec));
-            let out = fanout::firing(
+            let run_at =
+                f.at.timestamp_millis()
+                    .saturating_add(self.jitter.draw(f.firing.jitter_sec));
+            let out = fanout::firing_tasks(
                 self.tx,
                 &mut self.targets,
-                firing,
+                &unsaved,
+                f.firing,
                 TaskKind::Schedule,
                 run_at,
-                self.now.timestamp_millis(),
+                now_ms,
                 &mut traces,
             )?;
-            if self.export {
-                self.firings.push(FiringSpan {
-                    schedule_id: firing.id,
-                    app_id: firing.app_id.clone(),
-                    scheduled_at_ms: at_ms,
-                    start_ms: self.now.timestamp_millis(),
-                    took: started.elapsed(),
-                    tasks: traces
-                        .roots()
-                        .iter()
-                        .copied()
-                        .zip(out.ids.iter().copied())
-                        .collect(),
-                });
+            if f.firing.overlap == Overlap::Skip {
+                unsaved.extend(out.tasks.iter().map(|t| (f.firing.id, t.endpoint_id)));
             }
-            if out.overlapped > 0 {
-                tracing::info!(
-                    schedule_id = firing.id,
-                    scheduled_at = %rfc3339(at_ms),
-                    endpoints = out.overlapped,
-                    "overlap skip: an earlier task of this schedule is still open; no new task for those endpoints"
-                );
-                skipped += 1;
-                self.counts.overlap_skipped += 1;
+            let start = tasks.len();
+            tasks.extend(out.tasks);
+            planned.push(Some(Recorded {
+                tasks: start..tasks.len(),
+                overlapped: out.overlapped,
+                traces,
+                started,
+            }));
+        }
+        let ids = self.tx.insert_tasks(&tasks)?;
+
+        let mut created = Vec::with_capacity(instants.len());
+        for (f, planned) in instants.iter().zip(planned) {
+            let at_ms = f.at.timestamp_millis();
+            let mut skipped = f.skipped;
+            let mut fired_at = None;
+            match planned {
+                Some(r) => {
+                    let ids = ids[r.tasks].to_vec();
+                    if self.export {
+                        self.firings.push(FiringSpan {
+                            schedule_id: f.firing.id,
+                            app_id: f.firing.app_id.clone(),
+                            scheduled_at_ms: at_ms,
+                            start_ms: now_ms,
+                            took: r.started.elapsed(),
+                            tasks: r
+                                .traces
+                                .roots()
+                                .iter()
+                                .copied()
+                                .zip(ids.iter().copied())
+                                .collect(),
+                        });
+                    }
+                    if r.overlapped > 0 {
+                        tracing::info!(
+                            schedule_id = f.firing.id,
+                            scheduled_at = %rfc3339(at_ms),
+                            endpoints = r.overlapped,
+                            "overlap skip: an earlier task of this schedule is still open; no new task for those endpoints"
+                        );
+                        skipped += 1;
+                        self.counts.overlap_skipped += 1;
+                    }
+                    // A run that overlap held back entirely did not run.
+                    if r.overlapped == 0 || !ids.is_empty() {
+                        fired_at = Some(at_ms);
+                    }
+                    self.tasks += ids.len();
+                    self.lag_ms = Some((self.now - f.at).num_milliseconds().max(0));
+                    self.counts
+                        .fired(self.now - f.at, fired_at.is_some(), ON_TIME_SLACK);
+                    created.push(Some(ids));
+                }
+                None => {
+                    tracing::warn!(
+                        schedule_id = f.firing.id,
+                        scheduled_at = %rfc3339(at_ms),
+                        "schedule already fired for this instant (was the clock set back?); not firing again"
+                    );
+                    created.push(None);
+                }
             }
-            // A run that overlap held back entirely did not run.
-            if out.overlapped == 0 || !out.ids.is_empty() {
-                fired_at = Some(at_ms);
+            let next_run_at = f.next_run_at.map(|t| t.timestamp_millis());
+            match self.advances.last_mut() {
+                Some(last) if last.id == f.firing.id => {
+                    last.fired_at = fired_at.or(last.fired_at);
+                    last.next_run_at = next_run_at;
+                    last.skipped = last.skipped.saturating_add(skipped);
+                }
+                _ => self.advances.push(Advance {
+                    id: f.firing.id,
+                    fired_at,
+                    next_run_at,
+                    skipped,
+                }),
             }
-            self.tasks += out.ids.len();
-            self.lag_ms = Some((self.now - at).num_milliseconds().max(0));
-            self.counts
-                .fired(self.now - at, fired_at.is_some(), ON_TIME_SLACK);
-            Some(out.ids)
-        } else {
-            tracing::warn!(
-                schedule_id = firing.id,
-                scheduled_at = %rfc3339(at_ms),
-                "schedule already fired for this instant (was the clock set back?); not firing again"
-            );
-            None
-        };
-        let next = next_run_at.map(|t| t.timestamp_millis());
-        self.tx
-            .advance_schedule(firing.id, fired_at, next, skipped)?;
+        }
         Ok(created)
+    }
+
+    /// Moves every schedule the batch looked at on, in one statement.
+    fn advance(&mut self) -> Result<(), StoreError> {
+        self.tx.advance_schedules(&self.advances)
     }
 }
 
@@ -536,23 +655,30 @@ pub fn backfill(
     for chunk in instants.chunks(BACKFILL_BATCH) {
         let now_ms = app.clock.now().timestamp_millis();
         let (fired, tasks) = app.store.write(|tx| {
+            let keys: Vec<(i64, i64)> = chunk
+                .iter()
+                .map(|at| (firing.id, at.timestamp_millis()))
+                .collect();
+            let recorded = tx.record_firings(&keys)?;
+            let fired = recorded.iter().filter(|&&new| new).count();
+            // Every recorded instant's tasks are alike (due now, same targets): one firing
+            // per instant, inserted together.
             let mut targets = fanout::Targets::default();
-            let (mut fired, mut tasks) = (0, 0);
-            for at in chunk {
-                if tx.record_firing(firing.id, at.timestamp_millis())? {
-                    let out = fanout::firing(
-                        tx,
-                        &mut targets,
-                        &firing,
-                        TaskKind::Schedule,
-                        now_ms,
-                        now_ms,
-                        traces,
-                    )?;
-                    fired += 1;
-                    tasks += out.ids.len();
-                }
+            let mut tasks = Vec::new();
+            for _ in 0..fired {
+                let out = fanout::firing_tasks(
+                    tx,
+                    &mut targets,
+                    &HashSet::new(),
+                    &firing,
+                    TaskKind::Schedule,
+                    now_ms,
+                    now_ms,
+                    traces,
+                )?;
+                tasks.extend(out.tasks);
             }
+            let tasks = tx.insert_tasks(&tasks)?.len();
             Ok::<_, StoreError>((fired, tasks))
         })?;
         if tasks > 0 {

@@ -97,6 +97,12 @@ struct Args {
     /// Minutes of schedule firings to wait for (default 1).
     #[arg(long)]
     minutes: Option<u32>,
+    /// `schedules`: insert the schedules straight into the database (10,000 rows per
+    /// transaction) instead of creating each through the API, the last one excepted (created
+    /// through the API, it wakes the scheduler); for counts the API would take minutes to
+    /// create. Not with --url.
+    #[arg(long, conflicts_with = "url")]
+    fill: bool,
     /// Finished tasks put in the database for `scale` (default 1,000,000), failed tasks for
     /// `bulk-retry` (default 100,000).
     #[arg(long)]
@@ -117,6 +123,11 @@ struct Args {
     /// default runs it in the harness's process), as it always is with a PostgreSQL --db.
     #[arg(long, conflicts_with = "url")]
     spawn: bool,
+    /// The webhookd binary to run as `serve` processes (--spawn, --nodes, a PostgreSQL --db)
+    /// instead of the one built beside the harness: A/B runs of two builds with the same
+    /// harness.
+    #[arg(long, conflicts_with = "url")]
+    binary: Option<std::path::PathBuf>,
     /// Use the webhookd running at this URL instead of starting one.
     #[arg(long, requires_all = ["key_id", "secret"])]
     url: Option<String>,
@@ -137,6 +148,8 @@ pub struct Settings {
     pub rate: Option<f64>,
     schedules: Option<u64>,
     pub minutes: Option<u32>,
+    /// `--fill`: schedules inserted straight into the database.
+    pub fill: bool,
     tasks: Option<u64>,
     pub workers: Option<usize>,
     /// `--db`: a SQLite path or a PostgreSQL URL (None: a temporary SQLite file).
@@ -145,6 +158,8 @@ pub struct Settings {
     pub nodes: usize,
     /// Subprocesses even for one node on SQLite.
     pub spawn: bool,
+    /// `--binary`: the webhookd to spawn instead of the one beside the harness.
+    pub binary: Option<std::path::PathBuf>,
     /// `(url, key id, secret)` of a running server.
     pub remote: Option<(String, String, String)>,
 }
@@ -298,11 +313,13 @@ fn run(args: Args) -> anyhow::Result<Vec<Report>> {
         rate: args.rate,
         schedules: args.schedules,
         minutes: args.minutes,
+        fill: args.fill,
         tasks: args.tasks,
         workers: args.workers,
         db: args.db,
         nodes: args.nodes,
         spawn: args.spawn,
+        binary: args.binary,
         remote: args.url.map(|url| {
             (
                 url,

@@ -36,7 +36,10 @@ impl Nodes {
     /// Starts `settings.nodes` processes of the webhookd binary beside this harness on a fresh
     /// database, the first alone (it creates the schema), and waits for each `/healthz`.
     pub fn start(settings: &crate::Settings) -> anyhow::Result<Nodes> {
-        let binary = binary()?;
+        let binary = match &settings.binary {
+            Some(path) => path.clone(),
+            None => binary()?,
+        };
         let dir = tempfile::tempdir()?;
         let (db, made) = match &settings.db {
             Some(url) if is_url(url) => {

@@ -16,6 +16,8 @@ use webhookd::store::KeyQueries;
 
 /// The app every harness key belongs to.
 const APP: &str = "bench";
+/// Rows per transaction of [`Target::fill_schedules`].
+const FILL_BATCH: u64 = 10_000;
 
 /// A webhookd the harness can send requests to.
 pub struct Target {
@@ -218,6 +220,69 @@ impl Target {
                 .query_map([endpoint_id], |r| Ok((r.get(0)?, r.get(1)?)))?
                 .collect::<rusqlite::Result<Vec<_>>>()?;
             Ok(rows)
+        })())
+    }
+
+    /// Inserts `count` active `* * * * *` schedules of the bench app on `endpoint_id` due at
+    /// `next_run_at` (ms) straight into the database, [`FILL_BATCH`] rows per transaction, as
+    /// `POST /v1/schedules` would store them (names `bench-{tag}-{n}`, payload `{"seq": n}`);
+    /// `None` for a `--url` server. The server's scheduler does not know of them until it is
+    /// woken (a schedule created through the API wakes it).
+    pub fn fill_schedules(
+        &self,
+        endpoint_id: i64,
+        tag: &str,
+        count: u64,
+        next_run_at: i64,
+    ) -> Option<anyhow::Result<()>> {
+        const SQL: &str = "INSERT INTO schedules (app_id, name, cron_expr, timezone, payload, endpoint_ids, status, next_run_at, created_at, updated_at)";
+        let now_ms = SystemClock.now_ms();
+        let ids = format!("[{endpoint_id}]");
+        let name = |n: u64| format!("bench-{tag}-{n}");
+        let payload = |n: u64| format!("{{\"seq\":{n}}}");
+        if let Kind::Nodes(nodes) = &self.kind
+            && let Some(client) = nodes.postgres()
+        {
+            return Some(client.and_then(|mut c| {
+                for start in (0..count).step_by(FILL_BATCH as usize) {
+                    let ns = start..count.min(start + FILL_BATCH);
+                    let names: Vec<String> = ns.clone().map(name).collect();
+                    let payloads: Vec<String> = ns.map(payload).collect();
+                    c.execute(
+                        &format!(
+                            "{SQL} SELECT $1, n, '* * * * *', 'UTC', p, $2, 'active', $3, $4, $4
+                             FROM unnest($5::text[], $6::text[]) AS t(n, p)"
+                        ),
+                        &[&APP, &ids, &next_run_at, &now_ms, &names, &payloads],
+                    )?;
+                }
+                Ok(())
+            }));
+        }
+        let db = self.db.as_ref()?;
+        Some((|| {
+            let mut conn = rusqlite::Connection::open(db)?;
+            conn.busy_timeout(Duration::from_secs(30))?;
+            for start in (0..count).step_by(FILL_BATCH as usize) {
+                let tx = conn.transaction()?;
+                {
+                    let mut insert = tx.prepare(&format!(
+                        "{SQL} VALUES (?1, ?2, '* * * * *', 'UTC', ?3, ?4, 'active', ?5, ?6, ?6)"
+                    ))?;
+                    for n in start..count.min(start + FILL_BATCH) {
+                        insert.execute(rusqlite::params![
+                            APP,
+                            name(n),
+                            payload(n),
+                            ids,
+                            next_run_at,
+                            now_ms
+                        ])?;
+                    }
+                }
+                tx.commit()?;
+            }
+            Ok(())
         })())
     }
 

@@ -349,6 +349,16 @@ pub fn backfill(ctx: &mut Ctx<'_>, req: &Request) -> ApiResult<Value> {
     if to < from {
         return Err(ApiError::validation("to: must be at or after from"));
     }
+    // Firing records older than the retention are deleted (docs/operations.md, "Retention"):
+    // an instant before it could not be told fired or not.
+    let days = ctx.app.config.retention_days;
+    let oldest = ctx.app.config.retention_cutoff(ctx.now_ms);
+    if from.timestamp_millis() < oldest {
+        return Err(ApiError::validation(format!(
+            "from: must be within --retention-days ({days} days), at or after {}: older instants are not kept as fired or not",
+            rfc3339(oldest)
+        )));
+    }
     let schedule = load_live(ctx, req.id(), "backfilled")?;
     check_has_targets(&schedule, "backfilled")?;
     let cron = parse_cron(&schedule.cron_expr, &schedule.timezone)?;

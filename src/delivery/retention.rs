@@ -1,5 +1,8 @@
 //! The retention job (docs/design.md §9): once an hour (by the server's clock), deletes finished
-//! tasks with their attempts, and unreferenced events, older than `--retention-days`.
+//! tasks with their attempts, and unreferenced events, older than `--retention-days`, and
+//! schedule firing records older than that plus [`FIRINGS_MARGIN_MS`] (docs/operations.md,
+//! "Retention"): a backfill fires only instants inside the retention, so older records are
+//! not needed to fire an instant once.
 
 use crate::app::{App, Signal};
 use crate::store::{Store, StoreError, Tx};
@@ -12,6 +15,12 @@ const EVERY_MS: i64 = 60 * 60 * 1000;
 /// Rows deleted per transaction, so a large sweep never holds the write lock for long.
 const CHUNK: usize = 2000;
 const DAY_MS: i64 = 24 * 60 * 60 * 1000;
+/// Schedules whose old firing records one transaction deletes.
+const FIRINGS_CHUNK: usize = 500;
+/// How much longer than the retention firing records are kept: a backfill checks its instants
+/// against the retention on its own node's clock, and a day covers any skew between nodes and
+/// a backfill that started before the sweep.
+const FIRINGS_MARGIN_MS: i64 = DAY_MS;
 
 struct Stop {
     flag: AtomicBool,
@@ -57,9 +66,7 @@ fn run(app: &App, stop: &Stop) {
     while !stop.flag.load(Ordering::SeqCst) {
         let now = app.clock.now_ms();
         if now >= next_at {
-            let days = i64::try_from(app.config.retention_days).unwrap_or(i64::MAX / DAY_MS);
-            let cutoff = now.saturating_sub(days.saturating_mul(DAY_MS));
-            if let Err(e) = sweep(app, cutoff, &stop.flag) {
+            if let Err(e) = sweep(app, app.config.retention_cutoff(now), &stop.flag) {
                 tracing::error!(error = %e, "retention: sweep failed; trying again next time");
             }
             next_at = now + EVERY_MS;
@@ -79,10 +86,34 @@ fn sweep(app: &App, cutoff_ms: i64, stopping: &AtomicBool) -> anyhow::Result<()>
     let events = in_chunks(&*app.store, stopping, |tx| {
         tx.delete_old_events(cutoff_ms, CHUNK)
     })?;
-    if tasks + events > 0 {
-        tracing::info!(tasks, events, "retention: deleted old records");
+    let firings = firing_records(
+        &*app.store,
+        cutoff_ms.saturating_sub(FIRINGS_MARGIN_MS),
+        stopping,
+    )?;
+    if tasks + events + firings > 0 {
+        tracing::info!(tasks, events, firings, "retention: deleted old records");
     }
     Ok(())
+}
+
+/// Deletes the firing records before `cutoff_ms`, [`FIRINGS_CHUNK`] schedules per
+/// transaction, walking every schedule once; stops early at shutdown.
+fn firing_records(
+    store: &dyn Store,
+    cutoff_ms: i64,
+    stopping: &AtomicBool,
+) -> Result<usize, StoreError> {
+    let (mut total, mut after) = (0, 0);
+    while !stopping.load(Ordering::SeqCst) {
+        let (n, last) = store.write(|tx| tx.delete_old_firings(cutoff_ms, after, FIRINGS_CHUNK))?;
+        total += n;
+        match last {
+            Some(last) => after = last,
+            None => break,
+        }
+    }
+    Ok(total)
 }
 
 /// Runs `delete` (one chunk per transaction) until it deletes less than a chunk.

@@ -170,8 +170,21 @@ pub trait ScheduleQueries {
     fn get_active_schedule(&mut self, id: i64) -> Result<Option<Firing>, StoreError>;
     /// The earliest `next_run_at` of all active schedules: when the scheduler has work next.
     fn earliest_next_run(&mut self) -> Result<Option<i64>, StoreError>;
+    /// Records that each `(schedule_id, scheduled_at)` of `firings` fired, in one statement
+    /// where the backend gains from it; returns, for each, whether it was recorded now: false
+    /// when it had fired already (on any node), or appears earlier in `firings`. Callers pass
+    /// them in ascending order, so two transactions recording overlapping sets on PostgreSQL
+    /// wait for each other in one order and cannot deadlock.
+    fn record_firings(&mut self, firings: &[(i64, i64)]) -> Result<Vec<bool>, StoreError>;
     /// Records that `schedule_id` fired for `scheduled_at`; false when it already had.
-    fn record_firing(&mut self, schedule_id: i64, scheduled_at: i64) -> Result<bool, StoreError>;
+    fn record_firing(&mut self, schedule_id: i64, scheduled_at: i64) -> Result<bool, StoreError> {
+        Ok(self.record_firings(&[(schedule_id, scheduled_at)])? == [true])
+    }
+    /// Moves active schedules on after the scheduler looked at them (see [`Advance`]), in
+    /// one statement where the backend gains from it, at most one move per schedule.
+    /// `updated_at` is left alone (it tracks changes by the API); a schedule no longer active
+    /// is left alone.
+    fn advance_schedules(&mut self, moves: &[Advance]) -> Result<(), StoreError>;
     /// Moves an active schedule on after the scheduler looked at it: `next_run_at` always,
     /// `last_run_at` when it fired, `skipped_runs` up by `skipped`. `updated_at` is left alone
     /// (it tracks changes by the API).
@@ -181,5 +194,24 @@ pub trait ScheduleQueries {
         fired_at: Option<i64>,
         next_run_at: Option<i64>,
         skipped: i64,
-    ) -> Result<(), StoreError>;
+    ) -> Result<(), StoreError> {
+        self.advance_schedules(&[Advance {
+            id,
+            fired_at,
+            next_run_at,
+            skipped,
+        }])
+    }
+}
+
+/// How the scheduler moves one schedule on ([`ScheduleQueries::advance_schedules`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Advance {
+    pub id: i64,
+    /// The instant it fired for, set as `last_run_at`; `None` leaves `last_run_at` alone.
+    pub fired_at: Option<i64>,
+    /// The new `next_run_at` (`None`: no instant left in its window).
+    pub next_run_at: Option<i64>,
+    /// Added to `skipped_runs`.
+    pub skipped: i64,
 }

@@ -162,6 +162,10 @@ pub trait TaskQueries {
     /// Inserts a pending task and returns its id. Use inside the caller's transaction when
     /// creating several (fan-out), so they commit together.
     fn insert_task(&mut self, t: &NewTask<'_>) -> Result<i64, StoreError>;
+    /// Inserts pending tasks, in one statement where the backend gains from it (PostgreSQL:
+    /// one round trip for the fan-out of a whole batch of firings), and returns their ids in
+    /// the order of `tasks`.
+    fn insert_tasks(&mut self, tasks: &[NewTask<'_>]) -> Result<Vec<i64>, StoreError>;
     /// A task of an app.
     fn get_task(&mut self, app_id: &str, id: i64) -> Result<Option<Task>, StoreError>;
     /// One page, newest first, and the total count of matches.

@@ -24,7 +24,7 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from zoneinfo import ZoneInfo
 
 from playwright.sync_api import expect, sync_playwright
@@ -592,10 +592,17 @@ def run(page, result):
         row = page.locator("main tbody tr", has_text="nightly report v2")
         expect(row).to_contain_text("(by hand)")
         expect(row.locator(".outcome .badge.success")).to_have_text("1 success")
-        # Backfill: nine days hold nine 02:30 runs; a repeat fires none of them again.
+        # Backfill: nine days hold nine 02:30 runs; a repeat fires none of them again. The
+        # days lie inside the retention (a backfill reaches back --retention-days, 30, at most)
+        # and clear of a daylight-saving change in Berlin.
+        berlin = ZoneInfo("Europe/Berlin")
+        today = datetime.now(timezone.utc).replace(hour=0, minute=0, second=0, microsecond=0)
+        start = next(d for d in (today - timedelta(days=12), today - timedelta(days=24))
+                     if d.astimezone(berlin).utcoffset()
+                     == (d + timedelta(days=10)).astimezone(berlin).utcoffset())
         row.locator("button:has-text('Backfill')").click()
-        page.fill("form.grid input[name=from]", "2026-01-01T00:00:00")
-        page.fill("form.grid input[name=to]", "2026-01-10T00:00:00")
+        page.fill("form.grid input[name=from]", start.strftime("%Y-%m-%dT00:00:00"))
+        page.fill("form.grid input[name=to]", (start + timedelta(days=9)).strftime("%Y-%m-%dT00:00:00"))
         page.click("form.grid button[type=submit]")
         expect(page.locator(".backfill-result")).to_contain_text("9 runs fired, 0 already fired")
         page.click("form.grid button[type=submit]")

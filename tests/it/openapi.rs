@@ -393,11 +393,18 @@ fn real_replies_match_the_document() {
         None,
     );
     assert_eq!(fired["task_ids"].as_array().unwrap().len(), 1);
+    let now_secs = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    let yesterday_hour = (now_secs - 86_400) / 3600 * 3600;
     let (_, backfilled) = c(
         "POST",
         "/v1/schedules/{id}/backfill",
         &format!("/schedules/{sid}/backfill"),
-        Some(json!({"from": "2026-01-01T00:00:00Z", "to": "2026-01-01T00:10:00Z"})),
+        // An hour of yesterday (a backfill reaches back --retention-days at most), in Unix
+        // seconds: 3 instants of */5.
+        Some(json!({"from": yesterday_hour, "to": yesterday_hour + 600})),
     );
     assert_eq!(backfilled["fired"], 3);
     c(

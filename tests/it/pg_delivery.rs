@@ -572,6 +572,148 @@ fn two_nodes_fire_one_schedule_instant_once_and_split_due_batches() {
     );
 }
 
+/// Batches of firings as the scheduler writes them: two transactions recording overlapping
+/// sets at once (in the same ascending order) record each (schedule, instant) once between
+/// them, an instant listed twice is recorded once, and a batch of tasks comes back with its
+/// ids in the order given; one statement moves several schedules on.
+#[test]
+fn batches_of_firings_record_each_instant_once_and_tasks_keep_their_order() {
+    let Some((server, url)) = database("firing_batches") else {
+        return;
+    };
+    let mut c = server.client(&url);
+    let ids: Vec<i64> = (0..3)
+        .map(|i| {
+            PgTx::new(&mut c, "test")
+                .insert_schedule(&schedule(NOW + i, vec![]))
+                .unwrap()
+                .id
+        })
+        .collect();
+    let start = Arc::new(Barrier::new(2));
+    let batches = [
+        vec![(ids[0], NOW), (ids[1], NOW), (ids[2], NOW)],
+        vec![(ids[1], NOW), (ids[2], NOW), (ids[2], NOW + 60_000)],
+    ];
+    let racers: Vec<_> = batches
+        .into_iter()
+        .map(|keys| {
+            let (mut c, start) = (server.client(&url), start.clone());
+            std::thread::spawn(move || {
+                let mut tx = c.transaction().unwrap();
+                start.wait();
+                let new = PgTx::new(&mut tx, "test").record_firings(&keys).unwrap();
+                std::thread::sleep(std::time::Duration::from_millis(50));
+                tx.commit().unwrap();
+                keys.into_iter().zip(new).collect::<Vec<_>>()
+            })
+        })
+        .collect();
+    let mut wins = BTreeMap::new();
+    for racer in racers {
+        for (key, new) in racer.join().unwrap() {
+            *wins.entry(key).or_insert(0) += usize::from(new);
+        }
+    }
+    assert_eq!(wins.len(), 4);
+    assert!(wins.values().all(|&n| n == 1), "{wins:?}");
+    let rows: i64 = c
+        .query_one("SELECT count(*) FROM schedule_firings", &[])
+        .unwrap()
+        .get(0);
+    assert_eq!(rows, 4);
+    assert_eq!(
+        PgTx::new(&mut c, "test")
+            .record_firings(&[(ids[0], NOW + 1), (ids[0], NOW + 1), (ids[0], NOW)])
+            .unwrap(),
+        [true, false, false]
+    );
+
+    // Tasks in one statement, ids in the order given.
+    let endpoints: Vec<i64> = (0..5).map(|_| endpoint(&mut c, 1_000, None)).collect();
+    let mut traces = webhookd::trace::TaskTraces::new(None, false);
+    let tasks: Vec<NewTask> = endpoints
+        .iter()
+        .rev()
+        .map(|&endpoint_id| NewTask {
+            app_id: "app",
+            schedule_id: Some(ids[0]),
+            event_id: None,
+            endpoint_id,
+            task_type: TaskKind::Schedule,
+            payload: r#"{"n":1}"#,
+            run_at: NOW + endpoint_id,
+            max_attempts: 3,
+            now_ms: NOW,
+            trace: traces.for_task(),
+        })
+        .collect();
+    let task_ids = PgTx::new(&mut c, "test").insert_tasks(&tasks).unwrap();
+    assert_eq!(task_ids.len(), tasks.len());
+    for (id, t) in task_ids.iter().zip(&tasks) {
+        let r = c
+            .query_one(
+                "SELECT endpoint_id, run_at, status, schedule_id, trace_id FROM tasks WHERE id = $1",
+                &[id],
+            )
+            .unwrap();
+        let got: (i64, i64, String, Option<i64>, Option<String>) =
+            (r.get(0), r.get(1), r.get(2), r.get(3), r.get(4));
+        let trace = Some(t.trace.to_columns().0);
+        assert_eq!(
+            got,
+            (
+                t.endpoint_id,
+                t.run_at,
+                "pending".into(),
+                Some(ids[0]),
+                trace
+            )
+        );
+    }
+    assert!(
+        PgTx::new(&mut c, "test")
+            .insert_tasks(&[])
+            .unwrap()
+            .is_empty()
+    );
+
+    // Several schedules moved on in one statement.
+    PgTx::new(&mut c, "test")
+        .advance_schedules(&[
+            webhookd::store::schedules::Advance {
+                id: ids[0],
+                fired_at: Some(NOW),
+                next_run_at: Some(NOW + 60_000),
+                skipped: 1,
+            },
+            webhookd::store::schedules::Advance {
+                id: ids[1],
+                fired_at: None,
+                next_run_at: None,
+                skipped: 0,
+            },
+        ])
+        .unwrap();
+    let moved: Vec<(Option<i64>, Option<i64>, i64)> = c
+        .query(
+            "SELECT last_run_at, next_run_at, skipped_runs FROM schedules ORDER BY id",
+            &[],
+        )
+        .unwrap()
+        .iter()
+        .map(|r| (r.get(0), r.get(1), r.get(2)))
+        .collect();
+    assert_eq!(
+        moved,
+        [
+            (Some(NOW), Some(NOW + 60_000), 1),
+            (None, None, 0),
+            (None, Some(NOW + 2), 0)
+        ]
+    );
+}
+
 #[test]
 fn schedule_round_trips() {
     let Some((server, url)) = database("schedules") else {

@@ -389,3 +389,58 @@ fn racing_backfills_and_the_scheduler_fire_each_instant_once() {
     let total = |c: &Value| c["fired"].as_i64().unwrap() + c["already_fired"].as_i64().unwrap();
     assert_eq!((total(&counts[0]), total(&counts[1])), (71, 41));
 }
+
+/// Firing records older than `--retention-days` plus a day are deleted by the retention
+/// sweep; younger ones stay, and a backfill refuses instants older than the retention (it
+/// could no longer tell them fired or not), so no instant can fire twice.
+#[test]
+fn firing_records_past_the_retention_go_and_backfill_stays_inside_it() {
+    let server = TestServer::start_manual(at(12, 0, 30), |config| {
+        wide_skew(config);
+        config.retention_days = 1;
+        config.max_idle = Duration::from_millis(100);
+    });
+    let c = server.client();
+    endpoint(&c, "a");
+    let sid = minutely(&c, json!({}));
+    let day = TimeDelta::days(1);
+    // 12:01 fires, and a backfill fires 11:55 … 12:00.
+    server.advance(TimeDelta::minutes(1));
+    wait_tasks(&server, sid, 1);
+    let done = backfill(&c, sid, at(11, 55, 0), at(12, 1, 0));
+    assert_eq!(done, json!({ "fired": 6, "already_fired": 1 }));
+    // 14:00 fires (caught up); then, a minute short of two days later, 13:59 of day 3.
+    server.advance(TimeDelta::minutes(119));
+    wait_next_run(&c, sid, at(14, 1, 0));
+    server.advance(day * 2 - TimeDelta::minutes(1));
+    wait_next_run(&c, sid, at(14, 0, 0) + day * 2);
+    // Now is 13:59:30 on day 3: records before 13:59:30 on day 1 (retention 1 day, plus a
+    // day) go; 14:00 of day 1 stays.
+    let mut db = Db::open(&server.db);
+    let kept = wait_for(Duration::from_secs(10), || {
+        let rows = db.rows(
+            &format!(
+                "SELECT scheduled_at FROM schedule_firings WHERE schedule_id = {sid} ORDER BY scheduled_at"
+            ),
+            &[],
+        );
+        let kept: Vec<i64> = rows.iter().map(|r| r[0].int()).collect();
+        (kept.len() == 2).then_some(kept)
+    })
+    .unwrap_or_else(|| panic!("the old firing records are deleted: {}", firings(&server, sid)));
+    assert_eq!(kept, [ms(at(14, 0, 0)), ms(at(13, 59, 0) + day * 2)]);
+
+    // A backfill reaching before the retention (13:59:30 yesterday) is refused naming from;
+    // one inside it fires the instants that have not fired.
+    expect_field_errors(
+        &c,
+        "POST",
+        &format!("/schedules/{sid}/backfill"),
+        [(
+            json!({ "from": rfc(at(13, 59, 0) + day), "to": rfc(at(14, 3, 0) + day) }),
+            "from",
+        )],
+    );
+    let inside = backfill(&c, sid, at(14, 0, 0) + day, at(14, 3, 0) + day);
+    assert_eq!(inside, json!({ "fired": 4, "already_fired": 0 }));
+}

@@ -1,5 +1,5 @@
-//! Retention (docs/design.md §9) on PostgreSQL: finished tasks with their attempts, and old events,
-//! in small chunks. Several nodes may run it at once: the deletes are idempotent and a chunk
+//! Retention (docs/design.md §9) on PostgreSQL: finished tasks with their attempts, old events,
+//! and schedule firing records past the retention, in small chunks. Several nodes may run it at once: the deletes are idempotent and a chunk
 //! skips rows another node holds.
 
 use crate::store::postgres::PgTx;
@@ -38,5 +38,31 @@ impl<C: GenericClient> RetentionQueries for PgTx<'_, C> {
             &[&cutoff_ms, &limit],
         )?;
         Ok(usize::try_from(n).unwrap_or(usize::MAX))
+    }
+
+    /// Two nodes sweeping at once delete the same rows: the second finds them gone.
+    fn delete_old_firings(
+        &mut self,
+        cutoff_ms: i64,
+        after_id: i64,
+        limit: usize,
+    ) -> Result<(usize, Option<i64>), StoreError> {
+        let c = &mut *self.c;
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        let last: Option<i64> = c
+            .query_one(
+                "SELECT max(id) FROM (SELECT id FROM schedules WHERE id > $1 ORDER BY id LIMIT $2) s",
+                &[&after_id, &limit],
+            )?
+            .try_get(0)?;
+        let Some(last) = last else {
+            return Ok((0, None));
+        };
+        let gone = c.execute(
+            "DELETE FROM schedule_firings
+             WHERE schedule_id > $1 AND schedule_id <= $2 AND scheduled_at < $3",
+            &[&after_id, &last, &cutoff_ms],
+        )?;
+        Ok((usize::try_from(gone).unwrap_or(usize::MAX), Some(last)))
     }
 }

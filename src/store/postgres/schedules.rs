@@ -1,6 +1,6 @@
 //! The `schedules` table and `schedule_firings` on PostgreSQL, [`ScheduleQueries`] on a
 //! [`PgTx`]. Every node runs the scheduler: `due_schedules` locks with `FOR UPDATE SKIP LOCKED`,
-//! so two nodes' ticks split a batch instead of queueing, and `record_firing`'s row — not the
+//! so two nodes' ticks split a batch instead of queueing, and `record_firings`' rows — not the
 //! lock — is the once-per-(schedule, instant) guarantee (it also holds when an API update moved
 //! `next_run_at` on another node mid-tick).
 
@@ -8,12 +8,12 @@ use super::list::{Filters, list_page};
 use super::tasks::get_of_app;
 use crate::store::Page;
 use crate::store::postgres::PgTx;
-use crate::store::schedules::{Firing, Schedule, Window};
+use crate::store::schedules::{Advance, Firing, Schedule, Window};
 use crate::store::{ScheduleQueries, StoreError};
 use postgres::GenericClient;
 use postgres::Row;
 use serde_json::Value;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 
 const COLUMNS: &str = "id, app_id, name, cron_expr, timezone, payload, status, next_run_at, last_run_at, created_at, updated_at, endpoint_ids, paused_reason, catchup, overlap, skipped_runs, starts_at, ends_at, jitter_sec";
 const FIRING_COLUMNS: &str = "id, app_id, cron_expr, timezone, payload, endpoint_ids, next_run_at, catchup, overlap, starts_at, ends_at, jitter_sec";
@@ -210,34 +210,47 @@ impl<C: GenericClient> ScheduleQueries for PgTx<'_, C> {
         .try_get(0)?)
     }
 
-    /// Records that `schedule_id` fired for `scheduled_at`; false when it already had, on this node
-    /// or another (a concurrent insert of the same instant waits for the first to commit, then
-    /// inserts nothing).
-    fn record_firing(&mut self, schedule_id: i64, scheduled_at: i64) -> Result<bool, StoreError> {
+    /// Records the firings in one statement; for each, false when it had fired already, on this
+    /// node or another (a concurrent insert of the same instant waits for the first to commit,
+    /// then inserts nothing), or appears earlier in `firings`.
+    fn record_firings(&mut self, firings: &[(i64, i64)]) -> Result<Vec<bool>, StoreError> {
+        if firings.is_empty() {
+            return Ok(Vec::new());
+        }
         let c = &mut *self.c;
-        let n = c.execute(
-            "INSERT INTO schedule_firings (schedule_id, scheduled_at) VALUES ($1, $2)
-             ON CONFLICT DO NOTHING",
-            &[&schedule_id, &scheduled_at],
-        )?;
-        Ok(n == 1)
+        let (ids, ats): (Vec<i64>, Vec<i64>) = firings.iter().copied().unzip();
+        let mut inserted: HashSet<(i64, i64)> = c
+            .query(
+                "INSERT INTO schedule_firings (schedule_id, scheduled_at)
+                 SELECT * FROM unnest($1::int8[], $2::int8[])
+                 ON CONFLICT DO NOTHING
+                 RETURNING schedule_id, scheduled_at",
+                &[&ids, &ats],
+            )?
+            .iter()
+            .map(|r| Ok((r.try_get(0)?, r.try_get(1)?)))
+            .collect::<Result<_, postgres::Error>>()?;
+        Ok(firings.iter().map(|f| inserted.remove(f)).collect())
     }
 
-    /// Moves an active schedule on: `next_run_at` always, `last_run_at` when it fired,
-    /// `skipped_runs` up by `skipped`. `updated_at` is left alone.
-    fn advance_schedule(
-        &mut self,
-        id: i64,
-        fired_at: Option<i64>,
-        next_run_at: Option<i64>,
-        skipped: i64,
-    ) -> Result<(), StoreError> {
+    /// Moves active schedules on in one statement: `next_run_at` always, `last_run_at` when
+    /// it fired, `skipped_runs` up by `skipped`. `updated_at` is left alone.
+    fn advance_schedules(&mut self, moves: &[Advance]) -> Result<(), StoreError> {
+        if moves.is_empty() {
+            return Ok(());
+        }
         let c = &mut *self.c;
+        let ids: Vec<i64> = moves.iter().map(|m| m.id).collect();
+        let fired: Vec<Option<i64>> = moves.iter().map(|m| m.fired_at).collect();
+        let next: Vec<Option<i64>> = moves.iter().map(|m| m.next_run_at).collect();
+        let skipped: Vec<i64> = moves.iter().map(|m| m.skipped).collect();
         c.execute(
-            "UPDATE schedules SET last_run_at = coalesce($2, last_run_at), next_run_at = $3,
-             skipped_runs = skipped_runs + $4
-             WHERE id = $1 AND status = 'active'",
-            &[&id, &fired_at, &next_run_at, &skipped],
+            "UPDATE schedules s SET last_run_at = coalesce(m.fired_at, s.last_run_at),
+             next_run_at = m.next_run_at, skipped_runs = s.skipped_runs + m.skipped
+             FROM unnest($1::int8[], $2::int8[], $3::int8[], $4::int8[])
+                  AS m(id, fired_at, next_run_at, skipped)
+             WHERE s.id = m.id AND s.status = 'active'",
+            &[&ids, &fired, &next, &skipped],
         )?;
         Ok(())
     }

@@ -1,5 +1,5 @@
 //! Retention (docs/design.md §9): deleting finished tasks, their attempts, and events older than
-//! `--retention-days`. In small chunks, so that a large clean-up never holds the write lock for
+//! `--retention-days`, and schedule firing records past it. In small chunks, so that a large clean-up never holds the write lock for
 //! long while deliveries are committing.
 
 use crate::store::sqlite::SqliteTx;
@@ -32,5 +32,30 @@ impl RetentionQueries for SqliteTx<'_> {
                 ORDER BY id LIMIT ?2 + 0)",
             )?
             .execute(params![cutoff_ms, limit])?)
+    }
+
+    fn delete_old_firings(
+        &mut self,
+        cutoff_ms: i64,
+        after_id: i64,
+        limit: usize,
+    ) -> Result<(usize, Option<i64>), StoreError> {
+        let conn = self.0;
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        let last: Option<i64> = conn
+            .prepare_cached(
+                "SELECT max(id) FROM (SELECT id FROM schedules WHERE id > ?1 ORDER BY id LIMIT ?2)",
+            )?
+            .query_row(params![after_id, limit], |r| r.get(0))?;
+        let Some(last) = last else {
+            return Ok((0, None));
+        };
+        let gone = conn
+            .prepare_cached(
+                "DELETE FROM schedule_firings
+                 WHERE schedule_id > ?1 AND schedule_id <= ?2 AND scheduled_at < ?3",
+            )?
+            .execute(params![after_id, last, cutoff_ms])?;
+        Ok((gone, Some(last)))
     }
 }

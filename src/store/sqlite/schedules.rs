@@ -199,30 +199,29 @@ impl ScheduleQueries for SqliteTx<'_> {
             .query_row([], |r| r.get(0))?)
     }
 
-    fn record_firing(&mut self, schedule_id: i64, scheduled_at: i64) -> Result<bool, StoreError> {
+    /// One prepared statement per row: in-process, a multi-row statement would save nothing.
+    fn record_firings(&mut self, firings: &[(i64, i64)]) -> Result<Vec<bool>, StoreError> {
         let conn = self.0;
-        let n = conn
-            .prepare_cached(
-                "INSERT OR IGNORE INTO schedule_firings (schedule_id, scheduled_at) VALUES (?1, ?2)",
-            )?
-            .execute(params![schedule_id, scheduled_at])?;
-        Ok(n == 1)
+        let mut insert = conn.prepare_cached(
+            "INSERT OR IGNORE INTO schedule_firings (schedule_id, scheduled_at) VALUES (?1, ?2)",
+        )?;
+        let mut recorded = Vec::with_capacity(firings.len());
+        for (schedule_id, scheduled_at) in firings {
+            recorded.push(insert.execute(params![schedule_id, scheduled_at])? == 1);
+        }
+        Ok(recorded)
     }
 
-    fn advance_schedule(
-        &mut self,
-        id: i64,
-        fired_at: Option<i64>,
-        next_run_at: Option<i64>,
-        skipped: i64,
-    ) -> Result<(), StoreError> {
+    fn advance_schedules(&mut self, moves: &[Advance]) -> Result<(), StoreError> {
         let conn = self.0;
-        conn.prepare_cached(
+        let mut update = conn.prepare_cached(
             "UPDATE schedules SET last_run_at = coalesce(?2, last_run_at), next_run_at = ?3,
              skipped_runs = skipped_runs + ?4
              WHERE id = ?1 AND status = 'active'",
-        )?
-        .execute(params![id, fired_at, next_run_at, skipped])?;
+        )?;
+        for m in moves {
+            update.execute(params![m.id, m.fired_at, m.next_run_at, m.skipped])?;
+        }
         Ok(())
     }
 }

@@ -73,6 +73,11 @@ impl TaskQueries for SqliteTx<'_> {
         Ok(conn.last_insert_rowid())
     }
 
+    /// One prepared statement per row: in-process, a multi-row statement would save nothing.
+    fn insert_tasks(&mut self, tasks: &[NewTask<'_>]) -> Result<Vec<i64>, StoreError> {
+        tasks.iter().map(|t| self.insert_task(t)).collect()
+    }
+
     fn get_task(&mut self, app_id: &str, id: i64) -> Result<Option<Task>, StoreError> {
         let conn = self.0;
         Ok(conn
