@@ -194,7 +194,8 @@ pub struct ServeArgs {
     /// Also refuse loopback, private (RFC 1918), CGNAT and unique-local delivery targets.
     #[arg(long, env = "WEBHOOKD_DENY_PRIVATE_TARGETS", action = ArgAction::SetTrue, value_parser = BoolishValueParser::new())]
     pub deny_private_targets: bool,
-    /// Delete finished tasks, attempts and events older than this many days.
+    /// Delete finished tasks, attempts and events older than this many days (the scheduler's
+    /// schedule firing records a day later).
     #[arg(long, env = "WEBHOOKD_RETENTION_DAYS", default_value_t = 30)]
     pub retention_days: u64,
     /// Requests per second allowed per API key (429 beyond); 0 = no limit.

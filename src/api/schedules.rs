@@ -349,17 +349,22 @@ pub fn backfill(ctx: &mut Ctx<'_>, req: &Request) -> ApiResult<Value> {
     if to < from {
         return Err(ApiError::validation("to: must be at or after from"));
     }
-    // Firing records older than the retention are deleted (docs/operations.md, "Retention"):
-    // an instant before it could not be told fired or not.
-    let days = ctx.app.config.retention_days;
+    let schedule = load_live(ctx, req.id(), "backfilled")?;
+    // The scheduler's firing records older than the retention are deleted (docs/operations.md,
+    // "Retention"): an instant between the schedule's creation and the retention's edge can no
+    // longer be told fired or not. Instants before the creation only a backfill fires, and
+    // their records are kept, so any past before it can be backfilled (and repeated).
     let oldest = ctx.app.config.retention_cutoff(ctx.now_ms);
-    if from.timestamp_millis() < oldest {
+    let forgotten = schedule.created_at..oldest;
+    if from.timestamp_millis() < forgotten.end && to.timestamp_millis() >= forgotten.start {
+        let days = ctx.app.config.retention_days;
         return Err(ApiError::validation(format!(
-            "from: must be within --retention-days ({days} days), at or after {}: older instants are not kept as fired or not",
+            "from: the instants between the schedule's creation ({}) and {} are past --retention-days ({days} days): their firing records are gone, so they cannot be told fired or not; backfill from {} on, or only before the creation",
+            rfc3339(schedule.created_at),
+            rfc3339(oldest),
             rfc3339(oldest)
         )));
     }
-    let schedule = load_live(ctx, req.id(), "backfilled")?;
     check_has_targets(&schedule, "backfilled")?;
     let cron = parse_cron(&schedule.cron_expr, &schedule.timezone)?;
     let until = to.min(from_ms(ctx.now_ms));

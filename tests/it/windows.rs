@@ -390,9 +390,11 @@ fn racing_backfills_and_the_scheduler_fire_each_instant_once() {
     assert_eq!((total(&counts[0]), total(&counts[1])), (71, 41));
 }
 
-/// Firing records older than `--retention-days` plus a day are deleted by the retention
-/// sweep; younger ones stay, and a backfill refuses instants older than the retention (it
-/// could no longer tell them fired or not), so no instant can fire twice.
+/// The scheduler's firing records older than `--retention-days` plus a day are deleted by the
+/// retention sweep; younger ones stay, and so do a backfill's records of instants before the
+/// schedule was created (only a backfill fires those). A backfill refuses the instants between
+/// the creation and the retention's edge (it could no longer tell them fired or not) and
+/// takes any before the creation, so no instant can fire twice.
 #[test]
 fn firing_records_past_the_retention_go_and_backfill_stays_inside_it() {
     let server = TestServer::start_manual(at(12, 0, 30), |config| {
@@ -414,8 +416,9 @@ fn firing_records_past_the_retention_go_and_backfill_stays_inside_it() {
     wait_next_run(&c, sid, at(14, 1, 0));
     server.advance(day * 2 - TimeDelta::minutes(1));
     wait_next_run(&c, sid, at(14, 0, 0) + day * 2);
-    // Now is 13:59:30 on day 3: records before 13:59:30 on day 1 (retention 1 day, plus a
-    // day) go; 14:00 of day 1 stays.
+    // Now is 13:59:30 on day 3: the scheduler's records before 13:59:30 on day 1 (retention
+    // 1 day, plus a day) go; 14:00 of day 1 stays, and so do the backfilled 11:55 … 12:00,
+    // instants before the schedule was created (12:00:30).
     let mut db = Db::open(&server.db);
     let kept = wait_for(Duration::from_secs(10), || {
         let rows = db.rows(
@@ -425,10 +428,12 @@ fn firing_records_past_the_retention_go_and_backfill_stays_inside_it() {
             &[],
         );
         let kept: Vec<i64> = rows.iter().map(|r| r[0].int()).collect();
-        (kept.len() == 2).then_some(kept)
+        (kept.len() == 8).then_some(kept)
     })
     .unwrap_or_else(|| panic!("the old firing records are deleted: {}", firings(&server, sid)));
-    assert_eq!(kept, [ms(at(14, 0, 0)), ms(at(13, 59, 0) + day * 2)]);
+    let backfilled = (55..=59).map(|m| ms(at(11, m, 0))).chain([ms(at(12, 0, 0))]);
+    let scheduler = [ms(at(14, 0, 0)), ms(at(13, 59, 0) + day * 2)];
+    assert_eq!(kept, backfilled.chain(scheduler).collect::<Vec<_>>());
 
     // A backfill reaching before the retention (13:59:30 yesterday) is refused naming from;
     // one inside it fires the instants that have not fired.
@@ -443,4 +448,9 @@ fn firing_records_past_the_retention_go_and_backfill_stays_inside_it() {
     );
     let inside = backfill(&c, sid, at(14, 0, 0) + day, at(14, 3, 0) + day);
     assert_eq!(inside, json!({ "fired": 4, "already_fired": 0 }));
+    // Before the creation, any past is open, and a repeat fires nothing twice.
+    let before = backfill(&c, sid, at(11, 50, 0), at(11, 59, 0));
+    assert_eq!(before, json!({ "fired": 5, "already_fired": 5 }));
+    let repeat = backfill(&c, sid, at(11, 50, 0), at(11, 59, 0));
+    assert_eq!(repeat, json!({ "fired": 0, "already_fired": 10 }));
 }

@@ -59,8 +59,10 @@ impl<C: GenericClient> RetentionQueries for PgTx<'_, C> {
             return Ok((0, None));
         };
         let gone = c.execute(
-            "DELETE FROM schedule_firings
-             WHERE schedule_id > $1 AND schedule_id <= $2 AND scheduled_at < $3",
+            "DELETE FROM schedule_firings f
+             WHERE schedule_id > $1 AND schedule_id <= $2 AND scheduled_at < $3
+             AND scheduled_at >= coalesce(
+                 (SELECT created_at FROM schedules s WHERE s.id = f.schedule_id), 0)",
             &[&after_id, &last, &cutoff_ms],
         )?;
         Ok((usize::try_from(gone).unwrap_or(usize::MAX), Some(last)))

@@ -53,7 +53,9 @@ impl RetentionQueries for SqliteTx<'_> {
         let gone = conn
             .prepare_cached(
                 "DELETE FROM schedule_firings
-                 WHERE schedule_id > ?1 AND schedule_id <= ?2 AND scheduled_at < ?3",
+                 WHERE schedule_id > ?1 AND schedule_id <= ?2 AND scheduled_at < ?3
+                 AND scheduled_at >= coalesce(
+                     (SELECT created_at FROM schedules WHERE schedules.id = schedule_id), 0)",
             )?
             .execute(params![after_id, last, cutoff_ms])?;
         Ok((gone, Some(last)))
