@@ -9,7 +9,7 @@
 
 use super::list::{Filters, list_page};
 use crate::store::Page;
-use crate::store::postgres::PgTx;
+use crate::store::postgres::{Backing, PgTx, Sql};
 use crate::store::tasks::{AfterAttempt, Claimed, NewTask, RetryFilter, STATUSES, TASK_TYPES};
 use crate::store::tasks::{Task, TaskFilter};
 use crate::store::{StoreError, TaskQueries};
@@ -51,7 +51,7 @@ fn from_row(r: &Row) -> Result<Task, postgres::Error> {
 
 /// The row `id` of `table` if it belongs to `app_id`.
 pub(super) fn get_of_app<T>(
-    c: &mut impl GenericClient,
+    c: &mut Sql<impl Backing>,
     table: &str,
     columns: &str,
     app_id: &str,
@@ -503,7 +503,7 @@ const LEASE_OVER: &str = "(lease_until IS NULL OR lease_until <= $1)";
 
 /// Hands running tasks back to `pending`, due at the latest now; clears their claim.
 fn hand_back(
-    c: &mut impl GenericClient,
+    c: &mut Sql<impl Backing>,
     which: &str,
     params: &[&(dyn ToSql + Sync)],
 ) -> Result<usize, postgres::Error> {
