@@ -10,7 +10,9 @@
 use super::list::{Filters, list_page};
 use crate::store::Page;
 use crate::store::postgres::{Backing, PgTx, Sql};
-use crate::store::tasks::{AfterAttempt, Claimed, NewTask, RetryFilter, STATUSES, TASK_TYPES};
+use crate::store::tasks::{
+    AfterAttempt, Claimed, Finish, NewTask, RetryFilter, STATUSES, TASK_TYPES, TaskKind,
+};
 use crate::store::tasks::{Task, TaskFilter};
 use crate::store::{StoreError, TaskQueries};
 use crate::trace::TaskTrace;
@@ -100,6 +102,81 @@ impl<C: GenericClient> TaskQueries for PgTx<'_, C> {
         .try_get(0)?;
         self.tasks_due();
         Ok(id)
+    }
+
+    /// One `INSERT … SELECT FROM unnest(…)` for tasks that share all but their endpoint,
+    /// attempts and trace (a fan-out); one [`TaskQueries::insert_task`] each otherwise.
+    fn insert_tasks(&mut self, tasks: &[NewTask<'_>]) -> Result<usize, StoreError> {
+        let Some((first, rest)) = tasks.split_first() else {
+            return Ok(0);
+        };
+        fn shared<'a>(
+            t: &NewTask<'a>,
+        ) -> (
+            &'a str,
+            Option<i64>,
+            Option<i64>,
+            TaskKind,
+            &'a str,
+            i64,
+            i64,
+        ) {
+            (
+                t.app_id,
+                t.schedule_id,
+                t.event_id,
+                t.task_type,
+                t.payload,
+                t.run_at,
+                t.now_ms,
+            )
+        }
+        if rest.is_empty() || rest.iter().any(|t| shared(t) != shared(first)) {
+            for t in tasks {
+                self.insert_task(t)?;
+            }
+            return Ok(tasks.len());
+        }
+        let endpoint_ids: Vec<i64> = tasks.iter().map(|t| t.endpoint_id).collect();
+        let max_attempts: Vec<i64> = tasks.iter().map(|t| t.max_attempts).collect();
+        let (mut trace_ids, mut trace_parents, mut trace_flags) = (
+            Vec::with_capacity(tasks.len()),
+            Vec::with_capacity(tasks.len()),
+            Vec::with_capacity(tasks.len()),
+        );
+        for t in tasks {
+            let (id, parent, flags) = t.trace.to_columns();
+            trace_ids.push(id);
+            trace_parents.push(parent);
+            trace_flags.push(flags);
+        }
+        let c = &mut *self.c;
+        let n = c.execute(
+            "INSERT INTO tasks (app_id, schedule_id, event_id, endpoint_id, task_type, payload, status, run_at,
+                                attempts, max_attempts, next_attempt_at, created_at, updated_at,
+                                trace_id, trace_parent, trace_flags)
+             SELECT $1, $2, $3, t.endpoint_id, $4, $5, 'pending', $6, 0, t.max_attempts, $6, $7, $7,
+                    t.trace_id, t.trace_parent, t.trace_flags
+               FROM unnest($8::bigint[], $9::bigint[], $10::text[], $11::text[], $12::bigint[])
+                    WITH ORDINALITY AS t(endpoint_id, max_attempts, trace_id, trace_parent, trace_flags, n)
+              ORDER BY t.n",
+            &[
+                &first.app_id,
+                &first.schedule_id,
+                &first.event_id,
+                &first.task_type,
+                &first.payload,
+                &first.run_at,
+                &first.now_ms,
+                &endpoint_ids,
+                &max_attempts,
+                &trace_ids,
+                &trace_parents,
+                &trace_flags,
+            ],
+        )?;
+        self.tasks_due();
+        Ok(usize::try_from(n).unwrap_or(usize::MAX))
     }
 
     fn get_task(&mut self, app_id: &str, id: i64) -> Result<Option<Task>, StoreError> {
@@ -241,11 +318,7 @@ impl<C: GenericClient> TaskQueries for PgTx<'_, C> {
     ) -> Result<bool, StoreError> {
         let c = &mut *self.c;
         let node = self.node;
-        let (status, next_attempt_at) = match after {
-            AfterAttempt::Success => ("success", None),
-            AfterAttempt::RetryAt(at) => ("pending", Some(at)),
-            AfterAttempt::Failed => ("failed", None),
-        };
+        let (status, next_attempt_at) = after_columns(after);
         let n = c.execute(
             "UPDATE tasks SET
                 status = CASE WHEN $2::text = 'pending' AND NOT EXISTS
@@ -269,6 +342,69 @@ impl<C: GenericClient> TaskQueries for PgTx<'_, C> {
             ],
         )?;
         Ok(n == 1)
+    }
+
+    /// One `UPDATE … FROM unnest(…)` for distinct tasks, with [`TaskQueries::finish_attempt`]'s
+    /// rules row by row; the tasks it returns are the ones recorded.
+    fn finish_attempts(&mut self, results: &[Finish<'_>]) -> Result<Vec<bool>, StoreError> {
+        let ids: Vec<i64> = results.iter().map(|f| f.task_id).collect();
+        let mut distinct = ids.clone();
+        distinct.sort_unstable();
+        distinct.dedup();
+        if results.len() < 2 || distinct.len() < ids.len() {
+            return results
+                .iter()
+                .map(|f| {
+                    self.finish_attempt(
+                        f.task_id,
+                        f.attempt,
+                        f.after,
+                        f.last_status_code,
+                        f.last_error,
+                        f.now_ms,
+                    )
+                })
+                .collect();
+        }
+        let c = &mut *self.c;
+        let node = self.node;
+        let (statuses, next_attempts): (Vec<&str>, Vec<Option<i64>>) =
+            results.iter().map(|f| after_columns(f.after)).unzip();
+        let attempts: Vec<i64> = results.iter().map(|f| f.attempt).collect();
+        let codes: Vec<Option<i64>> = results.iter().map(|f| f.last_status_code).collect();
+        let errors: Vec<Option<&str>> = results.iter().map(|f| f.last_error).collect();
+        let nows: Vec<i64> = results.iter().map(|f| f.now_ms).collect();
+        let recorded: std::collections::HashSet<i64> = c
+            .query(
+                "UPDATE tasks SET
+                    status = CASE WHEN r.status = 'pending' AND NOT EXISTS
+                        (SELECT 1 FROM endpoints e WHERE e.id = tasks.endpoint_id) THEN 'canceled' ELSE r.status END,
+                    finished_at = CASE WHEN r.status <> 'pending' OR NOT EXISTS
+                        (SELECT 1 FROM endpoints e WHERE e.id = tasks.endpoint_id) THEN r.now END,
+                    next_attempt_at = CASE WHEN EXISTS
+                        (SELECT 1 FROM endpoints e WHERE e.id = tasks.endpoint_id) THEN r.next_attempt_at END,
+                    attempts = r.attempts, last_status_code = r.status_code, last_error = r.error,
+                    updated_at = r.now, claimed_by = NULL, lease_until = NULL
+                   FROM unnest($1::bigint[], $2::text[], $3::bigint[], $4::bigint[], $5::bigint[],
+                               $6::text[], $7::bigint[])
+                        AS r(id, status, attempts, next_attempt_at, status_code, error, now)
+                  WHERE tasks.id = r.id AND tasks.status = 'running' AND tasks.claimed_by = $8
+                 RETURNING tasks.id",
+                &[
+                    &ids,
+                    &statuses,
+                    &attempts,
+                    &next_attempts,
+                    &codes,
+                    &errors,
+                    &nows,
+                    &node,
+                ],
+            )?
+            .iter()
+            .map(|r| r.try_get(0))
+            .collect::<Result<_, _>>()?;
+        Ok(ids.iter().map(|id| recorded.contains(id)).collect())
     }
 
     /// Marks a task just inserted in the caller's transaction as `running` under `node`'s claim,
@@ -456,6 +592,15 @@ impl<C: GenericClient> TaskQueries for PgTx<'_, C> {
                 .map(|r| Ok::<_, postgres::Error>((r.try_get(0)?, r.try_get(1)?)))
                 .collect::<Result<_, _>>()?,
         )
+    }
+}
+
+/// The status and next attempt time a result leaves a task in (before the endpoint check).
+fn after_columns(after: AfterAttempt) -> (&'static str, Option<i64>) {
+    match after {
+        AfterAttempt::Success => ("success", None),
+        AfterAttempt::RetryAt(at) => ("pending", Some(at)),
+        AfterAttempt::Failed => ("failed", None),
     }
 }
 
