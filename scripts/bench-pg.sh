@@ -25,7 +25,8 @@
 #      round trips; slower, so its rates are not comparable),
 #      BINS="main=/tmp/webhookd-main new=target/release/webhookd" (A/B: each run is made with
 #      each binary in turn, interleaved, on the same PostgreSQL server; default: this tree's
-#      build only), ROUNDS (default 1): every run repeated, the table shows medians.
+#      build only), ROUNDS (default 1): every run repeated, the table shows medians,
+#      BUILD=0 (use target/release/examples/bench as it is; with BINS, nothing is built).
 # Counts per run (docs/scaling.md): WAL bytes (pg_current_wal_lsn before and after), statements
 # (pg_stat_statements), transactions and peak connections of the run's database (sampled).
 set -euo pipefail
@@ -49,8 +50,10 @@ done
 PGBIN=$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -1)
 [ -x "$PGBIN/initdb" ] || { echo "bench-pg: no PostgreSQL server (apt-get install -y postgresql)" >&2; exit 2; }
 
-echo "== building the release binary and harness" >&2
-cargo build --release --bin webhookd --example bench >&2
+if [ "${BUILD:-1}" = 1 ]; then
+    echo "== building the release binary and harness" >&2
+    cargo build --release --bin webhookd --example bench >&2
+fi
 BENCH=$PWD/target/release/examples/bench
 ROUNDS=${ROUNDS:-1}
 BINS=${BINS:-}
