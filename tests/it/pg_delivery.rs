@@ -1036,7 +1036,11 @@ fn batched_fan_out_inserts_and_results_follow_the_single_row_rules() {
             result(ids[2], AfterAttempt::Failed),
         ])
         .unwrap();
-    assert_eq!(recorded, [true, true, false], "B's task is not A's to record");
+    assert_eq!(
+        recorded,
+        [true, true, false],
+        "B's task is not A's to record"
+    );
     let after: Vec<(String, Option<i64>, Option<i64>, i64, Option<String>)> = c
         .query(
             "SELECT status, next_attempt_at, finished_at, attempts, claimed_by FROM tasks
