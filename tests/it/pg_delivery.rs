@@ -1041,7 +1041,8 @@ fn batched_fan_out_inserts_and_results_follow_the_single_row_rules() {
         [true, true, false],
         "B's task is not A's to record"
     );
-    let after: Vec<(String, Option<i64>, Option<i64>, i64, Option<String>)> = c
+    type Row = (String, Option<i64>, Option<i64>, i64, Option<String>);
+    let after: Vec<Row> = c
         .query(
             "SELECT status, next_attempt_at, finished_at, attempts, claimed_by FROM tasks
               WHERE id = ANY($1) ORDER BY id",
