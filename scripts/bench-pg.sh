@@ -24,7 +24,11 @@
 #      BENCH_ARGS (more harness arguments for every run: `--binary PATH` runs another build
 #      for an A/B, `--fill` fills the schedules straight into the database),
 #      ROUNDTRIPS=1 (PostgreSQL configs through scripts/pg-roundtrips.py, which counts the
-#      round trips; slower, so its rates are not comparable).
+#      round trips; slower, so its rates are not comparable),
+#      BINS="main=/tmp/webhookd-main new=target/release/webhookd" (A/B: each run is made with
+#      each binary in turn, interleaved, on the same PostgreSQL server; default: this tree's
+#      build only), ROUNDS (default 1): every run repeated, the table shows medians,
+#      BUILD=0 (use target/release/examples/bench as it is; with BINS, nothing is built).
 # Counts per run (docs/scaling.md): WAL bytes (pg_current_wal_lsn before and after), statements
 # (pg_stat_statements), transactions and peak connections of the run's database (sampled).
 set -euo pipefail
@@ -48,9 +52,24 @@ done
 PGBIN=$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -1)
 [ -x "$PGBIN/initdb" ] || { echo "bench-pg: no PostgreSQL server (apt-get install -y postgresql)" >&2; exit 2; }
 
-echo "== building the release binary and harness" >&2
-cargo build --release --bin webhookd --example bench >&2
+if [ "${BUILD:-1}" = 1 ]; then
+    echo "== building the release binary and harness" >&2
+    cargo build --release --bin webhookd --example bench >&2
+fi
 BENCH=$PWD/target/release/examples/bench
+ROUNDS=${ROUNDS:-1}
+BINS=${BINS:-}
+# Each binary as OUT/bin-LABEL/webhookd (the process keeps its name for pidstat); the harness
+# runs the one WEBHOOKD_BENCH_BINARY names instead of building its own.
+LABELS=()
+for bin in $BINS; do
+    label=${bin%%=*} path=${bin#*=}
+    [ -x "$path" ] || { echo "bench-pg: no binary at $path" >&2; exit 2; }
+    mkdir -p "$OUT/bin-$label"
+    cp "$path" "$OUT/bin-$label/webhookd"
+    LABELS+=("$label")
+done
+[ ${#LABELS[@]} -gt 0 ] || LABELS=(-)
 
 PGDIR=$(mktemp -d /tmp/webhookd-bench-pg.XXXXXX)
 RUN=()
@@ -134,9 +153,17 @@ args_for_scenario() {
     esac
 }
 
+for round in $(seq 1 "$ROUNDS"); do
 for config in $CONFIGS; do
     for scenario in $SCENARIOS; do
+    for label in "${LABELS[@]}"; do
         name=$config-$scenario
+        binary=()
+        if [ "$label" != - ]; then
+            name=$label-$name
+            binary=(env WEBHOOKD_BENCH_BINARY="$OUT/bin-$label/webhookd")
+        fi
+        [ "$ROUNDS" -gt 1 ] && name=$name-r$round
         echo "== $name (load average $(cut -d' ' -f1-3 /proc/loadavg))" >&2
         pidstat -u -h 1 -C 'webhookd|postgres|bench' >"$OUT/$name.pidstat" 2>/dev/null &
         pid_pidstat=$!
@@ -145,7 +172,7 @@ for config in $CONFIGS; do
         workers=()
         [ -n "${WORKERS:-}" ] && workers=(--workers "$WORKERS")
         # shellcheck disable=SC2046,SC2086 # the argument lists are meant to split
-        "$BENCH" $(args_for_scenario "$scenario") $(args_for_config "$config") \
+        "${binary[@]}" "$BENCH" $(args_for_scenario "$scenario") $(args_for_config "$config") \
             "${workers[@]}" ${BENCH_ARGS:-} --json >"$OUT/$name.json" 2>"$OUT/$name.log" &
         pid_bench=$!
         # Whose samples count: the harness, its nodes, and this server's processes (other
@@ -187,17 +214,21 @@ for config in $CONFIGS; do
         kill "$pid_pidstat" "$pid_mpstat" 2>/dev/null || true
         wait "$pid_pidstat" "$pid_mpstat" 2>/dev/null || true
     done
+    done
+done
 done
 
 # The table: figures from the JSON lines, CPU from the samples (CPU-seconds per program over
 # the run, and the machine's busy share: what the other programs took is the busy share minus
 # ours).
-python3 - "$OUT" $CONFIGS -- $SCENARIOS <<'PY'
-import json, os, sys
+LABELS="${LABELS[*]}" ROUNDS=$ROUNDS python3 - "$OUT" $CONFIGS -- $SCENARIOS <<'PY'
+import json, os, statistics, sys
 from collections import defaultdict
 out = sys.argv[1]
 split = sys.argv.index("--")
 configs, scenarios = sys.argv[2:split], sys.argv[split + 1:]
+labels = os.environ.get("LABELS", "-").split()
+rounds = int(os.environ.get("ROUNDS", "1"))
 figures = {
     "publish1": [("delivered_per_s", "del/s"), ("latency_p99_ms", "p99 full ms"),
                  ("half_latency_p99_ms", "p99 half ms"), ("publish_request_p99_ms", "req p99 ms")],
@@ -208,6 +239,23 @@ figures = {
     "schedules": [("created_per_s", "created/s"), ("all_created_after_s", "created s"),
                   ("all_delivered_after_s", "delivered s")],
 }
+def names(label, config, scenario):
+    """The runs of one binary, config and scenario (one per round)."""
+    base = f"{config}-{scenario}" if label == "-" else f"{label}-{config}-{scenario}"
+    return [base] if rounds == 1 else [f"{base}-r{r}" for r in range(1, rounds + 1)]
+def row_name(label, config):
+    return config if label == "-" else f"{label} {config}"
+def median(values):
+    values = [v for v in values if v is not None]
+    return statistics.median(values) if values else None
+def fmt(v):
+    return "—" if v is None else (f"{v:,.0f}" if abs(v) >= 100 else f"{v:.2f}")
+def report(name):
+    try:
+        reports = [json.loads(l) for l in open(os.path.join(out, name + ".json")) if l.strip()]
+    except (FileNotFoundError, ValueError):
+        return None
+    return reports[-1] if reports else None
 def cpu(name):
     secs, samples = defaultdict(float), set()
     try:
@@ -240,6 +288,8 @@ def cpu(name):
     except FileNotFoundError:
         pass
     return secs, (busy / n if n else float("nan")), len(samples)
+if rounds > 1:
+    print(f"\nMedians of {rounds} rounds (each round runs every binary in turn).")
 for scenario in scenarios:
     cols = figures[scenario]
     print(f"\n### {scenario}\n")
@@ -247,45 +297,59 @@ for scenario in scenarios:
           " | CPU s: webhookd / postgres / harness | machine busy % | errors / notes |")
     print("|---" * (len(cols) + 4) + "|")
     for config in configs:
-        name = f"{config}-{scenario}"
-        try:
-            reports = [json.loads(l) for l in open(os.path.join(out, name + ".json")) if l.strip()]
-        except FileNotFoundError:
-            reports = []
-        if not reports:
-            print(f"| {config} | " + " | ".join("—" for _ in cols) + " | | | run failed (see log) |")
-            continue
-        r = reports[-1]
-        vals = []
-        for key, _ in cols:
-            v = r.get(key)
-            vals.append("—" if v is None else (f"{v:,.0f}" if abs(v) >= 100 else f"{v:.2f}"))
-        secs, busy, n = cpu(name)
-        c = " / ".join(f"{secs.get(p, 0.0):.1f}" for p in ("webhookd", "postgres", "bench"))
-        notes = "; ".join(r.get("notes", []))
-        errs = [k for k in r if k.endswith("errors") and r[k]]
-        print(f"| {config} | " + " | ".join(vals) + f" | {c} ({n} s) | {busy:.0f} | "
-              + (", ".join(f"{k}={r[k]}" for k in errs) + " " if errs else "") + notes + " |")
+        for label in labels:
+            runs = [(n, report(n)) for n in names(label, config, scenario)]
+            runs = [(n, r) for n, r in runs if r]
+            if not runs:
+                print(f"| {row_name(label, config)} | " + " | ".join("—" for _ in cols)
+                      + " | | | run failed (see log) |")
+                continue
+            vals = [fmt(median([r.get(key) for _, r in runs])) for key, _ in cols]
+            cpus = [cpu(n) for n, _ in runs]
+            c = " / ".join(fmt(median([s.get(p, 0.0) for s, _, _ in cpus]))
+                           for p in ("webhookd", "postgres", "bench"))
+            busy = median([b for _, b, _ in cpus])
+            notes, errs = [], []
+            for n, r in runs:
+                notes += r.get("notes", [])
+                errs += [f"{k}={r[k]}" for k in r if k.endswith("errors") and r[k]]
+            print(f"| {row_name(label, config)} | " + " | ".join(vals)
+                  + f" | {c} | {busy:.0f} | " + (", ".join(errs) + " " if errs else "")
+                  + "; ".join(sorted(set(notes))) + " |")
 print("\n### per delivery (counts do not depend on load; CPU-ms do)\n")
 print("| run | deliveries | WAL bytes | statements | BEGIN+COMMIT | transactions | round trips | CPU-ms webhookd / postgres | peak connections |")
 print("|---|---|---|---|---|---|---|---|---|")
 for config in configs:
     for scenario in scenarios:
-        name = f"{config}-{scenario}"
-        try:
-            counts = json.load(open(os.path.join(out, name + ".counts")))
-            r = [json.loads(l) for l in open(os.path.join(out, name + ".json")) if l.strip()][-1]
-        except (FileNotFoundError, IndexError, ValueError):
-            continue
-        # Both phases: full rate, then half rate, paced.
-        n = (r.get("deliveries_received") or 0) + (r.get("half_deliveries_received") or 0)
-        if not n:
-            continue
-        per = lambda v: "—" if v is None else f"{v / n:.2f}"
-        secs, _, _ = cpu(name)
-        print(f"| {name} | {n:,.0f} | {per(counts['wal_bytes'])} | {per(counts['statements'])} | "
-              f"{per(counts['begin_commit'])} | {per(counts['transactions'])} | {per(counts['round_trips'])} | "
-              f"{secs.get('webhookd', 0) * 1000 / n:.2f} / {secs.get('postgres', 0) * 1000 / n:.2f} | "
-              f"{counts['peak_connections']} |")
+        for label in labels:
+            per = defaultdict(list)
+            n_total, peak = [], []
+            for name in names(label, config, scenario):
+                try:
+                    counts = json.load(open(os.path.join(out, name + ".counts")))
+                except (FileNotFoundError, ValueError):
+                    continue
+                r = report(name)
+                if not r:
+                    continue
+                # Both phases: full rate, then half rate, paced.
+                n = (r.get("deliveries_received") or 0) + (r.get("half_deliveries_received") or 0)
+                if not n:
+                    continue
+                n_total.append(n)
+                peak.append(counts["peak_connections"])
+                for key in ("wal_bytes", "statements", "begin_commit", "transactions", "round_trips"):
+                    per[key].append(None if counts.get(key) is None else counts[key] / n)
+                secs, _, _ = cpu(name)
+                per["cpu_webhookd"].append(secs.get("webhookd", 0) * 1000 / n)
+                per["cpu_postgres"].append(secs.get("postgres", 0) * 1000 / n)
+            if not n_total:
+                continue
+            m = {k: median(v) for k, v in per.items()}
+            f2 = lambda v: "—" if v is None else f"{v:.2f}"
+            run = f"{config}-{scenario}" if label == "-" else f"{label} {config}-{scenario}"
+            print(f"| {run} | {median(n_total):,.0f} | {f2(m['wal_bytes'])} | {f2(m['statements'])} | "
+                  f"{f2(m['begin_commit'])} | {f2(m['transactions'])} | {f2(m['round_trips'])} | "
+                  f"{f2(m['cpu_webhookd'])} / {f2(m['cpu_postgres'])} | {max(peak)} |")
 PY
 echo "(raw JSON, logs and samples in $OUT)" >&2

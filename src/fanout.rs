@@ -152,8 +152,9 @@ fn publish(
         .collect();
     let task_count = i64::try_from(targets.len()).unwrap_or(i64::MAX);
     let id = tx.insert_event(app_id, event_name, event_key, payload, task_count, now_ms)?;
-    for target in &targets {
-        tx.insert_task(&NewTask {
+    let tasks: Vec<_> = targets
+        .iter()
+        .map(|target| NewTask {
             app_id,
             schedule_id: None,
             event_id: Some(id),
@@ -164,8 +165,9 @@ fn publish(
             max_attempts: target.max_attempts,
             now_ms,
             trace: traces.for_task(),
-        })?;
-    }
+        })
+        .collect();
+    tx.insert_tasks(&tasks)?;
     Ok((id, targets.len()))
 }
 

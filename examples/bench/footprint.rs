@@ -14,8 +14,16 @@ const MIB: f64 = 1024.0 * 1024.0;
 /// `target/<profile>/webhookd` beside this harness (`target/<profile>/examples/bench`), first
 /// (re)built with `cargo build [--release] --bin webhookd …` so the figures are of the current
 /// source. Under `cargo test` (which holds the build lock, and has just built the binary for
-/// the integration tests) it is used as it is, or skipped when absent.
+/// the integration tests) it is used as it is, or skipped when absent. `WEBHOOKD_BENCH_BINARY`
+/// names another build to run instead, as it is (`scripts/bench-pg.sh`'s A/B of two binaries).
 pub fn binary() -> anyhow::Result<Option<PathBuf>> {
+    if let Some(path) = std::env::var_os("WEBHOOKD_BENCH_BINARY") {
+        let path = PathBuf::from(path);
+        if !path.exists() {
+            bail!("WEBHOOKD_BENCH_BINARY: no file at {}", path.display());
+        }
+        return Ok(Some(path));
+    }
     let exe = std::env::current_exe()?;
     let profile_dir = exe
         .parent()

@@ -699,16 +699,20 @@ pub(crate) fn record(
     rules: &health::Rules,
 ) -> Result<(), StoreError> {
     let mut seen = health::Fold::default();
-    for d in done {
+    let results: Vec<_> = done
+        .iter()
+        .map(|d| store::tasks::Finish {
+            task_id: d.task.id,
+            attempt: d.task.attempt,
+            after: d.verdict.after,
+            last_status_code: d.sent.status.map(i64::from),
+            last_error: d.verdict.error.as_deref(),
+            now_ms: d.at,
+        })
+        .collect();
+    let recorded = tx.finish_attempts(&results)?;
+    for (d, recorded) in done.iter().zip(recorded) {
         let status_code = d.sent.status.map(i64::from);
-        let recorded = tx.finish_attempt(
-            d.task.id,
-            d.task.attempt,
-            d.verdict.after,
-            status_code,
-            d.verdict.error.as_deref(),
-            d.at,
-        )?;
         if !recorded {
             continue;
         }

@@ -137,6 +137,18 @@ pub enum AfterAttempt {
     Failed,
 }
 
+/// One result for [`TaskQueries::finish_attempts`]: the arguments of
+/// [`TaskQueries::finish_attempt`].
+#[derive(Debug, Clone, Copy)]
+pub struct Finish<'a> {
+    pub task_id: i64,
+    pub attempt: i64,
+    pub after: AfterAttempt,
+    pub last_status_code: Option<i64>,
+    pub last_error: Option<&'a str>,
+    pub now_ms: i64,
+}
+
 /// The filter of `POST /tasks/retry`: tasks of one app in one finished state (`failed` or
 /// `canceled`), narrowed by whichever of the other fields are given.
 #[derive(Debug, Clone)]
@@ -206,6 +218,24 @@ pub trait TaskQueries {
         last_error: Option<&str>,
         now_ms: i64,
     ) -> Result<bool, StoreError>;
+    /// [`TaskQueries::finish_attempt`] for several tasks (the delivery pool's results of one
+    /// round, in the round's transaction); returns, in order, whether each was recorded.
+    /// PostgreSQL records distinct tasks with one statement (one round trip).
+    fn finish_attempts(&mut self, results: &[Finish<'_>]) -> Result<Vec<bool>, StoreError> {
+        results
+            .iter()
+            .map(|f| {
+                self.finish_attempt(
+                    f.task_id,
+                    f.attempt,
+                    f.after,
+                    f.last_status_code,
+                    f.last_error,
+                    f.now_ms,
+                )
+            })
+            .collect()
+    }
     /// Marks a task just inserted in the caller's transaction as `running`, so the delivery pool
     /// never claims it (`POST /endpoints/{id}/test` sends it itself).
     fn start_task_now(&mut self, id: i64, now_ms: i64) -> Result<(), StoreError>;

@@ -1105,3 +1105,107 @@ fn a_corrupt_stored_word_is_an_error() {
         "{err}"
     );
 }
+
+/// One fan-out's tasks in one statement keep their order, endpoints and traces; a round's
+/// results in one statement follow `finish_attempt`'s rules row by row: only the claiming
+/// node's running tasks are recorded, a retry stays pending, a deleted endpoint cancels.
+#[test]
+fn batched_fan_out_inserts_and_results_follow_the_single_row_rules() {
+    use webhookd::store::tasks::Finish;
+    let Some((server, url)) = database("batches") else {
+        return;
+    };
+    let mut c = server.client(&url);
+    let endpoints: Vec<i64> = (0..3).map(|_| endpoint(&mut c, 1_000, None)).collect();
+    let mut traces = webhookd::trace::TaskTraces::new(None, false);
+    let fan_out: Vec<NewTask<'_>> = endpoints
+        .iter()
+        .map(|&endpoint_id| NewTask {
+            app_id: "app",
+            schedule_id: None,
+            event_id: Some(7),
+            endpoint_id,
+            task_type: TaskKind::Event,
+            payload: r#"{"n":2}"#,
+            run_at: NOW,
+            max_attempts: endpoint_id + 1,
+            now_ms: NOW,
+            trace: traces.for_task(),
+        })
+        .collect();
+    assert_eq!(
+        PgTx::new(&mut c, "test")
+            .insert_tasks(&fan_out)
+            .unwrap()
+            .len(),
+        3
+    );
+    let rows: Vec<(i64, i64, i64, String, Option<String>)> = c
+        .query(
+            "SELECT id, endpoint_id, max_attempts, status, trace_id FROM tasks WHERE event_id = 7 ORDER BY id",
+            &[],
+        )
+        .unwrap()
+        .iter()
+        .map(|r| (r.get(0), r.get(1), r.get(2), r.get(3), r.get(4)))
+        .collect();
+    assert_eq!(
+        rows.iter().map(|r| (r.1, r.2)).collect::<Vec<_>>(),
+        endpoints.iter().map(|&e| (e, e + 1)).collect::<Vec<_>>(),
+        "in order, each with its endpoint's attempts"
+    );
+    for (row, task) in rows.iter().zip(&fan_out) {
+        assert_eq!(row.3, "pending");
+        assert_eq!(row.4.as_deref(), Some(task.trace.to_columns().0.as_str()));
+    }
+    let ids: Vec<i64> = rows.iter().map(|r| r.0).collect();
+
+    // Node A claims the first two, node B the third; endpoint 2 is deleted meanwhile.
+    for (&e, node) in endpoints.iter().zip(["node-a", "node-a", "node-b"]) {
+        let claimed = PgTx::new(&mut c, node)
+            .claim_endpoint_tasks(e, NOW, 10)
+            .unwrap();
+        assert_eq!(claimed.len(), 1);
+    }
+    c.execute("DELETE FROM endpoints WHERE id = $1", &[&endpoints[1]])
+        .unwrap();
+    let result = |task_id, after| Finish {
+        task_id,
+        attempt: 1,
+        after,
+        last_status_code: Some(500),
+        last_error: Some("HTTP 500"),
+        now_ms: NOW + 10,
+    };
+    let recorded = PgTx::new(&mut c, "node-a")
+        .finish_attempts(&[
+            result(ids[0], AfterAttempt::RetryAt(NOW + 1_000)),
+            result(ids[1], AfterAttempt::RetryAt(NOW + 1_000)),
+            result(ids[2], AfterAttempt::Failed),
+        ])
+        .unwrap();
+    assert_eq!(
+        recorded,
+        [true, true, false],
+        "B's task is not A's to record"
+    );
+    type Row = (String, Option<i64>, Option<i64>, i64, Option<String>);
+    let after: Vec<Row> = c
+        .query(
+            "SELECT status, next_attempt_at, finished_at, attempts, claimed_by FROM tasks
+              WHERE id = ANY($1) ORDER BY id",
+            &[&ids],
+        )
+        .unwrap()
+        .iter()
+        .map(|r| (r.get(0), r.get(1), r.get(2), r.get(3), r.get(4)))
+        .collect();
+    assert_eq!(
+        after,
+        [
+            ("pending".into(), Some(NOW + 1_000), None, 1, None),
+            ("canceled".into(), None, Some(NOW + 10), 1, None),
+            ("running".into(), Some(NOW), None, 0, Some("node-b".into())),
+        ]
+    );
+}

@@ -376,3 +376,48 @@ fn serve_and_keys_name_an_unreachable_postgres_url_without_its_password() {
     // Nothing was created under the URL taken as a path ("postgres:" folder or file).
     assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
 }
+
+/// A pooled connection prepares each of the store's statements once and runs it again by name
+/// (one round trip instead of two); a statement that a schema change made stale is prepared
+/// again on its next use instead of failing for the life of the connection.
+#[test]
+fn a_pooled_connection_prepares_each_statement_once() {
+    use webhookd::store::TaskQueries;
+    let Some(server) = PgServer::start() else {
+        return;
+    };
+    let url = server.create_database("statements");
+    let pool = pgstore::open(&url, 1).unwrap();
+    let mut conn = pool.get().unwrap();
+    let sql = "SELECT app_id FROM tasks WHERE id = $1";
+    let prepared = |c: &mut postgres::Client| -> i64 {
+        c.query_one(
+            "SELECT count(*) FROM pg_prepared_statements WHERE statement = $1",
+            &[&sql],
+        )
+        .unwrap()
+        .get(0)
+    };
+    let (client, statements) = conn.split();
+    for _ in 0..3 {
+        let app = pgstore::PgTx::cached(&mut *client, &mut *statements, "n").task_app(1);
+        assert_eq!(app.unwrap(), None);
+    }
+    assert_eq!(prepared(client), 1, "prepared once, kept");
+    // Without the cache (a client of its own) the driver prepares and closes it each time.
+    pgstore::PgTx::new(&mut *client, "n").task_app(1).unwrap();
+    assert_eq!(prepared(client), 1);
+
+    client
+        .batch_execute("ALTER TABLE tasks ALTER COLUMN app_id TYPE VARCHAR(200)")
+        .unwrap();
+    let mut answers = Vec::new();
+    for _ in 0..3 {
+        let app = pgstore::PgTx::cached(&mut *client, &mut *statements, "n").task_app(1);
+        answers.push(app.map_err(|e| e.to_string()));
+    }
+    assert!(
+        answers[1..].iter().all(|a| a == &Ok(None)),
+        "prepared again after the change: {answers:?}"
+    );
+}

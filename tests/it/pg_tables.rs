@@ -302,17 +302,27 @@ fn keys_policies_events_attempts_and_the_probe_round_trip() {
         .cmp("created_at", ">=", 6_000_i64)
         .always("event_key IS NULL");
     assert!(filters.condition().contains("event_name = 'order.paid'"));
-    let listed = pg::list::list_page(&mut c, "events", "id", &filters, page(1, 10), |r| {
-        r.try_get(0)
-    })
+    let listed = pg::list::list_page(
+        &mut pg::Sql::new(&mut c, None),
+        "events",
+        "id",
+        &filters,
+        page(1, 10),
+        |r| r.try_get(0),
+    )
     .unwrap();
     assert_eq!(listed, (1, vec![e3]));
     let bound =
         pg::list::Filters::app("a").eq_known("event_name", Some("order.sent"), &["order.paid"]);
     assert!(bound.condition().ends_with("event_name = $2"));
-    let listed = pg::list::list_page(&mut c, "events", "id", &bound, page(1, 10), |r| {
-        r.try_get(0)
-    })
+    let listed = pg::list::list_page(
+        &mut pg::Sql::new(&mut c, None),
+        "events",
+        "id",
+        &bound,
+        page(1, 10),
+        |r| r.try_get(0),
+    )
     .unwrap();
     assert_eq!(listed, (1, vec![e2]));
     let mut tx = c.transaction().unwrap();

@@ -431,7 +431,9 @@ fn firing_records_past_the_retention_go_and_backfill_stays_inside_it() {
         (kept.len() == 8).then_some(kept)
     })
     .unwrap_or_else(|| panic!("the old firing records are deleted: {}", firings(&server, sid)));
-    let backfilled = (55..=59).map(|m| ms(at(11, m, 0))).chain([ms(at(12, 0, 0))]);
+    let backfilled = (55..=59)
+        .map(|m| ms(at(11, m, 0)))
+        .chain([ms(at(12, 0, 0))]);
     let scheduler = [ms(at(14, 0, 0)), ms(at(13, 59, 0) + day * 2)];
     assert_eq!(kept, backfilled.chain(scheduler).collect::<Vec<_>>());
 

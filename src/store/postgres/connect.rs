@@ -13,8 +13,7 @@ use std::time::{Duration, Instant};
 
 /// The shared PostgreSQL connection pool.
 pub type PgPool = r2d2::Pool<Manager>;
-/// The pool's connection manager (TLS as the URL's `sslmode` says).
-pub type Manager = PostgresConnectionManager<super::tls::PgTls>;
+pub use super::conn::Manager;
 
 /// A connection attempt (TCP and TLS) that takes longer fails, unless the URL sets its own
 /// `connect_timeout`: a database that went away is reported within this, not the minutes of
@@ -156,8 +155,8 @@ impl r2d2::HandleError<postgres::Error> for Watch {
     }
 }
 
-impl r2d2::CustomizeConnection<postgres::Client, postgres::Error> for Watch {
-    fn on_acquire(&self, _client: &mut postgres::Client) -> Result<(), postgres::Error> {
+impl r2d2::CustomizeConnection<super::conn::PgConn, postgres::Error> for Watch {
+    fn on_acquire(&self, _client: &mut super::conn::PgConn) -> Result<(), postgres::Error> {
         self.0.connected();
         Ok(())
     }
@@ -180,7 +179,11 @@ pub fn pool(url: &PgUrl, size: u32, settings: &PgSettings) -> anyhow::Result<(Pg
         _ => {}
     }
     let link = Arc::new(Link::default());
-    let manager = PostgresConnectionManager::new(config, url.tls().connector()?);
+    let manager = Manager::new(
+        PostgresConnectionManager::new(config, url.tls().connector()?),
+        link.clone(),
+        !settings.pgbouncer,
+    );
     let pool = r2d2::Pool::builder()
         .max_size(size)
         .min_idle(Some(1))
@@ -227,7 +230,8 @@ pub fn checkout(
     wait: Option<Duration>,
 ) -> Result<r2d2::PooledConnection<Manager>, String> {
     if let Some(client) = pool.try_get() {
-        // Checked on the way out (a round trip): the database answers.
+        // Checked on the way out (a round trip) unless it was in use within the last second
+        // (`conn::TRUSTED_FOR`) and no connection attempt failed since: the database answers.
         link.connected();
         return Ok(client);
     }

@@ -2,9 +2,10 @@
 //! placeholders and boxed driver values) and [`list_page`], with the SQLite store's semantics
 //! (only the filters given, newest first, the exact total).
 
+use super::{Backing, Sql};
 use crate::store::Page;
 use postgres::types::ToSql;
-use postgres::{Error, GenericClient, Row};
+use postgres::{Error, Row};
 
 /// One bound value, as the driver takes it.
 pub type Value = Box<dyn ToSql + Sync>;
@@ -46,7 +47,7 @@ impl Filters {
 /// must agree with the page under concurrent writes (in `READ COMMITTED` each sees its own
 /// snapshot).
 pub fn list_page<T>(
-    c: &mut impl GenericClient,
+    c: &mut Sql<impl Backing>,
     table: &str,
     columns: &str,
     filters: &Filters,

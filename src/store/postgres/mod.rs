@@ -8,6 +8,7 @@
 //! `spawn_blocking`, never directly inside an async task.
 
 pub mod attempts;
+mod conn;
 mod connect;
 pub mod copy;
 pub mod endpoints;
@@ -36,6 +37,7 @@ use crate::store::Word;
 use crate::store::keys::Scope;
 use crate::store::schedules::{Catchup, Overlap};
 use crate::store::tasks::{TaskKind, TaskStatus};
+pub use conn::{Backing, Conn, PgConn, Sql, Statements};
 use connect::connect_with;
 pub use connect::{HEALTH_WAIT, Link, Manager, PgPool, PgSettings, checkout};
 use postgres::types::{FromSql, IsNull, ToSql, Type};

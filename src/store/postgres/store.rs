@@ -3,7 +3,7 @@
 //! share the database: every node has its own [`PgStore::node`] id, written into the tasks it
 //! claims (the lease).
 
-use super::{Link, PgPool, PgSettings, PgUrl};
+use super::{Conn, Link, PgPool, PgSettings, PgUrl, Sql, Statements};
 use crate::store::{IdleCap, Store, StoreError, Tx, Watcher};
 use postgres::GenericClient;
 use postgres::error::SqlState;
@@ -110,8 +110,8 @@ impl PgStore {
     /// Runs the health probe (a read of the schema marker and a committed write), waiting for
     /// a connection no longer than [`super::HEALTH_WAIT`].
     fn probe(&self, now_ms: i64) -> Result<(), StoreError> {
-        let mut client = self.client_within(Some(super::HEALTH_WAIT))?;
-        Ok(super::health::probe(&mut *client, now_ms)?)
+        let mut conn = self.client_within(Some(super::HEALTH_WAIT))?;
+        Ok(super::health::probe(&mut **conn, now_ms)?)
     }
 }
 
@@ -135,8 +135,9 @@ impl Store for PgStore {
         &self,
         f: &mut dyn FnMut(&mut dyn Tx) -> Result<(), StoreError>,
     ) -> Result<(), StoreError> {
-        let mut client = self.client()?;
-        f(&mut PgTx::new(&mut *client, &self.node))
+        let mut conn = self.client()?;
+        let (client, statements) = conn.split();
+        f(&mut PgTx::cached(client, statements, &self.node))
     }
 
     /// One `READ COMMITTED` transaction. Changes that make work due for other nodes send a
@@ -146,10 +147,11 @@ impl Store for PgStore {
         &self,
         f: &mut dyn FnMut(&mut dyn Tx) -> Result<(), StoreError>,
     ) -> Result<(), StoreError> {
-        let mut client = self.client()?;
+        let mut conn = self.client()?;
+        let (client, statements) = conn.split();
         let mut tx = client.transaction()?;
         let wake = {
-            let mut pg = PgTx::new(&mut tx, &self.node);
+            let mut pg = PgTx::cached(&mut tx, statements, &self.node);
             f(&mut pg)?;
             pg.wake
         };
@@ -299,18 +301,29 @@ struct Wake {
     schedules: bool,
 }
 
-/// `store::Tx` over a PostgreSQL connection (reads) or transaction (writes).
+/// `store::Tx` over a PostgreSQL connection (reads) or transaction (writes). Table files run
+/// their SQL on `c`, which prepares each statement once per pooled connection (`conn.rs`).
 pub struct PgTx<'c, C: GenericClient> {
-    pub(super) c: &'c mut C,
+    pub(super) c: Conn<'c, C>,
     /// This node's id, written into the tasks it claims (the lease).
     pub(super) node: &'c str,
     wake: Wake,
 }
 
 impl<'c, C: GenericClient> PgTx<'c, C> {
+    /// Over a client of its own (tests, tools): each statement prepared as it runs.
     pub fn new(c: &'c mut C, node: &'c str) -> Self {
         PgTx {
-            c,
+            c: Conn(Sql::new(c, None)),
+            node,
+            wake: Wake::default(),
+        }
+    }
+
+    /// Over a pooled connection's client or transaction, with that connection's statements.
+    pub fn cached(c: &'c mut C, statements: &'c mut Statements, node: &'c str) -> Self {
+        PgTx {
+            c: Conn(Sql::new(c, Some(statements))),
             node,
             wake: Wake::default(),
         }

@@ -9,8 +9,10 @@
 
 use super::list::{Filters, list_page};
 use crate::store::Page;
-use crate::store::postgres::PgTx;
-use crate::store::tasks::{AfterAttempt, Claimed, NewTask, RetryFilter, STATUSES, TASK_TYPES};
+use crate::store::postgres::{Backing, PgTx, Sql};
+use crate::store::tasks::{
+    AfterAttempt, Claimed, Finish, NewTask, RetryFilter, STATUSES, TASK_TYPES,
+};
 use crate::store::tasks::{Task, TaskFilter};
 use crate::store::{StoreError, TaskQueries};
 use crate::trace::TaskTrace;
@@ -51,7 +53,7 @@ fn from_row(r: &Row) -> Result<Task, postgres::Error> {
 
 /// The row `id` of `table` if it belongs to `app_id`.
 pub(super) fn get_of_app<T>(
-    c: &mut impl GenericClient,
+    c: &mut Sql<impl Backing>,
     table: &str,
     columns: &str,
     app_id: &str,
@@ -296,11 +298,7 @@ impl<C: GenericClient> TaskQueries for PgTx<'_, C> {
     ) -> Result<bool, StoreError> {
         let c = &mut *self.c;
         let node = self.node;
-        let (status, next_attempt_at) = match after {
-            AfterAttempt::Success => ("success", None),
-            AfterAttempt::RetryAt(at) => ("pending", Some(at)),
-            AfterAttempt::Failed => ("failed", None),
-        };
+        let (status, next_attempt_at) = after_columns(after);
         let n = c.execute(
             "UPDATE tasks SET
                 status = CASE WHEN $2::text = 'pending' AND NOT EXISTS
@@ -324,6 +322,69 @@ impl<C: GenericClient> TaskQueries for PgTx<'_, C> {
             ],
         )?;
         Ok(n == 1)
+    }
+
+    /// One `UPDATE … FROM unnest(…)` for distinct tasks, with [`TaskQueries::finish_attempt`]'s
+    /// rules row by row; the tasks it returns are the ones recorded.
+    fn finish_attempts(&mut self, results: &[Finish<'_>]) -> Result<Vec<bool>, StoreError> {
+        let ids: Vec<i64> = results.iter().map(|f| f.task_id).collect();
+        let mut distinct = ids.clone();
+        distinct.sort_unstable();
+        distinct.dedup();
+        if results.len() < 2 || distinct.len() < ids.len() {
+            return results
+                .iter()
+                .map(|f| {
+                    self.finish_attempt(
+                        f.task_id,
+                        f.attempt,
+                        f.after,
+                        f.last_status_code,
+                        f.last_error,
+                        f.now_ms,
+                    )
+                })
+                .collect();
+        }
+        let c = &mut *self.c;
+        let node = self.node;
+        let (statuses, next_attempts): (Vec<&str>, Vec<Option<i64>>) =
+            results.iter().map(|f| after_columns(f.after)).unzip();
+        let attempts: Vec<i64> = results.iter().map(|f| f.attempt).collect();
+        let codes: Vec<Option<i64>> = results.iter().map(|f| f.last_status_code).collect();
+        let errors: Vec<Option<&str>> = results.iter().map(|f| f.last_error).collect();
+        let nows: Vec<i64> = results.iter().map(|f| f.now_ms).collect();
+        let recorded: std::collections::HashSet<i64> = c
+            .query(
+                "UPDATE tasks SET
+                    status = CASE WHEN r.status = 'pending' AND NOT EXISTS
+                        (SELECT 1 FROM endpoints e WHERE e.id = tasks.endpoint_id) THEN 'canceled' ELSE r.status END,
+                    finished_at = CASE WHEN r.status <> 'pending' OR NOT EXISTS
+                        (SELECT 1 FROM endpoints e WHERE e.id = tasks.endpoint_id) THEN r.now END,
+                    next_attempt_at = CASE WHEN EXISTS
+                        (SELECT 1 FROM endpoints e WHERE e.id = tasks.endpoint_id) THEN r.next_attempt_at END,
+                    attempts = r.attempts, last_status_code = r.status_code, last_error = r.error,
+                    updated_at = r.now, claimed_by = NULL, lease_until = NULL
+                   FROM unnest($1::bigint[], $2::text[], $3::bigint[], $4::bigint[], $5::bigint[],
+                               $6::text[], $7::bigint[])
+                        AS r(id, status, attempts, next_attempt_at, status_code, error, now)
+                  WHERE tasks.id = r.id AND tasks.status = 'running' AND tasks.claimed_by = $8
+                 RETURNING tasks.id",
+                &[
+                    &ids,
+                    &statuses,
+                    &attempts,
+                    &next_attempts,
+                    &codes,
+                    &errors,
+                    &nows,
+                    &node,
+                ],
+            )?
+            .iter()
+            .map(|r| r.try_get(0))
+            .collect::<Result<_, _>>()?;
+        Ok(ids.iter().map(|id| recorded.contains(id)).collect())
     }
 
     /// Marks a task just inserted in the caller's transaction as `running` under `node`'s claim,
@@ -514,6 +575,15 @@ impl<C: GenericClient> TaskQueries for PgTx<'_, C> {
     }
 }
 
+/// The status and next attempt time a result leaves a task in (before the endpoint check).
+fn after_columns(after: AfterAttempt) -> (&'static str, Option<i64>) {
+    match after {
+        AfterAttempt::Success => ("success", None),
+        AfterAttempt::RetryAt(at) => ("pending", Some(at)),
+        AfterAttempt::Failed => ("failed", None),
+    }
+}
+
 /// `SET` of a claim by node `$node` at `$now` (the parameter numbers are the caller's).
 fn claim_set(node: usize, now: usize) -> String {
     format!(
@@ -558,7 +628,7 @@ const LEASE_OVER: &str = "(lease_until IS NULL OR lease_until <= $1)";
 
 /// Hands running tasks back to `pending`, due at the latest now; clears their claim.
 fn hand_back(
-    c: &mut impl GenericClient,
+    c: &mut Sql<impl Backing>,
     which: &str,
     params: &[&(dyn ToSql + Sync)],
 ) -> Result<usize, postgres::Error> {
