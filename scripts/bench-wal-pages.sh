@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# WAL pages written per published event, A/B: binaries run interleaved (A, B, A, B, ...), each
+# on a fresh database, a `publish` run of N events at fan-out F against it while `perf stat`
+# counts, in the kernel, the server's 24-byte pwrite64 calls: SQLite writes each WAL frame as
+# its 24-byte header then its page, so that count is the number of pages written to the WAL
+# (checkpoints write the database file in whole pages, not counted).
+#
+#   scripts/bench-wal-pages.sh ROUNDS BIN_A BIN_B [EVENTS [FANOUT]]
+#   SERVE_ARGS="--sqlite-sync normal" scripts/bench-wal-pages.sh 3 /tmp/webhookd-main target/release/webhookd
+#
+# Needs perf with tracepoint access (root) and the harness: cargo build --release --example bench.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+rounds=$1 a=$2 b=$3 events=${4:-20000} fanout=${5:-1}
+bench=${BENCH:-target/release/examples/bench}
+out=$(mktemp -d)
+trap 'rm -rf "$out"' EXIT
+
+run() { # run LABEL BINARY: one run, "pages events" appended to $out/LABEL
+    local label=$1 bin=$2 tmp port key pid perf
+    tmp=$(mktemp -d)
+    key=$(WEBHOOKD_LOG=warn "$b" keys create --db "$tmp/db.sqlite" --app bench --name wal --json)
+    port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+    # shellcheck disable=SC2086 # SERVE_ARGS is a list of words
+    WEBHOOKD_LOG=warn "$bin" serve --db "$tmp/db.sqlite" --listen "127.0.0.1:$port" ${SERVE_ARGS:-} 2>"$tmp/log" &
+    pid=$!
+    for _ in $(seq 1 100); do "$b" healthcheck --url "http://127.0.0.1:$port" 2>/dev/null && break; sleep 0.1; done
+    perf stat -x, -o "$tmp/perf" -e syscalls:sys_enter_pwrite64 --filter 'count == 24' -p "$pid" &
+    perf=$!
+    sleep 0.5
+    "$bench" publish --events "$events" --fanout "$fanout" --json --url "http://127.0.0.1:$port" \
+        --key-id "$(echo "$key" | python3 -c 'import json,sys; print(json.load(sys.stdin)["key_id"])')" \
+        --secret "$(echo "$key" | python3 -c 'import json,sys; print(json.load(sys.stdin)["secret"])')" \
+        >"$tmp/bench.json" 2>"$tmp/bench.log" || { cat "$tmp/bench.log" "$tmp/log" >&2; kill "$pid" "$perf"; exit 1; }
+    kill -INT "$perf"
+    wait "$perf" 2>/dev/null || true
+    kill "$pid"
+    wait "$pid" 2>/dev/null || true
+    echo "$(grep pwrite64 "$tmp/perf" | cut -d, -f1) $events" >>"$out/$label"
+    rm -rf "$tmp"
+}
+
+for i in $(seq 1 "$rounds"); do
+    echo "round $i/$rounds: A $(basename "$a")" >&2
+    run A "$a"
+    echo "round $i/$rounds: B $(basename "$b")" >&2
+    run B "$b"
+done
+
+python3 - "$out/A" "$out/B" "$a" "$b" "$fanout" <<'PY'
+import statistics, sys
+def per_event(path):
+    return [int(p) / int(n) for p, n in (line.split() for line in open(path))]
+a, b = per_event(sys.argv[1]), per_event(sys.argv[2])
+ma, mb = statistics.median(a), statistics.median(b)
+print(f"WAL pages per event, fan-out {sys.argv[5]}: A {sys.argv[3]} {ma:.2f} {[round(x, 2) for x in a]}")
+print(f"WAL pages per event, fan-out {sys.argv[5]}: B {sys.argv[4]} {mb:.2f} {[round(x, 2) for x in b]}  B/A {mb / ma:.2f}")
+PY
