@@ -13,18 +13,19 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 rounds=$1 a=$2 b=$3 events=${4:-20000} fanout=${5:-1}
 bench=${BENCH:-target/release/examples/bench}
+tool=${TOOL:-$a} # the older binary makes the key: a newer one would upgrade the file past A
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 
 run() { # run LABEL BINARY: one run, "pages events" appended to $out/LABEL
     local label=$1 bin=$2 tmp port key pid perf
     tmp=$(mktemp -d)
-    key=$(WEBHOOKD_LOG=warn "$b" keys create --db "$tmp/db.sqlite" --app bench --name wal --json)
+    key=$(WEBHOOKD_LOG=warn "$tool" keys create --db "$tmp/db.sqlite" --app bench --name wal --json)
     port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
     # shellcheck disable=SC2086 # SERVE_ARGS is a list of words
     WEBHOOKD_LOG=warn "$bin" serve --db "$tmp/db.sqlite" --listen "127.0.0.1:$port" ${SERVE_ARGS:-} 2>"$tmp/log" &
     pid=$!
-    for _ in $(seq 1 100); do "$b" healthcheck --url "http://127.0.0.1:$port" 2>/dev/null && break; sleep 0.1; done
+    for _ in $(seq 1 100); do "$tool" healthcheck --url "http://127.0.0.1:$port" 2>/dev/null && break; sleep 0.1; done
     perf stat -x, -o "$tmp/perf" -e syscalls:sys_enter_pwrite64 --filter 'count == 24' -p "$pid" &
     perf=$!
     sleep 0.5
