@@ -5,9 +5,13 @@
 # its 24-byte header then its page, so that count is the number of pages written to the WAL
 # (checkpoints write the database file in whole pages, not counted).
 #
+# Also the server's CPU time per event (perf's task-clock over the same interval).
+#
 #   scripts/bench-wal-pages.sh ROUNDS BIN_A BIN_B [EVENTS [FANOUT]]
 #   SERVE_ARGS="--sqlite-sync normal" scripts/bench-wal-pages.sh 3 /tmp/webhookd-main target/release/webhookd
 #
+# C_SQL="DROP TRIGGER …" adds a run C of BIN_B per round with that SQL applied (sqlite3 shell)
+# to its database once the server is up: one lever of B taken out, to measure the others alone.
 # Needs perf with tracepoint access (root) and the harness: cargo build --release --example bench.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -17,8 +21,8 @@ tool=${TOOL:-$a} # the older binary makes the key: a newer one would upgrade the
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 
-run() { # run LABEL BINARY: one run, "pages events" appended to $out/LABEL
-    local label=$1 bin=$2 tmp port key pid perf
+run() { # run LABEL BINARY [SQL]: one run, "pages events cpu_ms" appended to $out/LABEL
+    local label=$1 bin=$2 sql=${3:-} tmp port key pid perf
     tmp=$(mktemp -d)
     key=$(WEBHOOKD_LOG=warn "$tool" keys create --db "$tmp/db.sqlite" --app bench --name wal --json)
     port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
@@ -26,7 +30,8 @@ run() { # run LABEL BINARY: one run, "pages events" appended to $out/LABEL
     WEBHOOKD_LOG=warn "$bin" serve --db "$tmp/db.sqlite" --listen "127.0.0.1:$port" ${SERVE_ARGS:-} 2>"$tmp/log" &
     pid=$!
     for _ in $(seq 1 100); do "$tool" healthcheck --url "http://127.0.0.1:$port" 2>/dev/null && break; sleep 0.1; done
-    perf stat -x, -o "$tmp/perf" -e syscalls:sys_enter_pwrite64 --filter 'count == 24' -p "$pid" &
+    if [ -n "$sql" ]; then sqlite3 "$tmp/db.sqlite" "$sql"; fi
+    perf stat -x, -o "$tmp/perf" -e syscalls:sys_enter_pwrite64 --filter 'count == 24' -e task-clock -p "$pid" &
     perf=$!
     sleep 0.5
     "$bench" publish --events "$events" --fanout "$fanout" --json --url "http://127.0.0.1:$port" \
@@ -37,7 +42,7 @@ run() { # run LABEL BINARY: one run, "pages events" appended to $out/LABEL
     wait "$perf" 2>/dev/null || true
     kill "$pid"
     wait "$pid" 2>/dev/null || true
-    echo "$(grep pwrite64 "$tmp/perf" | cut -d, -f1) $events" >>"$out/$label"
+    echo "$(grep pwrite64 "$tmp/perf" | cut -d, -f1) $events $(grep task-clock "$tmp/perf" | cut -d, -f1)" >>"$out/$label"
     rm -rf "$tmp"
 }
 
@@ -46,14 +51,26 @@ for i in $(seq 1 "$rounds"); do
     run A "$a"
     echo "round $i/$rounds: B $(basename "$b")" >&2
     run B "$b"
+    if [ -n "${C_SQL:-}" ]; then
+        echo "round $i/$rounds: C $(basename "$b") + SQL" >&2
+        run C "$b" "$C_SQL"
+    fi
 done
 
-python3 - "$out/A" "$out/B" "$a" "$b" "$fanout" <<'PY'
-import statistics, sys
-def per_event(path):
-    return [int(p) / int(n) for p, n in (line.split() for line in open(path))]
-a, b = per_event(sys.argv[1]), per_event(sys.argv[2])
-ma, mb = statistics.median(a), statistics.median(b)
-print(f"WAL pages per event, fan-out {sys.argv[5]}: A {sys.argv[3]} {ma:.2f} {[round(x, 2) for x in a]}")
-print(f"WAL pages per event, fan-out {sys.argv[5]}: B {sys.argv[4]} {mb:.2f} {[round(x, 2) for x in b]}  B/A {mb / ma:.2f}")
+python3 - "$out" "$a" "$b" "$fanout" <<'PY'
+import os, statistics, sys
+out, names, fanout = sys.argv[1], {"A": sys.argv[2], "B": sys.argv[3], "C": sys.argv[3] + " + C_SQL"}, sys.argv[4]
+base = None
+for label in "ABC":
+    path = os.path.join(out, label)
+    if not os.path.exists(path):
+        continue
+    rows = [line.split() for line in open(path)]
+    pages = [int(p) / int(n) for p, n, _ in rows]
+    cpu = [float(c) * 1000 / int(n) for _, n, c in rows]
+    mp, mc = statistics.median(pages), statistics.median(cpu)
+    if base is None:
+        base = (mp, mc)
+    print(f"fan-out {fanout} {label} {names[label]}: WAL pages/event {mp:.2f} {[round(x, 2) for x in pages]} "
+          f"({mp / base[0]:.2f} of A); server CPU us/event {mc:.0f} {[round(x) for x in cpu]} ({mc / base[1]:.2f} of A)")
 PY
