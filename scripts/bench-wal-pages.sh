@@ -11,7 +11,7 @@
 #   SERVE_ARGS="--sqlite-sync normal" scripts/bench-wal-pages.sh 3 /tmp/webhookd-main target/release/webhookd
 #
 # C_SQL="DROP TRIGGER …" adds a run C of BIN_B per round with that SQL applied (sqlite3 shell)
-# to its database once the server is up: one lever of B taken out, to measure the others alone.
+# to its database before the server starts: one lever of B taken out, to measure the others alone.
 # Needs perf with tracepoint access (root) and the harness: cargo build --release --example bench.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -22,15 +22,18 @@ out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 
 run() { # run LABEL BINARY [SQL]: one run, "pages events cpu_ms" appended to $out/LABEL
-    local label=$1 bin=$2 sql=${3:-} tmp port key pid perf
+    local label=$1 bin=$2 sql=${3:-} maker tmp port key pid perf
     tmp=$(mktemp -d)
-    key=$(WEBHOOKD_LOG=warn "$tool" keys create --db "$tmp/db.sqlite" --app bench --name wal --json)
+    # A run with SQL: B makes the key (its schema), then the SQL, before the server opens it.
+    maker=$tool
+    if [ -n "$sql" ]; then maker=$bin; fi
+    key=$(WEBHOOKD_LOG=warn "$maker" keys create --db "$tmp/db.sqlite" --app bench --name wal --json)
+    if [ -n "$sql" ]; then sqlite3 "$tmp/db.sqlite" "$sql"; fi
     port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
     # shellcheck disable=SC2086 # SERVE_ARGS is a list of words
     WEBHOOKD_LOG=warn "$bin" serve --db "$tmp/db.sqlite" --listen "127.0.0.1:$port" ${SERVE_ARGS:-} 2>"$tmp/log" &
     pid=$!
     for _ in $(seq 1 100); do "$tool" healthcheck --url "http://127.0.0.1:$port" 2>/dev/null && break; sleep 0.1; done
-    if [ -n "$sql" ]; then sqlite3 "$tmp/db.sqlite" "$sql"; fi
     perf stat -x, -o "$tmp/perf" -e syscalls:sys_enter_pwrite64 --filter 'count == 24' -e task-clock -p "$pid" &
     perf=$!
     sleep 0.5
