@@ -9,6 +9,9 @@
 # the first start) and points `bench --url` at it. Prints, per figure, the median of each binary
 # and B/A. BIN_C=path adds a third binary to every round (A, B, C, A, B, C, ...) and a C/A
 # column (e.g. a candidate fix next to the base and the regressed build). Needs the harness built: cargo build --release --example bench (or BENCH=path).
+# SERVE_ARGS="--sqlite-sync normal" adds options to every `serve`; DB_TEMPLATE=FILE starts each
+# run on a copy of that SQLite file instead of an empty one (e.g. 1M finished tasks: give
+# TOOL the older binary, so that the key is made without upgrading the copy's schema).
 # The key and the readiness check use BIN_B's CLI (TOOL=path to change), so that BIN_A may be
 # an older build without `healthcheck`.
 set -euo pipefail
@@ -25,9 +28,11 @@ run() { # run LABEL BINARY: one bench run against BINARY, JSON lines appended to
     local label=$1 bin=$2 tmp port key pid
     shift 2
     tmp=$(mktemp -d)
+    if [ -n "${DB_TEMPLATE:-}" ]; then cp "$DB_TEMPLATE" "$tmp/db.sqlite"; fi
     key=$(WEBHOOKD_LOG=warn "$tool" keys create --db "$tmp/db.sqlite" --app bench --name ab --json)
     port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
-    WEBHOOKD_LOG=warn "$bin" serve --db "$tmp/db.sqlite" --listen "127.0.0.1:$port" 2>"$tmp/log" &
+    # shellcheck disable=SC2086 # SERVE_ARGS is a list of words
+    WEBHOOKD_LOG=warn "$bin" serve --db "$tmp/db.sqlite" --listen "127.0.0.1:$port" ${SERVE_ARGS:-} 2>"$tmp/log" &
     pid=$!
     for _ in $(seq 1 100); do "$tool" healthcheck --url "http://127.0.0.1:$port" 2>/dev/null && break; sleep 0.1; done
     "$bench" "$@" --json --url "http://127.0.0.1:$port" \

@@ -223,7 +223,9 @@ fn migrate_copies_every_row_with_its_id_and_refuses_a_non_empty_target() {
         return;
     };
     let (_dir, db, running, (key_id, secret), revoked) = filled_database();
-    let before = sqlite_dump(&db);
+    let mut before = sqlite_dump(&db);
+    // SQLite's task counters are kept by its triggers; PostgreSQL has none to copy into.
+    assert!(before.remove("task_counts").is_some());
     for (table, rows) in &before {
         assert!(!rows.is_empty(), "the test left {table} empty: fill it");
     }

@@ -27,6 +27,10 @@ const ORDER: &[&str] = &[
     "health_probe",
 ];
 
+/// SQLite's own derived tables, kept by its triggers and absent on PostgreSQL: not copied
+/// (`task_counts`: docs/dev/storage.md "Task totals and the tasks indexes").
+const SQLITE_ONLY: &[&str] = &["task_counts"];
+
 /// The PostgreSQL bookkeeping table, written by `store::postgres::open`, not copied.
 const MARKER_TABLE: &str = "webhookd_schema";
 
@@ -125,7 +129,8 @@ fn matching_tables(
         .prepare(
             "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'",
         )?
-        .query_map([], |r| r.get(0))?
+        .query_map([], |r| r.get::<_, String>(0))?
+        .filter(|name| !matches!(name, Ok(name) if SQLITE_ONLY.contains(&name.as_str())))
         .collect::<Result<_, _>>()?;
     let in_target: BTreeSet<String> = target
         .query(

@@ -29,6 +29,7 @@ const UPGRADES: &[&str] = &[
     include_str!("../../../migrations/postgres/schedule_windows.sql"),
     include_str!("../../../migrations/postgres/filters.sql"),
     include_str!("../../../migrations/postgres/request_headers.sql"),
+    include_str!("../../../migrations/postgres/task_counts.sql"),
 ];
 
 /// The schema version this binary writes.

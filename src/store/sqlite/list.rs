@@ -43,24 +43,41 @@ pub fn list_page<T>(
     page: Page,
     from_row: impl FnMut(&rusqlite::Row<'_>) -> rusqlite::Result<T>,
 ) -> rusqlite::Result<(i64, Vec<T>)> {
-    let condition = filters.condition();
     let total = conn
-        .prepare_cached(&format!("SELECT count(*) FROM {table} WHERE {condition}"))?
+        .prepare_cached(&format!(
+            "SELECT count(*) FROM {table} WHERE {}",
+            filters.condition()
+        ))?
         .query_row(rusqlite::params_from_iter(filters.values()), |r| r.get(0))?;
+    Ok((
+        total,
+        page_of(conn, table, columns, filters, page, from_row)?,
+    ))
+}
+
+/// One page of `table` (newest first) matching `filters`, without the total (for a caller
+/// that knows it otherwise, e.g. the task counters).
+pub fn page_of<T>(
+    conn: &Connection,
+    table: &str,
+    columns: &str,
+    filters: &Filters,
+    page: Page,
+    from_row: impl FnMut(&rusqlite::Row<'_>) -> rusqlite::Result<T>,
+) -> rusqlite::Result<Vec<T>> {
     let n = filters.values().len();
     // `LIMIT ? + 0`: with a bare `LIMIT ?` SQLite plans with the bound value, so every new
     // value would recompile the statement.
     let sql = format!(
-        "SELECT {columns} FROM {table} WHERE {condition} ORDER BY id DESC LIMIT ?{} + 0 OFFSET ?{} + 0",
+        "SELECT {columns} FROM {table} WHERE {} ORDER BY id DESC LIMIT ?{} + 0 OFFSET ?{} + 0",
+        filters.condition(),
         n + 1,
         n + 2
     );
     let mut values = filters.values().to_vec();
     values.push(page.limit().into());
     values.push(page.offset().into());
-    let items = conn
-        .prepare_cached(&sql)?
+    conn.prepare_cached(&sql)?
         .query_map(rusqlite::params_from_iter(&values), from_row)?
-        .collect::<rusqlite::Result<Vec<_>>>()?;
-    Ok((total, items))
+        .collect()
 }

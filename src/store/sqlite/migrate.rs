@@ -23,6 +23,7 @@ const UPGRADES: &[&str] = &[
     include_str!("../../../migrations/schedule_windows.sql"),
     include_str!("../../../migrations/filters.sql"),
     include_str!("../../../migrations/request_headers.sql"),
+    include_str!("../../../migrations/task_counts.sql"),
 ];
 
 /// The schema version this binary writes.

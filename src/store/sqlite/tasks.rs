@@ -2,7 +2,7 @@
 
 use crate::store::Page;
 use crate::store::sqlite::SqliteTx;
-use crate::store::sqlite::list::{Filters, list_page};
+use crate::store::sqlite::list::{Filters, list_page, page_of};
 #[allow(unused_imports)]
 use crate::store::tasks::*;
 use crate::store::{StoreError, TaskQueries};
@@ -111,7 +111,30 @@ impl TaskQueries for SqliteTx<'_> {
             .eq("event_id", f.event_id)
             .eq("endpoint_id", f.endpoint_id)
             .eq_known("task_type", f.task_type.as_deref(), &TASK_TYPES);
-        Ok(list_page(conn, "tasks", COLUMNS, &filters, page, from_row)?)
+        // By app alone or by app and status, the total is the counters' (`task_counts`, kept
+        // by triggers): the same cost at any size. Any other filter counts its matches.
+        let counted = !retrying
+            && f.schedule_id.is_none()
+            && f.event_id.is_none()
+            && f.endpoint_id.is_none()
+            && f.task_type.is_none();
+        if !counted {
+            return Ok(list_page(conn, "tasks", COLUMNS, &filters, page, from_row)?);
+        }
+        let total = match status {
+            Some(status) => conn
+                .prepare_cached(
+                    "SELECT coalesce(sum(n), 0) FROM task_counts WHERE app_id = ?1 AND status = ?2",
+                )?
+                .query_row(params![app_id, status], |r| r.get(0))?,
+            None => conn
+                .prepare_cached("SELECT coalesce(sum(n), 0) FROM task_counts WHERE app_id = ?1")?
+                .query_row(params![app_id], |r| r.get(0))?,
+        };
+        Ok((
+            total,
+            page_of(conn, "tasks", COLUMNS, &filters, page, from_row)?,
+        ))
     }
 
     fn next_endpoint_with_pending(&mut self, after: i64) -> Result<Option<(i64, i64)>, StoreError> {
@@ -232,11 +255,16 @@ impl TaskQueries for SqliteTx<'_> {
             .optional()?)
     }
 
+    /// Finds the running tasks through the apps `task_counts` says have some, then
+    /// `tasks_app_status`: no index of running tasks is kept on SQLite, and without the
+    /// `app_id` this would read the whole table.
     fn requeue_running_tasks(&mut self, now_ms: i64) -> Result<usize, StoreError> {
         let conn = self.0;
         Ok(conn.prepare_cached(
             "UPDATE tasks SET status = 'pending', next_attempt_at = min(coalesce(next_attempt_at, ?1), ?1),
-             updated_at = ?1 WHERE status = 'running'",
+             updated_at = ?1
+             WHERE app_id IN (SELECT app_id FROM task_counts WHERE status = 'running' AND n > 0)
+               AND status = 'running'",
         )?
         .execute(params![now_ms])?)
     }
@@ -338,7 +366,9 @@ impl TaskQueries for SqliteTx<'_> {
     fn count_tasks_by_status(&mut self) -> Result<Vec<(String, i64)>, StoreError> {
         let conn = self.0;
         Ok(conn
-            .prepare_cached("SELECT status, count(*) FROM tasks GROUP BY status")?
+            .prepare_cached(
+                "SELECT status, sum(n) FROM task_counts GROUP BY status HAVING sum(n) > 0",
+            )?
             .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?
             .collect::<Result<_, _>>()?)
     }
