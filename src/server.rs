@@ -27,8 +27,10 @@ type Reply = Response<Full<Bytes>>;
 /// What a server's connections share besides the [`App`].
 struct Shared {
     app: Arc<App>,
-    /// Replay records of reads served while the store refuses writes (`auth::guard_replay`).
-    replay: auth::ReplayMemory,
+    /// Replay records of reads served while the store refuses writes (`auth::RequestGuard`).
+    replay: Arc<auth::ReplayMemory>,
+    /// The API keys held in memory (`auth::KeyCache`).
+    keys: Arc<auth::KeyCache>,
     /// Blocking threads that API requests may hold at once (see [`API_THREADS`]).
     api_threads: Arc<Semaphore>,
     /// Bodies cut for arriving too slowly, logged once per interval.
@@ -63,7 +65,8 @@ pub async fn serve_http(
     let gate = Gate::new(caps);
     let shared = Arc::new(Shared {
         app: app.clone(),
-        replay: auth::ReplayMemory::default(),
+        replay: Arc::default(),
+        keys: Arc::default(),
         api_threads: Arc::new(Semaphore::new(API_THREADS)),
         slow_bodies: LogEvery::new(LOG_INTERVAL),
     });
@@ -623,17 +626,24 @@ async fn handle_api(
     let (parts, caller) = if body.is_end_stream() {
         (parts, None)
     } else {
-        let checked = on_api_thread(shared, move |shared| {
-            let app = &shared.app;
-            let caller = auth::check_headers(
-                &*app.store,
-                app.clock.now_ms(),
-                app.config.max_skew_secs,
-                &parts.headers,
-            );
-            (parts, caller)
-        })
-        .await;
+        // A key held in memory is checked here; only a key to read from the store needs a
+        // blocking thread.
+        let app = &shared.app;
+        let (now_ms, skew) = (app.clock.now_ms(), app.config.max_skew_secs);
+        let checked = match auth::check_headers(&shared.keys, None, now_ms, skew, &parts.headers) {
+            Ok(Some(caller)) => Ok((parts, Ok(caller))),
+            Ok(None) => {
+                on_api_thread(shared, move |shared| {
+                    let store = Some(&*shared.app.store);
+                    let caller =
+                        auth::check_headers(&shared.keys, store, now_ms, skew, &parts.headers)
+                            .and_then(|c| c.ok_or_else(ApiError::auth_unknown_key));
+                    (parts, caller)
+                })
+                .await
+            }
+            Err(e) => Ok((parts, Err(e))),
+        };
         match checked {
             Ok((parts, Ok(caller))) => (parts, Some(caller)),
             Ok((_, Err(e))) | Err(e) => return (Err(e), BodyLeft::Unread(body)),
@@ -713,48 +723,56 @@ fn handle_authenticated(
     let caller = match caller {
         Some(caller) => caller,
         None => auth::check_headers(
-            &*app.store,
+            &shared.keys,
+            Some(&*app.store),
             now_ms,
             app.config.max_skew_secs,
             &parts.headers,
-        )?,
+        )?
+        .ok_or_else(ApiError::auth_unknown_key)?,
     };
     caller.verify(parts.method.as_str(), path_and_query, &body)?;
     // A read is served while the store refuses writes; its replay record is then kept in
     // memory (docs/API.md, "Limits").
     let read_only = parts.method == Method::GET;
-    auth::guard_replay(
-        &*app.store,
-        Some(&shared.replay),
-        &caller,
+    let guard = auth::RequestGuard::begin(
+        app.store.clone(),
+        shared.keys.clone(),
+        shared.replay.clone(),
+        caller,
         now_ms,
         read_only,
     )?;
+    let caller = guard.caller();
     if app.spans.on() {
         *caller_app = Some(caller.app_id.clone());
     }
-    app.rate_limit
-        .check(&caller.key_id)
-        .map_err(ApiError::rate_limited)?;
-    let (handler, ids) = api::resolve(parts.method.as_str(), parts.uri.path())?;
-    auth::check_scope(&caller, parts.method.as_str(), parts.uri.path())?;
-    let request = Request {
-        method: parts.method.to_string(),
-        path: parts.uri.path().to_string(),
-        query: Query::parse(parts.uri.query()),
-        body,
-        ids,
-        checked: Default::default(),
-    };
-    let mut ctx = Ctx {
-        app,
-        app_id: &caller.app_id,
-        key_id: &caller.key_id,
-        store: &*app.store,
-        now_ms,
-        traces,
-    };
-    api::dispatch(handler, &mut ctx, &request)
+    let result = (|| {
+        app.rate_limit
+            .check(&caller.key_id)
+            .map_err(ApiError::rate_limited)?;
+        let (handler, ids) = api::resolve(parts.method.as_str(), parts.uri.path())?;
+        auth::check_scope(caller, parts.method.as_str(), parts.uri.path())?;
+        let request = Request {
+            method: parts.method.to_string(),
+            path: parts.uri.path().to_string(),
+            query: Query::parse(parts.uri.query()),
+            body,
+            ids,
+            checked: Default::default(),
+        };
+        let mut ctx = Ctx {
+            app,
+            app_id: &caller.app_id,
+            key_id: &caller.key_id,
+            store: &guard,
+            now_ms,
+            traces,
+        };
+        api::dispatch(handler, &mut ctx, &request)
+    })();
+    // Nothing is answered before the request's replay record is written and its key checked.
+    guard.finish(result)
 }
 
 /// A started server: its address, its shared state, and the handle to stop it.

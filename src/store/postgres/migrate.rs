@@ -28,6 +28,7 @@ const UPGRADES: &[&str] = &[
     include_str!("../../../migrations/postgres/traces.sql"),
     include_str!("../../../migrations/postgres/schedule_windows.sql"),
     include_str!("../../../migrations/postgres/filters.sql"),
+    include_str!("../../../migrations/postgres/key_generation.sql"),
 ];
 
 /// The schema version this binary writes.

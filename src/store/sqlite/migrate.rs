@@ -22,6 +22,7 @@ const UPGRADES: &[&str] = &[
     include_str!("../../../migrations/traces.sql"),
     include_str!("../../../migrations/schedule_windows.sql"),
     include_str!("../../../migrations/filters.sql"),
+    include_str!("../../../migrations/key_generation.sql"),
 ];
 
 /// The schema version this binary writes.
