@@ -10,7 +10,8 @@
 # and B/A. BIN_C=path adds a third binary to every round (A, B, C, A, B, C, ...) and a C/A
 # column (e.g. a candidate fix next to the base and the regressed build). Needs the harness built: cargo build --release --example bench (or BENCH=path).
 # The key and the readiness check use BIN_B's CLI (TOOL=path to change), so that BIN_A may be
-# an older build without `healthcheck`.
+# an older build without `healthcheck`. SERVE_ARGS adds arguments to every `serve`
+# (e.g. SERVE_ARGS="--sqlite-sync normal").
 set -euo pipefail
 cd "$(dirname "$0")/.."
 rounds=$1 a=$2 b=$3
@@ -27,7 +28,7 @@ run() { # run LABEL BINARY: one bench run against BINARY, JSON lines appended to
     tmp=$(mktemp -d)
     key=$(WEBHOOKD_LOG=warn "$tool" keys create --db "$tmp/db.sqlite" --app bench --name ab --json)
     port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
-    WEBHOOKD_LOG=warn "$bin" serve --db "$tmp/db.sqlite" --listen "127.0.0.1:$port" 2>"$tmp/log" &
+    WEBHOOKD_LOG=warn "$bin" serve --db "$tmp/db.sqlite" --listen "127.0.0.1:$port" ${SERVE_ARGS:-} 2>"$tmp/log" &
     pid=$!
     for _ in $(seq 1 100); do "$tool" healthcheck --url "http://127.0.0.1:$port" 2>/dev/null && break; sleep 0.1; done
     "$bench" "$@" --json --url "http://127.0.0.1:$port" \
