@@ -1,7 +1,7 @@
 //! The HTTP server: a hyper 1 accept loop, the envelope on every reply, the body limit, and
 //! the hand-off of each `/v1` request to a blocking thread (auth → route → handler → store).
 
-use crate::api::{self, Ctx, Request, input::Query};
+use crate::api::{self, Ctx, Data, Request, input::Query};
 use crate::app::App;
 use crate::auth;
 use crate::connections::{Admission, Caps, Gate, LogEvery, Reserved, Slot};
@@ -14,7 +14,6 @@ use hyper::service::service_fn;
 use hyper::{Method, Response, StatusCode};
 use hyper_util::rt::TokioIo;
 use serde::Serialize;
-use serde_json::Value;
 use std::future::Future;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -204,12 +203,13 @@ fn refuse(stream: &TcpStream, why: &str) {
     let _ = stream.try_write(&reply);
 }
 
+/// The envelope of a refusal: its `data` is `null`.
 #[derive(Serialize)]
 struct Envelope<'a> {
     code: u32,
     message: &'a str,
     request_id: &'a str,
-    data: &'a Value,
+    data: (),
 }
 
 fn json_reply(status: StatusCode, request_id: &str, body: Vec<u8>) -> Reply {
@@ -240,24 +240,36 @@ fn with_allow(mut reply: Reply, path: &str) -> Reply {
     reply
 }
 
-/// A handler's result as the envelope's bytes, with its status.
-fn envelope_body(request_id: &str, result: ApiResult<Value>) -> (StatusCode, Vec<u8>) {
-    let (status, code, message, data) = match &result {
-        Ok(data) => (StatusCode::OK, 0, "success", data),
-        Err(e) => (e.status, e.code, e.message.as_str(), &Value::Null),
-    };
-    let body = serde_json::to_vec(&Envelope {
-        code,
-        message,
-        request_id,
-        data,
-    })
-    .unwrap_or_default();
-    (status, body)
+/// A handler's result as the envelope's bytes, with its status. A success's `data` is the
+/// handler's JSON text, written in as is (`api::Data`).
+fn envelope_body(request_id: &str, result: ApiResult<Data>) -> (StatusCode, Vec<u8>) {
+    match result {
+        Ok(data) => {
+            let data = data.as_bytes();
+            let mut body = Vec::with_capacity(data.len() + 80);
+            body.extend_from_slice(br#"{"code":0,"message":"success","request_id":"#);
+            // A request id is plain text, but written as any JSON string would be.
+            let _ = serde_json::to_writer(&mut body, request_id);
+            body.extend_from_slice(br#","data":"#);
+            body.extend_from_slice(data);
+            body.push(b'}');
+            (StatusCode::OK, body)
+        }
+        Err(e) => {
+            let body = serde_json::to_vec(&Envelope {
+                code: e.code,
+                message: &e.message,
+                request_id,
+                data: (),
+            })
+            .unwrap_or_default();
+            (e.status, body)
+        }
+    }
 }
 
 /// Wraps a handler's result in the envelope.
-fn envelope(request_id: &str, result: ApiResult<Value>) -> Reply {
+fn envelope(request_id: &str, result: ApiResult<Data>) -> Reply {
     let (status, body) = envelope_body(request_id, result);
     json_reply(status, request_id, body)
 }
@@ -615,7 +627,7 @@ async fn handle_api(
     shared: &Arc<Shared>,
     req: hyper::Request<Incoming>,
     deadline: BodyDeadline,
-) -> (ApiResult<Value>, BodyLeft) {
+) -> (ApiResult<Data>, BodyLeft) {
     use hyper::body::Body;
     let (parts, body) = req.into_parts();
     let declared_len = parts
@@ -670,7 +682,7 @@ fn handle_blocking(
     parts: &hyper::http::request::Parts,
     body: Bytes,
     caller: Option<auth::Caller>,
-) -> ApiResult<Value> {
+) -> ApiResult<Data> {
     let app = &*shared.app;
     let started = std::time::Instant::now();
     let start_ms = app.clock.now_ms();
@@ -712,7 +724,7 @@ fn handle_authenticated(
     caller: Option<auth::Caller>,
     traces: &mut crate::trace::TaskTraces,
     caller_app: &mut Option<String>,
-) -> ApiResult<Value> {
+) -> ApiResult<Data> {
     let app = &*shared.app;
     let now_ms = app.clock.now_ms();
     let path_and_query = parts
