@@ -1,16 +1,25 @@
 //! Inbound request authentication (docs/design.md §2): key lookup, the ±skew window, the HMAC
 //! signature over `X-Timestamp + "\n" + payload`, and the replay check (in the database, so
-//! that it survives restarts: `Tx::first_use_of_signature`; in memory for reads while the
+//! that it survives restarts: `Tx::first_use_at_key_generation`; in memory for reads while the
 //! database refuses writes). The header checks run before the body is read; once the request
 //! is routed, the key's scope is checked ([`check_scope`]).
+//!
+//! Keys are held in memory ([`KeyCache`]) and checked against the store's key generation in the
+//! request's own transaction, where its replay record is written too ([`RequestGuard`]): one
+//! transaction per request, and a key revoked by any node or by `webhookd keys revoke` is
+//! refused from the revocation's commit on (docs/dev/storage.md, "Keys in memory").
 
 use crate::error::ApiError;
+use crate::error::ApiResult;
 use crate::signing;
-use crate::store::keys::Scope;
-use crate::store::{Store, StoreError};
+use crate::store::keys::{KeyAuth, Scope};
+use crate::store::{Store, StoreError, Tx, Wakers, Watcher};
 use hyper::HeaderMap;
 use std::collections::HashMap;
-use std::sync::Mutex;
+use std::path::Path;
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::Duration;
 
 /// The parts of a request its signature covers.
 pub struct SignedParts<'a> {
@@ -52,6 +61,120 @@ fn parse_timestamp_ms(text: &str) -> Option<i64> {
     Some(if text.len() >= 13 { n } else { n * 1000 })
 }
 
+/// A live key as authentication needs it, held in memory by [`KeyCache`].
+#[derive(Debug)]
+pub struct HeldKey {
+    secret: String,
+    app_id: String,
+    scope: Scope,
+    expires_at: Option<i64>,
+    /// `last_used_at` in ms, [`NEVER_USED`] for none: moved forward by the request that records
+    /// a use, so that one request a minute per key writes it.
+    last_used_at: AtomicI64,
+}
+
+const NEVER_USED: i64 = i64::MIN;
+
+impl HeldKey {
+    fn new(key: KeyAuth) -> HeldKey {
+        HeldKey {
+            last_used_at: AtomicI64::new(key.last_used_at.unwrap_or(NEVER_USED)),
+            secret: key.secret,
+            app_id: key.app_id,
+            scope: key.scope,
+            expires_at: key.expires_at,
+        }
+    }
+
+    /// Whether the stored key still says what this one does (a revoked key reads as `None`).
+    fn same_as(&self, stored: &KeyAuth) -> bool {
+        (&self.secret, &self.app_id, self.scope, self.expires_at)
+            == (
+                &stored.secret,
+                &stored.app_id,
+                stored.scope,
+                stored.expires_at,
+            )
+    }
+}
+
+/// The live API keys a server has seen, with the key generation (`KeyQueries::key_generation`)
+/// they were read at. A key not held is read from the store (and held); a held key is used
+/// without a read, and each request's own transaction compares the generation it was read at
+/// with the stored one ([`RequestGuard`]): when it moved, the key is read again in that
+/// transaction, and the keys held are dropped. Unknown key ids are never held, so a key made
+/// by another node or the CLI works at once.
+#[derive(Default)]
+pub struct KeyCache {
+    inner: RwLock<HeldKeys>,
+}
+
+#[derive(Default)]
+struct HeldKeys {
+    generation: i64,
+    keys: HashMap<String, Arc<HeldKey>>,
+}
+
+impl KeyCache {
+    /// Keys held at most; beyond, the keys held are dropped and read again as they are used.
+    pub const CAPACITY: usize = 10_000;
+
+    /// The key `key_id` and the generation it was read at, when held.
+    fn held(&self, key_id: &str) -> Option<(Arc<HeldKey>, i64)> {
+        let inner = self.inner.read().unwrap_or_else(|e| e.into_inner());
+        inner
+            .keys
+            .get(key_id)
+            .map(|key| (key.clone(), inner.generation))
+    }
+
+    /// Reads the live key `key_id` from the store and holds it. The generation is read first,
+    /// so the key is at least as new as the generation it is held at.
+    fn load(
+        &self,
+        store: &dyn Store,
+        key_id: &str,
+    ) -> Result<Option<(Arc<HeldKey>, i64)>, StoreError> {
+        let (generation, key) = store.read(|tx| {
+            let generation = tx.key_generation()?;
+            Ok::<_, StoreError>((generation, tx.lookup_key(key_id)?))
+        })?;
+        Ok(key.map(|key| (self.hold(key_id, key, generation), generation)))
+    }
+
+    /// Holds `key` as read at `generation`; a newer generation drops every key held before.
+    fn hold(&self, key_id: &str, key: KeyAuth, generation: i64) -> Arc<HeldKey> {
+        let held = Arc::new(HeldKey::new(key));
+        let mut inner = self.inner.write().unwrap_or_else(|e| e.into_inner());
+        if generation > inner.generation || inner.keys.len() >= Self::CAPACITY {
+            inner.keys.clear();
+            inner.generation = inner.generation.max(generation);
+        }
+        if generation == inner.generation {
+            inner.keys.insert(key_id.to_string(), held.clone());
+        }
+        held
+    }
+
+    /// The key generation moved to `generation`: drops the keys held before it, and holds
+    /// `key_id` as just read (`None`: revoked).
+    fn refresh(&self, key_id: &str, key: Option<KeyAuth>, generation: i64) {
+        match key {
+            Some(key) => {
+                self.hold(key_id, key, generation);
+            }
+            None => {
+                let mut inner = self.inner.write().unwrap_or_else(|e| e.into_inner());
+                if generation > inner.generation {
+                    inner.keys.clear();
+                    inner.generation = generation;
+                }
+                inner.keys.remove(key_id);
+            }
+        }
+    }
+}
+
 /// A request's key and auth headers, checked from the headers alone ([`check_headers`]), so
 /// that a stranger is refused before the server reads a body; the signature over the body is
 /// checked afterwards ([`Caller::verify`]).
@@ -64,9 +187,9 @@ pub struct Caller {
     pub scope: Scope,
     /// When the key expired, if it has: refused once the signature shows the caller holds it.
     expired_at: Option<i64>,
-    /// Whether the key's `last_used_at` is old enough to be written again.
-    last_used_due: bool,
-    secret: String,
+    key: Arc<HeldKey>,
+    /// The key generation the key was read at: checked in the request's transaction.
+    generation: i64,
     timestamp: String,
     /// Lower case: signatures are compared without regard to hex case.
     signature: String,
@@ -75,20 +198,28 @@ pub struct Caller {
 }
 
 /// Checks what the headers alone can tell: all three present, the key known and not revoked,
-/// the timestamp within the skew window, the signature 64 hex digits (HMAC-SHA256).
+/// the timestamp within the skew window, the signature 64 hex digits (HMAC-SHA256). A key not
+/// held in `keys` is read from `store`; with no store given (on the async runtime, which must
+/// not wait on the database) the answer is `Ok(None)`: ask again with the store.
 pub fn check_headers(
-    store: &dyn Store,
+    keys: &KeyCache,
+    store: Option<&dyn Store>,
     now_ms: i64,
     max_skew_secs: u64,
     headers: &HeaderMap,
-) -> Result<Caller, ApiError> {
+) -> Result<Option<Caller>, ApiError> {
     let key_id = header(headers, "X-Key-ID")?;
     let timestamp = header(headers, "X-Timestamp")?;
     let signature = header(headers, "X-Signature")?;
 
-    let key = store
-        .read(|tx| tx.lookup_key(key_id))?
-        .ok_or_else(ApiError::auth_unknown_key)?;
+    let held = match (keys.held(key_id), store) {
+        (Some(held), _) => held,
+        (None, Some(store)) => keys
+            .load(store, key_id)?
+            .ok_or_else(ApiError::auth_unknown_key)?,
+        (None, None) => return Ok(None),
+    };
+    let (key, generation) = held;
 
     let skew_ms = i64::try_from(max_skew_secs)
         .unwrap_or(i64::MAX / 1000)
@@ -105,17 +236,17 @@ pub fn check_headers(
     if signature.len() != 64 || !signature.bytes().all(|b| b.is_ascii_hexdigit()) {
         return Err(ApiError::auth_bad_signature());
     }
-    Ok(Caller {
+    Ok(Some(Caller {
         key_id: key_id.to_string(),
         scope: key.scope,
         expired_at: key.expires_at.filter(|t| *t <= now_ms),
-        last_used_due: key.last_used_due(now_ms),
-        app_id: key.app_id,
-        secret: key.secret,
+        app_id: key.app_id.clone(),
+        key,
+        generation,
         timestamp: timestamp.to_string(),
         signature: signature.to_ascii_lowercase(),
         expires_ms: sent_ms.saturating_add(skew_ms),
-    })
+    }))
 }
 
 impl Caller {
@@ -123,7 +254,7 @@ impl Caller {
     pub fn verify(&self, method: &str, path_and_query: &str, body: &[u8]) -> Result<(), ApiError> {
         let payload = signed_payload(method, path_and_query, body);
         if !signing::verify_hex(
-            self.secret.as_bytes(),
+            self.key.secret.as_bytes(),
             &self.timestamp,
             &payload,
             &self.signature,
@@ -136,59 +267,75 @@ impl Caller {
         }
         Ok(())
     }
+
+    /// Whether the key's `last_used_at` is due to be written at `now_ms`; true for one caller
+    /// only, which then writes it.
+    fn claim_last_use(&self, now_ms: i64) -> bool {
+        let last = self.key.last_used_at.load(Ordering::Relaxed);
+        let due = crate::store::keys::last_used_due((last != NEVER_USED).then_some(last), now_ms);
+        due && self
+            .key
+            .last_used_at
+            .compare_exchange(last, now_ms, Ordering::Relaxed, Ordering::Relaxed)
+            .is_ok()
+    }
 }
 
-/// Refuses a signature used before. The (key, signature) pair is committed before the request
-/// is acted on: a crash of the process right after cannot let it be used again. It waits for
-/// no fsync of its own (`Store::write_unsynced`): the request's own write (a publish, a
-/// change) fsyncs it too, so only a read-only request's record can be lost, and only to a
-/// power loss. While the store refuses writes (disk full, read-only), a read (`read_only`) is
-/// still served: its pair is kept in `memory` instead until it expires, and `memory` is
-/// consulted first, so a signature accepted during the fault is refused again during and
-/// after it (docs/API.md, "Limits").
-pub fn guard_replay(
-    store: &dyn Store,
-    memory: Option<&ReplayMemory>,
+/// What became of a request's replay record and key check ([`RequestGuard`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Guarded {
+    /// Not written yet: no transaction of the request has committed.
+    Pending,
+    /// Committed with the request's first transaction, the key still as read.
+    Recorded,
+    /// Kept in [`ReplayMemory`] (a read while the store refuses writes).
+    Remembered,
+    /// The signature was used before.
+    Replay,
+    /// The key was revoked (or changed) after it was read.
+    KeyGone,
+}
+
+/// In a transaction (or a read while the store refuses writes): whether the caller's key is
+/// still as it was read. When the key generation is the one it was read at, nothing changed;
+/// otherwise the key is read again and the keys held are dropped.
+fn key_holds(
+    tx: &mut dyn Tx,
+    keys: &KeyCache,
+    caller: &Caller,
+    generation: i64,
+) -> Result<bool, StoreError> {
+    if generation == caller.generation {
+        return Ok(true);
+    }
+    let stored = tx.lookup_key(&caller.key_id)?;
+    let holds = stored.as_ref().is_some_and(|k| caller.key.same_as(k));
+    keys.refresh(&caller.key_id, stored, generation);
+    Ok(holds)
+}
+
+/// Records the caller's (key, signature) pair and checks its key in `tx`:
+/// [`Guarded::Recorded`] once committed.
+fn record_pair(
+    tx: &mut dyn Tx,
+    keys: &KeyCache,
     caller: &Caller,
     now_ms: i64,
-    read_only: bool,
-) -> Result<(), ApiError> {
-    if memory.is_some_and(|m| m.seen(&caller.key_id, &caller.signature, now_ms)) {
-        return Err(ApiError::auth_replay());
-    }
-    let first = store.write_unsynced(|tx| {
-        tx.first_use_of_signature(&caller.key_id, &caller.signature, caller.expires_ms, now_ms)
-    });
-    match (first, memory) {
-        (Ok(true), _) => {
-            note_use(store, caller, now_ms);
-            Ok(())
-        }
-        (Ok(false), _) => Err(ApiError::auth_replay()),
-        (Err(e @ (StoreError::DiskFull(_) | StoreError::Unwritable(_))), Some(memory))
-            if read_only =>
-        {
-            match memory.remember(&caller.key_id, &caller.signature, caller.expires_ms, now_ms) {
-                Remembered::First => Ok(()),
-                Remembered::Again => Err(ApiError::auth_replay()),
-                Remembered::Full => Err(e.into()),
-            }
-        }
-        (Err(e), _) => Err(e.into()),
-    }
+) -> Result<Guarded, StoreError> {
+    let c = caller;
+    let first = tx.first_use_at_key_generation(&c.key_id, &c.signature, c.expires_ms, now_ms)?;
+    let Some(generation) = first else {
+        return Ok(Guarded::Replay);
+    };
+    Ok(if key_holds(tx, keys, c, generation)? {
+        Guarded::Recorded
+    } else {
+        Guarded::KeyGone
+    })
 }
 
-/// `last_used_at` is informational: written at most once a minute per key, and a failure to
-/// write it does not fail the request.
-fn note_use(store: &dyn Store, caller: &Caller, now_ms: i64) {
-    if caller.last_used_due
-        && let Err(e) = store.write(|tx| tx.touch_key(&caller.key_id, now_ms))
-    {
-        tracing::warn!(key_id = %caller.key_id, error = %e, "could not record the key's last use");
-    }
-}
-
-/// Checks a request's three headers, its signature and that it is not a replay (durably only);
+/// Checks a request's three headers, its signature and that it is not a replay (durably only,
+/// in a transaction of its own; the server guards a request with [`RequestGuard`] instead);
 /// returns its key.
 pub fn authenticate(
     store: &dyn Store,
@@ -196,10 +343,255 @@ pub fn authenticate(
     max_skew_secs: u64,
     req: &SignedParts<'_>,
 ) -> Result<Caller, ApiError> {
-    let caller = check_headers(store, now_ms, max_skew_secs, req.headers)?;
+    let keys = KeyCache::default();
+    let caller = check_headers(&keys, Some(store), now_ms, max_skew_secs, req.headers)?
+        .ok_or_else(ApiError::auth_unknown_key)?;
     caller.verify(req.method, req.path_and_query, req.body)?;
-    guard_replay(store, None, &caller, now_ms, false)?;
-    Ok(caller)
+    match store.write_unsynced(|tx| record_pair(tx, &keys, &caller, now_ms))? {
+        Guarded::Recorded => Ok(caller),
+        Guarded::Replay => Err(ApiError::auth_replay()),
+        _ => Err(ApiError::auth_unknown_key()),
+    }
+}
+
+/// A signed request's guard, and the store its handler writes through: the first transaction
+/// the request commits also records its (key, signature) pair and checks that its key still
+/// stands, so a request costs one transaction, not three (key read, replay record, handler).
+///
+/// The pair is committed before the request's effects are acted on or answered: a replay of
+/// it, on any node, is refused. A `GET` handler's first read runs as that transaction
+/// (without waiting for an fsync of its own: only a read-only request's record can be lost, and
+/// only to a power loss); a write request's first write carries it (fsynced with the write).
+/// When no transaction of the request committed (its handler failed, or needed no store), the
+/// pair is written on its own at the end ([`RequestGuard::finish`]), before the reply, as
+/// before this guard existed. While the store refuses writes (disk full, read-only), a read is
+/// still served: its pair is kept in `memory` instead until it expires, and `memory` is
+/// consulted first, so a signature accepted during the fault is refused again during and after
+/// it (docs/API.md, "Limits").
+pub struct RequestGuard {
+    store: Arc<dyn Store>,
+    keys: Arc<KeyCache>,
+    memory: Arc<ReplayMemory>,
+    caller: Caller,
+    now_ms: i64,
+    /// A `GET`: served from memory while the store refuses writes.
+    read_only: bool,
+    state: Mutex<Guarded>,
+}
+
+impl RequestGuard {
+    /// Starts guarding `caller`'s request (signature verified); refuses a pair the memory holds.
+    pub fn begin(
+        store: Arc<dyn Store>,
+        keys: Arc<KeyCache>,
+        memory: Arc<ReplayMemory>,
+        caller: Caller,
+        now_ms: i64,
+        read_only: bool,
+    ) -> Result<RequestGuard, ApiError> {
+        if memory.seen(&caller.key_id, &caller.signature, now_ms) {
+            return Err(ApiError::auth_replay());
+        }
+        Ok(RequestGuard {
+            store,
+            keys,
+            memory,
+            caller,
+            now_ms,
+            read_only,
+            state: Mutex::new(Guarded::Pending),
+        })
+    }
+
+    pub fn caller(&self) -> &Caller {
+        &self.caller
+    }
+
+    fn state(&self) -> Guarded {
+        *self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn set_state(&self, state: Guarded) {
+        *self.state.lock().unwrap_or_else(|e| e.into_inner()) = state;
+    }
+
+    fn record_in(&self, tx: &mut dyn Tx) -> Result<Guarded, StoreError> {
+        record_pair(tx, &self.keys, &self.caller, self.now_ms)
+    }
+
+    /// Runs `f` in `run`'s transaction after the guard, while the pair is pending; the state
+    /// moves only once the transaction committed (or was refused by the guard).
+    fn guarded(
+        &self,
+        f: &mut dyn FnMut(&mut dyn Tx) -> Result<(), StoreError>,
+        ran: &mut bool,
+        run: impl FnOnce(
+            &mut dyn FnMut(&mut dyn Tx) -> Result<(), StoreError>,
+        ) -> Result<(), StoreError>,
+    ) -> Result<(), StoreError> {
+        let mut outcome = Guarded::Pending;
+        let result = run(&mut |tx| {
+            outcome = self.record_in(tx)?;
+            if outcome != Guarded::Recorded {
+                return Err(StoreError::Aborted);
+            }
+            let done = f(tx);
+            *ran = done.is_ok();
+            done
+        });
+        match (&result, outcome) {
+            (Ok(()), _) => self.set_state(Guarded::Recorded),
+            (Err(_), Guarded::Replay | Guarded::KeyGone) => self.set_state(outcome),
+            (Err(_), _) => {}
+        }
+        result
+    }
+
+    /// The pair kept in memory while the store refuses writes (`failed`: the store's error,
+    /// answered when the memory is full); the key is checked with a read.
+    fn remember(&self, failed: StoreError) -> Result<Guarded, StoreError> {
+        let c = &self.caller;
+        let holds = self.store.read(|tx| {
+            let generation = tx.key_generation()?;
+            key_holds(tx, &self.keys, c, generation)
+        })?;
+        if !holds {
+            return Ok(Guarded::KeyGone);
+        }
+        Ok(
+            match self
+                .memory
+                .remember(&c.key_id, &c.signature, c.expires_ms, self.now_ms)
+            {
+                Remembered::First => Guarded::Remembered,
+                Remembered::Again => Guarded::Replay,
+                Remembered::Full => return Err(failed),
+            },
+        )
+    }
+
+    /// The request's result as answered: refused when its pair was a replay or its key went
+    /// while it ran, and otherwise only once the pair is recorded (on its own here, when no
+    /// transaction of the request committed it). Writes the key's `last_used_at` when due.
+    pub fn finish<T>(&self, result: ApiResult<T>) -> ApiResult<T> {
+        let mut state = self.state();
+        if state == Guarded::Pending {
+            let alone = self.store.write_unsynced(|tx| self.record_in(tx));
+            state = match alone {
+                Ok(state) => state,
+                Err(e @ (StoreError::DiskFull(_) | StoreError::Unwritable(_)))
+                    if self.read_only =>
+                {
+                    self.remember(e)?
+                }
+                Err(e) => return Err(e.into()),
+            };
+            self.set_state(state);
+        }
+        match state {
+            Guarded::Replay => Err(ApiError::auth_replay()),
+            Guarded::KeyGone => Err(ApiError::auth_unknown_key()),
+            Guarded::Pending => Err(ApiError::internal(
+                "the request's replay record was not written",
+            )),
+            Guarded::Recorded | Guarded::Remembered => {
+                self.note_use();
+                result
+            }
+        }
+    }
+
+    /// `last_used_at` is informational: written at most once a minute per key, and a failure to
+    /// write it does not fail the request.
+    fn note_use(&self) {
+        let c = &self.caller;
+        if c.claim_last_use(self.now_ms)
+            && let Err(e) = self.store.write(|tx| tx.touch_key(&c.key_id, self.now_ms))
+        {
+            tracing::warn!(key_id = %c.key_id, error = %e, "could not record the key's last use");
+        }
+    }
+}
+
+/// The store as a signed request's handler sees it: every call goes to the server's store,
+/// and the first transaction while the pair is pending carries the guard ([`RequestGuard`]).
+impl Store for RequestGuard {
+    /// A `GET`'s first read runs in a write transaction with the guard (unsynced, see
+    /// [`RequestGuard`]); when the store refuses it, the pair goes to memory and the read is
+    /// served anyway. Other reads go straight to the store.
+    fn read_dyn(
+        &self,
+        f: &mut dyn FnMut(&mut dyn Tx) -> Result<(), StoreError>,
+    ) -> Result<(), StoreError> {
+        if !self.read_only || self.state() != Guarded::Pending {
+            return self.store.read_dyn(f);
+        }
+        let mut ran = false;
+        let result = self.guarded(f, &mut ran, |g| self.store.write_unsynced_dyn(g));
+        match result {
+            Err(e @ (StoreError::DiskFull(_) | StoreError::Unwritable(_)))
+                if self.state() == Guarded::Pending =>
+            {
+                let state = self.remember(e)?;
+                self.set_state(state);
+                match state {
+                    // The read ran before the commit failed: its result stands.
+                    Guarded::Remembered if ran => Ok(()),
+                    Guarded::Remembered => self.store.read_dyn(f),
+                    _ => Err(StoreError::Aborted),
+                }
+            }
+            result => result,
+        }
+    }
+
+    fn write_dyn(
+        &self,
+        f: &mut dyn FnMut(&mut dyn Tx) -> Result<(), StoreError>,
+    ) -> Result<(), StoreError> {
+        if self.state() != Guarded::Pending {
+            return self.store.write_dyn(f);
+        }
+        self.guarded(f, &mut false, |g| self.store.write_dyn(g))
+    }
+
+    fn write_unsynced_dyn(
+        &self,
+        f: &mut dyn FnMut(&mut dyn Tx) -> Result<(), StoreError>,
+    ) -> Result<(), StoreError> {
+        if self.state() != Guarded::Pending {
+            return self.store.write_unsynced_dyn(f);
+        }
+        self.guarded(f, &mut false, |g| self.store.write_unsynced_dyn(g))
+    }
+
+    fn quick_check(&self) -> Result<(), StoreError> {
+        self.store.quick_check()
+    }
+
+    fn health(&self, now_ms: i64) -> Result<(), StoreError> {
+        self.store.health(now_ms)
+    }
+
+    fn require_writable(&self, now_ms: i64) -> anyhow::Result<()> {
+        self.store.require_writable(now_ms)
+    }
+
+    fn backup(&self, out: &Path) -> anyhow::Result<()> {
+        self.store.backup(out)
+    }
+
+    fn describe(&self) -> String {
+        self.store.describe()
+    }
+
+    fn backend(&self) -> &'static str {
+        self.store.backend()
+    }
+
+    fn watch(&self, wakers: Wakers, poll: Duration, poll_only: bool) -> anyhow::Result<Watcher> {
+        self.store.watch(wakers, poll, poll_only)
+    }
 }
 
 /// The replay records of reads served while the store could not write them: (key id,
@@ -379,13 +771,20 @@ mod tests {
         ] {
             assert_eq!(required_scope(method, path, own), needed, "{method} {path}");
         }
+        let key = KeyAuth {
+            secret: String::new(),
+            app_id: "app1".into(),
+            scope: Scope::Read,
+            expires_at: None,
+            last_used_at: None,
+        };
         let caller = Caller {
             key_id: own.into(),
             app_id: "app1".into(),
             scope: Scope::Read,
             expired_at: None,
-            last_used_due: false,
-            secret: String::new(),
+            key: Arc::new(HeldKey::new(key)),
+            generation: 0,
             timestamp: String::new(),
             signature: String::new(),
             expires_ms: 0,

@@ -55,6 +55,16 @@ impl Client {
         }
     }
 
+    /// Another client of the same key on its own connections (to `base_url`), sharing this
+    /// one's timestamps: the two never send the same signature (load drivers with one key on
+    /// many threads).
+    pub fn same_key(&self, base_url: &str) -> Self {
+        Client {
+            last_timestamp: self.last_timestamp.clone(),
+            ..Client::new(base_url, &self.key_id, &self.secret)
+        }
+    }
+
     /// The path under `/v1` (a leading `/v1` is added when missing).
     fn full_path(path: &str) -> String {
         let path = if path.starts_with('/') {

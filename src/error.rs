@@ -214,7 +214,13 @@ impl From<crate::store::StoreError> for ApiError {
                 Self::new(StatusCode::SERVICE_UNAVAILABLE, 50301, message)
             }
             StoreError::Unwritable(message) => ApiError::unwritable(message),
-            StoreError::Aborted => ApiError::internal("a store transaction was rolled back"),
+            // Reaches a handler only when a signed request's guard rolled its transaction back
+            // (a replay, a revoked key): the guard's own 401 replaces it (`auth::RequestGuard`).
+            StoreError::Aborted => Self::new(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                50001,
+                "the transaction was rolled back",
+            ),
             StoreError::Other(e) => ApiError::internal(format!("database: {e:#}")),
         }
     }

@@ -1,7 +1,7 @@
 //! The HTTP server: a hyper 1 accept loop, the envelope on every reply, the body limit, and
 //! the hand-off of each `/v1` request to a blocking thread (auth → route → handler → store).
 
-use crate::api::{self, Ctx, Request, input::Query};
+use crate::api::{self, Ctx, Data, Request, input::Query};
 use crate::app::App;
 use crate::auth;
 use crate::connections::{Admission, Caps, Gate, LogEvery, Reserved, Slot};
@@ -14,7 +14,6 @@ use hyper::service::service_fn;
 use hyper::{Method, Response, StatusCode};
 use hyper_util::rt::TokioIo;
 use serde::Serialize;
-use serde_json::Value;
 use std::future::Future;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -27,8 +26,10 @@ type Reply = Response<Full<Bytes>>;
 /// What a server's connections share besides the [`App`].
 struct Shared {
     app: Arc<App>,
-    /// Replay records of reads served while the store refuses writes (`auth::guard_replay`).
-    replay: auth::ReplayMemory,
+    /// Replay records of reads served while the store refuses writes (`auth::RequestGuard`).
+    replay: Arc<auth::ReplayMemory>,
+    /// The API keys held in memory (`auth::KeyCache`).
+    keys: Arc<auth::KeyCache>,
     /// Blocking threads that API requests may hold at once (see [`API_THREADS`]).
     api_threads: Arc<Semaphore>,
     /// Bodies cut for arriving too slowly, logged once per interval.
@@ -63,7 +64,8 @@ pub async fn serve_http(
     let gate = Gate::new(caps);
     let shared = Arc::new(Shared {
         app: app.clone(),
-        replay: auth::ReplayMemory::default(),
+        replay: Arc::default(),
+        keys: Arc::default(),
         api_threads: Arc::new(Semaphore::new(API_THREADS)),
         slow_bodies: LogEvery::new(LOG_INTERVAL),
     });
@@ -201,12 +203,13 @@ fn refuse(stream: &TcpStream, why: &str) {
     let _ = stream.try_write(&reply);
 }
 
+/// The envelope of a refusal: its `data` is `null`.
 #[derive(Serialize)]
 struct Envelope<'a> {
     code: u32,
     message: &'a str,
     request_id: &'a str,
-    data: &'a Value,
+    data: (),
 }
 
 fn json_reply(status: StatusCode, request_id: &str, body: Vec<u8>) -> Reply {
@@ -237,24 +240,36 @@ fn with_allow(mut reply: Reply, path: &str) -> Reply {
     reply
 }
 
-/// A handler's result as the envelope's bytes, with its status.
-fn envelope_body(request_id: &str, result: ApiResult<Value>) -> (StatusCode, Vec<u8>) {
-    let (status, code, message, data) = match &result {
-        Ok(data) => (StatusCode::OK, 0, "success", data),
-        Err(e) => (e.status, e.code, e.message.as_str(), &Value::Null),
-    };
-    let body = serde_json::to_vec(&Envelope {
-        code,
-        message,
-        request_id,
-        data,
-    })
-    .unwrap_or_default();
-    (status, body)
+/// A handler's result as the envelope's bytes, with its status. A success's `data` is the
+/// handler's JSON text, written in as is (`api::Data`).
+fn envelope_body(request_id: &str, result: ApiResult<Data>) -> (StatusCode, Vec<u8>) {
+    match result {
+        Ok(data) => {
+            let data = data.as_bytes();
+            let mut body = Vec::with_capacity(data.len() + 80);
+            body.extend_from_slice(br#"{"code":0,"message":"success","request_id":"#);
+            // A request id is plain text, but written as any JSON string would be.
+            let _ = serde_json::to_writer(&mut body, request_id);
+            body.extend_from_slice(br#","data":"#);
+            body.extend_from_slice(data);
+            body.push(b'}');
+            (StatusCode::OK, body)
+        }
+        Err(e) => {
+            let body = serde_json::to_vec(&Envelope {
+                code: e.code,
+                message: &e.message,
+                request_id,
+                data: (),
+            })
+            .unwrap_or_default();
+            (e.status, body)
+        }
+    }
 }
 
 /// Wraps a handler's result in the envelope.
-fn envelope(request_id: &str, result: ApiResult<Value>) -> Reply {
+fn envelope(request_id: &str, result: ApiResult<Data>) -> Reply {
     let (status, body) = envelope_body(request_id, result);
     json_reply(status, request_id, body)
 }
@@ -612,7 +627,7 @@ async fn handle_api(
     shared: &Arc<Shared>,
     req: hyper::Request<Incoming>,
     deadline: BodyDeadline,
-) -> (ApiResult<Value>, BodyLeft) {
+) -> (ApiResult<Data>, BodyLeft) {
     use hyper::body::Body;
     let (parts, body) = req.into_parts();
     let declared_len = parts
@@ -623,17 +638,24 @@ async fn handle_api(
     let (parts, caller) = if body.is_end_stream() {
         (parts, None)
     } else {
-        let checked = on_api_thread(shared, move |shared| {
-            let app = &shared.app;
-            let caller = auth::check_headers(
-                &*app.store,
-                app.clock.now_ms(),
-                app.config.max_skew_secs,
-                &parts.headers,
-            );
-            (parts, caller)
-        })
-        .await;
+        // A key held in memory is checked here; only a key to read from the store needs a
+        // blocking thread.
+        let app = &shared.app;
+        let (now_ms, skew) = (app.clock.now_ms(), app.config.max_skew_secs);
+        let checked = match auth::check_headers(&shared.keys, None, now_ms, skew, &parts.headers) {
+            Ok(Some(caller)) => Ok((parts, Ok(caller))),
+            Ok(None) => {
+                on_api_thread(shared, move |shared| {
+                    let store = Some(&*shared.app.store);
+                    let caller =
+                        auth::check_headers(&shared.keys, store, now_ms, skew, &parts.headers)
+                            .and_then(|c| c.ok_or_else(ApiError::auth_unknown_key));
+                    (parts, caller)
+                })
+                .await
+            }
+            Err(e) => Ok((parts, Err(e))),
+        };
         match checked {
             Ok((parts, Ok(caller))) => (parts, Some(caller)),
             Ok((_, Err(e))) | Err(e) => return (Err(e), BodyLeft::Unread(body)),
@@ -660,7 +682,7 @@ fn handle_blocking(
     parts: &hyper::http::request::Parts,
     body: Bytes,
     caller: Option<auth::Caller>,
-) -> ApiResult<Value> {
+) -> ApiResult<Data> {
     let app = &*shared.app;
     let started = std::time::Instant::now();
     let start_ms = app.clock.now_ms();
@@ -702,7 +724,7 @@ fn handle_authenticated(
     caller: Option<auth::Caller>,
     traces: &mut crate::trace::TaskTraces,
     caller_app: &mut Option<String>,
-) -> ApiResult<Value> {
+) -> ApiResult<Data> {
     let app = &*shared.app;
     let now_ms = app.clock.now_ms();
     let path_and_query = parts
@@ -713,48 +735,56 @@ fn handle_authenticated(
     let caller = match caller {
         Some(caller) => caller,
         None => auth::check_headers(
-            &*app.store,
+            &shared.keys,
+            Some(&*app.store),
             now_ms,
             app.config.max_skew_secs,
             &parts.headers,
-        )?,
+        )?
+        .ok_or_else(ApiError::auth_unknown_key)?,
     };
     caller.verify(parts.method.as_str(), path_and_query, &body)?;
     // A read is served while the store refuses writes; its replay record is then kept in
     // memory (docs/API.md, "Limits").
     let read_only = parts.method == Method::GET;
-    auth::guard_replay(
-        &*app.store,
-        Some(&shared.replay),
-        &caller,
+    let guard = auth::RequestGuard::begin(
+        app.store.clone(),
+        shared.keys.clone(),
+        shared.replay.clone(),
+        caller,
         now_ms,
         read_only,
     )?;
+    let caller = guard.caller();
     if app.spans.on() {
         *caller_app = Some(caller.app_id.clone());
     }
-    app.rate_limit
-        .check(&caller.key_id)
-        .map_err(ApiError::rate_limited)?;
-    let (handler, ids) = api::resolve(parts.method.as_str(), parts.uri.path())?;
-    auth::check_scope(&caller, parts.method.as_str(), parts.uri.path())?;
-    let request = Request {
-        method: parts.method.to_string(),
-        path: parts.uri.path().to_string(),
-        query: Query::parse(parts.uri.query()),
-        body,
-        ids,
-        checked: Default::default(),
-    };
-    let mut ctx = Ctx {
-        app,
-        app_id: &caller.app_id,
-        key_id: &caller.key_id,
-        store: &*app.store,
-        now_ms,
-        traces,
-    };
-    api::dispatch(handler, &mut ctx, &request)
+    let result = (|| {
+        app.rate_limit
+            .check(&caller.key_id)
+            .map_err(ApiError::rate_limited)?;
+        let (handler, ids) = api::resolve(parts.method.as_str(), parts.uri.path())?;
+        auth::check_scope(caller, parts.method.as_str(), parts.uri.path())?;
+        let request = Request {
+            method: parts.method.to_string(),
+            path: parts.uri.path().to_string(),
+            query: Query::parse(parts.uri.query()),
+            body,
+            ids,
+            checked: Default::default(),
+        };
+        let mut ctx = Ctx {
+            app,
+            app_id: &caller.app_id,
+            key_id: &caller.key_id,
+            store: &guard,
+            now_ms,
+            traces,
+        };
+        api::dispatch(handler, &mut ctx, &request)
+    })();
+    // Nothing is answered before the request's replay record is written and its key checked.
+    guard.finish(result)
 }
 
 /// A started server: its address, its shared state, and the handle to stop it.

@@ -172,7 +172,15 @@ impl Target {
         let keys = match (&self.kind, &self.db) {
             (Kind::Nodes(nodes), _) => nodes.keys(APP, n)?,
             (_, Some(db)) => create_keys(db, n)?,
-            (_, None) => vec![self.key.clone(); n],
+            (_, None) => {
+                // One key (`--url`): the clients share its timestamps, or two of them would
+                // send the same signature in the same millisecond and get a replay's 401.
+                let (id, secret) = &self.key;
+                let first = Client::new(&self.urls[0], id, secret);
+                return Ok((0..n)
+                    .map(|i| first.same_key(&self.urls[i % self.urls.len()]))
+                    .collect());
+            }
         };
         Ok(keys
             .iter()

@@ -1,7 +1,7 @@
 //! `/v1/endpoints`: webhook targets — create, list, read, update, enable, disable, delete.
 
 use super::input::{Body, Patch, check_name, check_range, page_object};
-use super::{Ctx, Request, missing, to_data};
+use super::{Ctx, Data, Request, missing, to_data};
 use crate::error::{ApiError, ApiResult};
 use crate::operator::{self, OperatorEvent};
 use crate::payload_filter::PayloadFilter;
@@ -184,7 +184,7 @@ fn load(ctx: &Ctx<'_>, id: i64) -> ApiResult<Endpoint> {
         .ok_or_else(|| missing("endpoint", id))
 }
 
-pub fn create(ctx: &mut Ctx<'_>, req: &Request) -> ApiResult<Value> {
+pub fn create(ctx: &mut Ctx<'_>, req: &Request) -> ApiResult<Data> {
     let body = req.json()?;
     let name = body.required_str("name")?;
     check_name("name", &name)?;
@@ -254,7 +254,7 @@ pub fn create(ctx: &mut Ctx<'_>, req: &Request) -> ApiResult<Value> {
     to_data(&ctx.store.write(|tx| tx.insert_endpoint(&endpoint))?)
 }
 
-pub fn list(ctx: &mut Ctx<'_>, req: &Request) -> ApiResult<Value> {
+pub fn list(ctx: &mut Ctx<'_>, req: &Request) -> ApiResult<Data> {
     let page = req.query.page()?;
     let status = req.query.one_of("status", &["enabled", "disabled"])?;
     let (total, items) = ctx
@@ -263,7 +263,7 @@ pub fn list(ctx: &mut Ctx<'_>, req: &Request) -> ApiResult<Value> {
     page_object(page, total, items)
 }
 
-pub fn get(ctx: &mut Ctx<'_>, req: &Request) -> ApiResult<Value> {
+pub fn get(ctx: &mut Ctx<'_>, req: &Request) -> ApiResult<Data> {
     to_data(&load(ctx, req.id())?)
 }
 
@@ -347,7 +347,7 @@ fn save(ctx: &mut Ctx<'_>, endpoint: &mut Endpoint, before: &Endpoint) -> ApiRes
     Ok(())
 }
 
-pub fn update(ctx: &mut Ctx<'_>, req: &Request) -> ApiResult<Value> {
+pub fn update(ctx: &mut Ctx<'_>, req: &Request) -> ApiResult<Data> {
     let body = req.json()?;
     let mut endpoint = load(ctx, req.id())?;
     let before = endpoint.clone();
@@ -360,7 +360,7 @@ pub fn update(ctx: &mut Ctx<'_>, req: &Request) -> ApiResult<Value> {
 /// `POST /endpoints/{id}/rotate-secret`: a new secret (given, or a random `whsec_` one) signs
 /// from now on; the old one signs too for `overlap_secs` (default a day), so receivers can
 /// switch over without rejecting a delivery.
-pub fn rotate_secret(ctx: &mut Ctx<'_>, req: &Request) -> ApiResult<Value> {
+pub fn rotate_secret(ctx: &mut Ctx<'_>, req: &Request) -> ApiResult<Data> {
     let body = req.json()?;
     let mut endpoint = load(ctx, req.id())?;
     let secret = match body.str("secret")? {
@@ -388,7 +388,7 @@ pub fn rotate_secret(ctx: &mut Ctx<'_>, req: &Request) -> ApiResult<Value> {
 
 /// Enable and disable are idempotent. Enabling clears `disabled_reason` and the failure
 /// streak; a client's disable records reason `manual`.
-fn set_status(ctx: &mut Ctx<'_>, id: i64, enabled: bool) -> ApiResult<Value> {
+fn set_status(ctx: &mut Ctx<'_>, id: i64, enabled: bool) -> ApiResult<Data> {
     let changed = ctx.store.write(|tx| {
         tx.set_endpoint_status(ctx.app_id, id, enabled, DisabledReason::Manual, ctx.now_ms)
     })?;
@@ -400,18 +400,18 @@ fn set_status(ctx: &mut Ctx<'_>, id: i64, enabled: bool) -> ApiResult<Value> {
     to_data(&endpoint)
 }
 
-pub fn enable(ctx: &mut Ctx<'_>, req: &Request) -> ApiResult<Value> {
+pub fn enable(ctx: &mut Ctx<'_>, req: &Request) -> ApiResult<Data> {
     req.no_body()?;
     set_status(ctx, req.id(), true)
 }
 
-pub fn disable(ctx: &mut Ctx<'_>, req: &Request) -> ApiResult<Value> {
+pub fn disable(ctx: &mut Ctx<'_>, req: &Request) -> ApiResult<Data> {
     req.no_body()?;
     set_status(ctx, req.id(), false)
 }
 
 /// Deletes the endpoint, cancels its pending tasks and drops it from schedules' targets.
-pub fn delete(ctx: &mut Ctx<'_>, req: &Request) -> ApiResult<Value> {
+pub fn delete(ctx: &mut Ctx<'_>, req: &Request) -> ApiResult<Data> {
     req.no_body()?;
     let id = req.id();
     let (app_id, now_ms) = (ctx.app_id, ctx.now_ms);
@@ -435,14 +435,14 @@ pub fn delete(ctx: &mut Ctx<'_>, req: &Request) -> ApiResult<Value> {
     ctx.app.metrics.forget_endpoint(id);
     ctx.app.delivery_wake.notify();
     ctx.app.scheduler_wake.notify();
-    Ok(serde_json::json!({ "id": id, "deleted": true }))
+    Ok(serde_json::json!({ "id": id, "deleted": true }).into())
 }
 
 /// `POST /endpoints/{id}/test`: one real, signed delivery now (to a disabled endpoint too),
 /// answered when it is done, within the endpoint's `timeout_ms` once sent. The delivery pool
 /// sends it under the same fair shares as any delivery; this blocking-pool thread only waits.
 /// An app has at most `probe::TESTS_PER_APP` in flight (429 beyond).
-pub fn test(ctx: &mut Ctx<'_>, req: &Request) -> ApiResult<Value> {
+pub fn test(ctx: &mut Ctx<'_>, req: &Request) -> ApiResult<Data> {
     use crate::delivery::probe::{self, ProbeError};
     req.no_body()?;
     let endpoint = load(ctx, req.id())?;
@@ -459,7 +459,7 @@ pub fn test(ctx: &mut Ctx<'_>, req: &Request) -> ApiResult<Value> {
 /// `POST /endpoints/{id}/filter-test` with `{"event_name", "payload"}`: whether such an event
 /// would reach the endpoint (its `filter_events` and `filter_payload`, as publishing checks
 /// them) and why, without publishing anything.
-pub fn filter_test(ctx: &mut Ctx<'_>, req: &Request) -> ApiResult<Value> {
+pub fn filter_test(ctx: &mut Ctx<'_>, req: &Request) -> ApiResult<Data> {
     let body = req.json()?;
     let event_name = body.required_str("event_name")?;
     let payload = Value::Object(body.object("payload")?.unwrap_or_default());

@@ -2,7 +2,7 @@
 //! in one transaction — and read events back.
 
 use super::input::page_object;
-use super::{Ctx, Request, missing, to_data};
+use super::{Ctx, Data, Request, missing, to_data};
 use crate::error::{ApiError, ApiResult};
 use crate::store::events::IDEMPOTENCY_WINDOW_MS;
 use serde_json::Value;
@@ -32,7 +32,7 @@ fn check_event_name(name: &str) -> ApiResult<()> {
 /// Fields of an event record that the server sets: ignored in a publish body (docs/design.md §3).
 const READ_ONLY: &[&str] = &["id", "app_id", "status", "task_count", "created_at"];
 
-pub fn publish(ctx: &mut Ctx<'_>, req: &Request) -> ApiResult<Value> {
+pub fn publish(ctx: &mut Ctx<'_>, req: &Request) -> ApiResult<Data> {
     let body = req.json()?;
     let event_name = body.required_str("event_name")?;
     check_event_name(&event_name)?;
@@ -79,7 +79,7 @@ pub fn publish(ctx: &mut Ctx<'_>, req: &Request) -> ApiResult<Value> {
     to_data(&event)
 }
 
-pub fn list(ctx: &mut Ctx<'_>, req: &Request) -> ApiResult<Value> {
+pub fn list(ctx: &mut Ctx<'_>, req: &Request) -> ApiResult<Data> {
     let page = req.query.page()?;
     let name = req.query.get("event_name");
     let (total, items) = ctx
@@ -88,7 +88,7 @@ pub fn list(ctx: &mut Ctx<'_>, req: &Request) -> ApiResult<Value> {
     page_object(page, total, items)
 }
 
-pub fn get(ctx: &mut Ctx<'_>, req: &Request) -> ApiResult<Value> {
+pub fn get(ctx: &mut Ctx<'_>, req: &Request) -> ApiResult<Data> {
     let id = req.id();
     let event = ctx
         .store

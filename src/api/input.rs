@@ -442,13 +442,24 @@ fn percent_decode(text: &str) -> String {
 }
 
 /// The page object of list replies.
-pub fn page_object<T: serde::Serialize>(page: Page, total: i64, items: Vec<T>) -> ApiResult<Value> {
-    Ok(serde_json::json!({
-        "total": total,
-        "page": page.page,
-        "page_size": page.page_size,
-        "items": serde_json::to_value(items).map_err(ApiError::internal)?,
-    }))
+pub fn page_object<T: serde::Serialize>(
+    page: Page,
+    total: i64,
+    items: Vec<T>,
+) -> ApiResult<super::Data> {
+    #[derive(serde::Serialize)]
+    struct Paged<T> {
+        total: i64,
+        page: u32,
+        page_size: u32,
+        items: Vec<T>,
+    }
+    super::to_data(&Paged {
+        total,
+        page: page.page,
+        page_size: page.page_size,
+        items,
+    })
 }
 
 #[cfg(test)]

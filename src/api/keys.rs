@@ -3,10 +3,9 @@
 
 use super::input::{check_name, page_object, unknown_message};
 use super::tasks::body_instant;
-use super::{Ctx, Request, to_data};
+use super::{Ctx, Data, Request, to_data};
 use crate::error::{ApiError, ApiResult};
 use crate::store::keys::{Key, Scope};
-use serde_json::Value;
 
 /// A scope named in a request: 40001 with the nearest scope for a typo.
 fn parse_scope(text: &str) -> ApiResult<Scope> {
@@ -26,7 +25,7 @@ fn load(ctx: &Ctx<'_>, key_id: &str) -> ApiResult<Key> {
         .ok_or_else(|| ApiError::not_found(format!("key {key_id} not found")))
 }
 
-pub fn create(ctx: &mut Ctx<'_>, req: &Request) -> ApiResult<Value> {
+pub fn create(ctx: &mut Ctx<'_>, req: &Request) -> ApiResult<Data> {
     let body = req.json()?;
     let name = body.required_str("name")?;
     check_name("name", &name)?;
@@ -60,27 +59,33 @@ pub fn create(ctx: &mut Ctx<'_>, req: &Request) -> ApiResult<Value> {
         Ok::<_, ApiError>((new, key))
     })?;
     let key = key.ok_or_else(|| ApiError::internal("a created key could not be read back"))?;
-    let mut data = to_data(&key)?;
-    if let Value::Object(map) = &mut data {
-        map.insert("secret".into(), Value::String(new.secret));
+    /// The key as `GET /keys/{key_id}` shows it, and its secret, this once.
+    #[derive(serde::Serialize)]
+    struct Created<'a> {
+        #[serde(flatten)]
+        key: &'a crate::store::keys::Key,
+        secret: &'a str,
     }
-    Ok(data)
+    to_data(&Created {
+        key: &key,
+        secret: &new.secret,
+    })
 }
 
-pub fn list(ctx: &mut Ctx<'_>, req: &Request) -> ApiResult<Value> {
+pub fn list(ctx: &mut Ctx<'_>, req: &Request) -> ApiResult<Data> {
     let page = req.query.page()?;
     let (total, items) = ctx.store.read(|tx| tx.list_app_keys(ctx.app_id, page))?;
     page_object(page, total, items)
 }
 
-pub fn get(ctx: &mut Ctx<'_>, req: &Request) -> ApiResult<Value> {
+pub fn get(ctx: &mut Ctx<'_>, req: &Request) -> ApiResult<Data> {
     to_data(&load(ctx, req.segment())?)
 }
 
 /// Revokes a key of the caller's app: from the commit on, every node refuses it (authentication
 /// reads the key's row on every request). A key cannot revoke itself (409), so an admin cannot
 /// lock itself out by accident; a key already revoked is 409 too.
-pub fn revoke(ctx: &mut Ctx<'_>, req: &Request) -> ApiResult<Value> {
+pub fn revoke(ctx: &mut Ctx<'_>, req: &Request) -> ApiResult<Data> {
     req.no_body()?;
     let key_id = req.segment();
     if key_id == ctx.key_id {
@@ -106,7 +111,7 @@ pub fn revoke(ctx: &mut Ctx<'_>, req: &Request) -> ApiResult<Value> {
             "key {key_id} was already revoked"
         )));
     }
-    Ok(serde_json::json!({ "id": key_id, "deleted": true }))
+    Ok(serde_json::json!({ "id": key_id, "deleted": true }).into())
 }
 
 #[cfg(test)]

@@ -70,7 +70,7 @@ impl Request {
 /// query parameter, so one is refused before the handler runs. A body sent to a route whose
 /// handler returns without checking it is a bug in that handler: logged, and fatal in debug
 /// builds so that a test sending a body finds it.
-pub fn dispatch(handler: Handler, ctx: &mut Ctx<'_>, req: &Request) -> ApiResult<Value> {
+pub fn dispatch(handler: Handler, ctx: &mut Ctx<'_>, req: &Request) -> ApiResult<Data> {
     req.query.refuse_nul()?;
     if req.method == "GET" {
         let data = handler(ctx, req)?;
@@ -107,7 +107,7 @@ pub struct Ctx<'a> {
     pub traces: &'a mut crate::trace::TaskTraces,
 }
 
-pub type Handler = fn(&mut Ctx<'_>, &Request) -> ApiResult<Value>;
+pub type Handler = fn(&mut Ctx<'_>, &Request) -> ApiResult<Data>;
 
 /// One route: a method and a path pattern under `/v1`, where `{id}` stands for an integer and
 /// `{key_id}` for any one segment (an API key id, which the handler reads: [`Request::segment`]).
@@ -278,9 +278,31 @@ pub fn allowed_methods(path: &str) -> Vec<&'static str> {
     methods
 }
 
+/// The envelope's `data` as JSON text: a record serialized straight from its struct
+/// ([`to_data`]), with no `serde_json::Value` tree built in between; the server writes it into
+/// the envelope as is.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Data(Vec<u8>);
+
+impl Data {
+    /// The JSON text.
+    pub fn as_bytes(&self) -> &[u8] {
+        &self.0
+    }
+}
+
+/// A reply built in place (`json!({...})`).
+impl From<Value> for Data {
+    fn from(value: Value) -> Self {
+        Data(value.to_string().into_bytes())
+    }
+}
+
 /// Serializes a record as the envelope's `data`.
-pub fn to_data<T: serde::Serialize>(record: &T) -> ApiResult<Value> {
-    serde_json::to_value(record).map_err(ApiError::internal)
+pub fn to_data<T: serde::Serialize>(record: &T) -> ApiResult<Data> {
+    serde_json::to_vec(record)
+        .map(Data)
+        .map_err(ApiError::internal)
 }
 
 /// The 404 for a record that does not exist in the caller's app.

@@ -1,12 +1,11 @@
 //! `/v1/retries/policies`: attempt counts and back-off settings endpoints can attach.
 
 use super::input::{Body, check_name, check_range, page_object};
-use super::{Ctx, Request, missing, to_data};
+use super::{Ctx, Data, Request, missing, to_data};
 use crate::error::{ApiError, ApiResult};
 use crate::retry::{Backoff, Jitter};
 use crate::store::Word;
 use crate::store::policies::Policy;
-use serde_json::Value;
 
 fn parse_backoff(text: &str) -> ApiResult<Backoff> {
     Backoff::from_word(text).ok_or_else(|| {
@@ -46,7 +45,7 @@ fn load(ctx: &Ctx<'_>, id: i64) -> ApiResult<Policy> {
         .ok_or_else(|| missing("retry policy", id))
 }
 
-pub fn create(ctx: &mut Ctx<'_>, req: &Request) -> ApiResult<Value> {
+pub fn create(ctx: &mut Ctx<'_>, req: &Request) -> ApiResult<Data> {
     let body = req.json()?;
     let name = body.required_str("name")?;
     let max_attempts = body.required_int("max_attempts")?;
@@ -84,13 +83,13 @@ pub fn create(ctx: &mut Ctx<'_>, req: &Request) -> ApiResult<Value> {
     to_data(&ctx.store.write(|tx| tx.insert_policy(&policy))?)
 }
 
-pub fn list(ctx: &mut Ctx<'_>, req: &Request) -> ApiResult<Value> {
+pub fn list(ctx: &mut Ctx<'_>, req: &Request) -> ApiResult<Data> {
     let page = req.query.page()?;
     let (total, items) = ctx.store.read(|tx| tx.list_policies(ctx.app_id, page))?;
     page_object(page, total, items)
 }
 
-pub fn get(ctx: &mut Ctx<'_>, req: &Request) -> ApiResult<Value> {
+pub fn get(ctx: &mut Ctx<'_>, req: &Request) -> ApiResult<Data> {
     to_data(&load(ctx, req.id())?)
 }
 
@@ -118,7 +117,7 @@ fn apply_patch(policy: &mut Policy, body: &Body) -> ApiResult<()> {
     check(policy)
 }
 
-pub fn update(ctx: &mut Ctx<'_>, req: &Request) -> ApiResult<Value> {
+pub fn update(ctx: &mut Ctx<'_>, req: &Request) -> ApiResult<Data> {
     let body = req.json()?;
     let mut policy = load(ctx, req.id())?;
     let before = policy.clone();
@@ -132,7 +131,7 @@ pub fn update(ctx: &mut Ctx<'_>, req: &Request) -> ApiResult<Value> {
 }
 
 /// Deletes a policy no endpoint uses (409 otherwise).
-pub fn delete(ctx: &mut Ctx<'_>, req: &Request) -> ApiResult<Value> {
+pub fn delete(ctx: &mut Ctx<'_>, req: &Request) -> ApiResult<Data> {
     req.no_body()?;
     let id = req.id();
     let app_id = ctx.app_id;
@@ -149,5 +148,5 @@ pub fn delete(ctx: &mut Ctx<'_>, req: &Request) -> ApiResult<Value> {
         tx.delete_policy(app_id, id)?;
         Ok(())
     })?;
-    Ok(serde_json::json!({ "id": id, "deleted": true }))
+    Ok(serde_json::json!({ "id": id, "deleted": true }).into())
 }

@@ -8,7 +8,7 @@
 //! jitter and backfill" (docs/design.md §19).
 
 use super::input::{Body, Patch, check_name, check_range, page_object};
-use super::{Ctx, Request, missing, to_data};
+use super::{Ctx, Data, Request, missing, to_data};
 use crate::clock::{from_ms, is_expressible, parse_instant, rfc3339};
 use crate::cron::CronSchedule;
 use crate::error::{ApiError, ApiResult};
@@ -133,7 +133,7 @@ fn load_live(ctx: &Ctx<'_>, id: i64, operation: &str) -> ApiResult<Schedule> {
 }
 
 /// The record as replied: with `endpoint_names`.
-fn record(ctx: &Ctx<'_>, mut schedule: Schedule) -> ApiResult<Value> {
+fn record(ctx: &Ctx<'_>, mut schedule: Schedule) -> ApiResult<Data> {
     ctx.store.read(|tx| tx.fill_schedule_names(&mut schedule))?;
     to_data(&schedule)
 }
@@ -146,7 +146,7 @@ fn save(ctx: &mut Ctx<'_>, schedule: &mut Schedule) -> ApiResult<()> {
     Ok(())
 }
 
-pub fn create(ctx: &mut Ctx<'_>, req: &Request) -> ApiResult<Value> {
+pub fn create(ctx: &mut Ctx<'_>, req: &Request) -> ApiResult<Data> {
     let body = req.json()?;
     let name = body.required_str("name")?;
     check_name("name", &name)?;
@@ -194,7 +194,7 @@ pub fn create(ctx: &mut Ctx<'_>, req: &Request) -> ApiResult<Value> {
     record(ctx, schedule)
 }
 
-pub fn list(ctx: &mut Ctx<'_>, req: &Request) -> ApiResult<Value> {
+pub fn list(ctx: &mut Ctx<'_>, req: &Request) -> ApiResult<Data> {
     let page = req.query.page()?;
     let status = req.query.one_of("status", &["active", "paused"])?;
     let (total, mut items) = ctx
@@ -206,7 +206,7 @@ pub fn list(ctx: &mut Ctx<'_>, req: &Request) -> ApiResult<Value> {
     page_object(page, total, items)
 }
 
-pub fn get(ctx: &mut Ctx<'_>, req: &Request) -> ApiResult<Value> {
+pub fn get(ctx: &mut Ctx<'_>, req: &Request) -> ApiResult<Data> {
     let schedule = load(ctx, req.id())?;
     record(ctx, schedule)
 }
@@ -254,7 +254,7 @@ fn apply_patch(ctx: &Ctx<'_>, s: &mut Schedule, body: &Body) -> ApiResult<()> {
     Ok(())
 }
 
-pub fn update(ctx: &mut Ctx<'_>, req: &Request) -> ApiResult<Value> {
+pub fn update(ctx: &mut Ctx<'_>, req: &Request) -> ApiResult<Data> {
     let body = req.json()?;
     let mut schedule = load_live(ctx, req.id(), "changed")?;
     let before = schedule.clone();
@@ -267,7 +267,7 @@ pub fn update(ctx: &mut Ctx<'_>, req: &Request) -> ApiResult<Value> {
 }
 
 /// Pause is idempotent: pausing a paused schedule changes nothing.
-pub fn pause(ctx: &mut Ctx<'_>, req: &Request) -> ApiResult<Value> {
+pub fn pause(ctx: &mut Ctx<'_>, req: &Request) -> ApiResult<Data> {
     req.no_body()?;
     let mut schedule = load_live(ctx, req.id(), "paused")?;
     if schedule.status != "paused" {
@@ -281,7 +281,7 @@ pub fn pause(ctx: &mut Ctx<'_>, req: &Request) -> ApiResult<Value> {
 
 /// Resume plans the next run from now: runs that fell while paused are not caught up.
 /// Resuming an active schedule changes nothing.
-pub fn resume(ctx: &mut Ctx<'_>, req: &Request) -> ApiResult<Value> {
+pub fn resume(ctx: &mut Ctx<'_>, req: &Request) -> ApiResult<Data> {
     req.no_body()?;
     let mut schedule = load_live(ctx, req.id(), "resumed")?;
     check_has_targets(&schedule, "resumed")?;
@@ -308,7 +308,7 @@ fn check_has_targets(schedule: &Schedule, operation: &str) -> ApiResult<()> {
 }
 
 /// Soft delete: the record stays readable with status `deleted` and never fires again.
-pub fn delete(ctx: &mut Ctx<'_>, req: &Request) -> ApiResult<Value> {
+pub fn delete(ctx: &mut Ctx<'_>, req: &Request) -> ApiResult<Data> {
     req.no_body()?;
     let id = req.id();
     let mut schedule = load(ctx, id)?;
@@ -317,12 +317,12 @@ pub fn delete(ctx: &mut Ctx<'_>, req: &Request) -> ApiResult<Value> {
         schedule.next_run_at = None;
         save(ctx, &mut schedule)?;
     }
-    Ok(json!({ "id": id, "deleted": true }))
+    Ok(json!({ "id": id, "deleted": true }).into())
 }
 
 /// Fires now, whatever the schedule's next run (a paused schedule too): one `manual` task per
 /// target endpoint, `schedule_id` set.
-pub fn trigger(ctx: &mut Ctx<'_>, req: &Request) -> ApiResult<Value> {
+pub fn trigger(ctx: &mut Ctx<'_>, req: &Request) -> ApiResult<Data> {
     req.no_body()?;
     let schedule = load_live(ctx, req.id(), "triggered")?;
     check_has_targets(&schedule, "triggered")?;
@@ -335,13 +335,13 @@ pub fn trigger(ctx: &mut Ctx<'_>, req: &Request) -> ApiResult<Value> {
     if !task_ids.is_empty() {
         ctx.app.delivery_wake.notify();
     }
-    Ok(json!({ "task_ids": task_ids }))
+    Ok(json!({ "task_ids": task_ids }).into())
 }
 
 /// `POST /schedules/{id}/backfill`: fires each instant of the schedule in [`from`, `to`] (and
 /// in its window) that has not fired before, oldest first, its tasks due now. Instants after
 /// now are left to the scheduler: a backfill is of the past.
-pub fn backfill(ctx: &mut Ctx<'_>, req: &Request) -> ApiResult<Value> {
+pub fn backfill(ctx: &mut Ctx<'_>, req: &Request) -> ApiResult<Data> {
     let body = req.json()?;
     let from = instant("from", body.get("from").unwrap_or(&Value::Null))?;
     let to = instant("to", body.get("to").unwrap_or(&Value::Null))?;
@@ -375,12 +375,12 @@ pub fn backfill(ctx: &mut Ctx<'_>, req: &Request) -> ApiResult<Value> {
             ))
         })?;
     let done = crate::scheduler::backfill(ctx.app, &schedule.firing(), &instants, ctx.traces)?;
-    Ok(json!({ "fired": done.fired, "already_fired": done.already_fired }))
+    Ok(json!({ "fired": done.fired, "already_fired": done.already_fired }).into())
 }
 
 /// `POST /cron/preview`: the next `count` instants an expression fires at after `from`, inside
 /// the window when `starts_at` or `ends_at` is given.
-pub fn preview(ctx: &mut Ctx<'_>, req: &Request) -> ApiResult<Value> {
+pub fn preview(ctx: &mut Ctx<'_>, req: &Request) -> ApiResult<Data> {
     let body = req.json()?;
     let cron_expr = body.required_str("cron_expr")?;
     let timezone = body.str("timezone")?.unwrap_or_else(|| "UTC".into());
@@ -413,5 +413,5 @@ pub fn preview(ctx: &mut Ctx<'_>, req: &Request) -> ApiResult<Value> {
         .map(|t| rfc3339(t.timestamp_millis()))
         .collect();
     let next_runs_local: Vec<String> = upcoming.iter().map(|t| cron.local_rfc3339(*t)).collect();
-    Ok(json!({ "next_runs": next_runs, "next_runs_local": next_runs_local }))
+    Ok(json!({ "next_runs": next_runs, "next_runs_local": next_runs_local }).into())
 }

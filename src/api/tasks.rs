@@ -2,7 +2,7 @@
 //! and resend.
 
 use super::input::{Body, check_range, page_object};
-use super::{Ctx, Request, missing, to_data};
+use super::{Ctx, Data, Request, missing, to_data};
 use crate::clock::parse_instant;
 use crate::error::{ApiError, ApiResult};
 use crate::store::endpoints::Endpoint;
@@ -16,7 +16,7 @@ fn load(ctx: &Ctx<'_>, id: i64) -> ApiResult<Task> {
         .ok_or_else(|| missing("task", id))
 }
 
-pub fn list(ctx: &mut Ctx<'_>, req: &Request) -> ApiResult<Value> {
+pub fn list(ctx: &mut Ctx<'_>, req: &Request) -> ApiResult<Data> {
     let q = &req.query;
     let page = q.page()?;
     let filter = TaskFilter {
@@ -32,11 +32,11 @@ pub fn list(ctx: &mut Ctx<'_>, req: &Request) -> ApiResult<Value> {
     page_object(page, total, items)
 }
 
-pub fn get(ctx: &mut Ctx<'_>, req: &Request) -> ApiResult<Value> {
+pub fn get(ctx: &mut Ctx<'_>, req: &Request) -> ApiResult<Data> {
     to_data(&load(ctx, req.id())?)
 }
 
-pub fn attempts(ctx: &mut Ctx<'_>, req: &Request) -> ApiResult<Value> {
+pub fn attempts(ctx: &mut Ctx<'_>, req: &Request) -> ApiResult<Data> {
     let page = req.query.page()?;
     let task = load(ctx, req.id())?;
     let (total, items) = ctx.store.read(|tx| tx.list_attempts(task.id, page))?;
@@ -65,7 +65,7 @@ const READ_ONLY: &[&str] = &[
 
 /// A manual task: to one endpoint of the caller's app (a disabled one is accepted; the task
 /// waits), with `payload` (default `{}`), due at `run_at` (default now).
-pub fn create(ctx: &mut Ctx<'_>, req: &Request) -> ApiResult<Value> {
+pub fn create(ctx: &mut Ctx<'_>, req: &Request) -> ApiResult<Data> {
     let body = req.json()?;
     let endpoint_id = body.required_int("endpoint_id")?;
     let payload = Value::Object(body.object("payload")?.unwrap_or_default()).to_string();
@@ -93,7 +93,7 @@ fn insert_manual(
     event_id: Option<i64>,
     payload: &str,
     run_at: i64,
-) -> ApiResult<Value> {
+) -> ApiResult<Data> {
     let policy = ctx
         .store
         .read(|tx| tx.effective_policy(endpoint.retry_policy_id))?;
@@ -122,7 +122,7 @@ fn insert_manual(
 /// the original's `schedule_id` and `event_id`, so it is listed with them and is sent with the
 /// same `X-Service-Event` / `X-Service-Schedule-Id` header (docs/API.md, "Resending a task").
 /// 409 when the endpoint has been deleted since.
-pub fn resend(ctx: &mut Ctx<'_>, req: &Request) -> ApiResult<Value> {
+pub fn resend(ctx: &mut Ctx<'_>, req: &Request) -> ApiResult<Data> {
     req.no_body()?;
     let id = req.id();
     let task = load(ctx, id)?;
@@ -147,7 +147,7 @@ pub fn resend(ctx: &mut Ctx<'_>, req: &Request) -> ApiResult<Value> {
     )
 }
 
-pub fn cancel(ctx: &mut Ctx<'_>, req: &Request) -> ApiResult<Value> {
+pub fn cancel(ctx: &mut Ctx<'_>, req: &Request) -> ApiResult<Data> {
     req.no_body()?;
     let id = req.id();
     if !ctx
@@ -165,7 +165,7 @@ pub fn cancel(ctx: &mut Ctx<'_>, req: &Request) -> ApiResult<Value> {
 
 /// A failed or canceled task goes back to `pending`, due now, with a fresh count of attempts
 /// (`max_attempts` from the endpoint's current retry policy).
-pub fn retry(ctx: &mut Ctx<'_>, req: &Request) -> ApiResult<Value> {
+pub fn retry(ctx: &mut Ctx<'_>, req: &Request) -> ApiResult<Data> {
     req.no_body()?;
     let id = req.id();
     let task = load(ctx, id)?;
@@ -211,7 +211,7 @@ const BULK_RETRY_BATCH: usize = 1000;
 /// [`BULK_RETRY_BATCH`], one write transaction each, waking the delivery pool after each, so
 /// deliveries interleave with the call instead of waiting for all of it. Each batch re-checks
 /// the state, so a task that changed meanwhile is skipped, never retried twice.
-pub fn retry_bulk(ctx: &mut Ctx<'_>, req: &Request) -> ApiResult<Value> {
+pub fn retry_bulk(ctx: &mut Ctx<'_>, req: &Request) -> ApiResult<Data> {
     let body = req.json()?;
     let id_field = |name: &str| -> ApiResult<Option<i64>> {
         let id = body.int(name)?;
@@ -274,7 +274,7 @@ pub fn retry_bulk(ctx: &mut Ctx<'_>, req: &Request) -> ApiResult<Value> {
     if more {
         data["more"] = json!(true);
     }
-    Ok(data)
+    Ok(data.into())
 }
 
 /// An optional instant field: an RFC 3339 string or epoch seconds, in store milliseconds.

@@ -92,12 +92,9 @@ pub struct KeyAuth {
 /// key and writes only when it is older, so a busy key costs one write a minute, not one a request.
 pub const LAST_USED_EVERY_MS: i64 = 60_000;
 
-impl KeyAuth {
-    /// Whether `last_used_at` is old enough to be written again at `now_ms`.
-    pub fn last_used_due(&self, now_ms: i64) -> bool {
-        self.last_used_at
-            .is_none_or(|t| now_ms - t >= LAST_USED_EVERY_MS)
-    }
+/// Whether a key last used at `last_used_at` is due to have it written again at `now_ms`.
+pub fn last_used_due(last_used_at: Option<i64>, now_ms: i64) -> bool {
+    last_used_at.is_none_or(|t| now_ms - t >= LAST_USED_EVERY_MS)
 }
 
 /// A newly created key, the only time its secret is shown.
@@ -156,7 +153,21 @@ pub trait KeyQueries {
     /// Sets `last_used_at` to `now_ms` unless it was set less than [`LAST_USED_EVERY_MS`] ago
     /// (checked in the statement too, so nodes racing on one key write once).
     fn touch_key(&mut self, key_id: &str, now_ms: i64) -> Result<(), StoreError>;
+    /// The generation of the keys: a number that [`KeyQueries::create_scoped_key`] and
+    /// [`KeyQueries::revoke_key`] bump in their own transaction, so a key read at one
+    /// generation is known to be unchanged while the number stays (`auth::KeyCache`).
+    fn key_generation(&mut self) -> Result<i64, StoreError>;
 }
+
+/// The statement that bumps [`KeyQueries::key_generation`] (the same SQL on both backends).
+pub(crate) const BUMP_KEY_GENERATION: &str =
+    "INSERT INTO key_generation (id, generation) VALUES (1, 1)
+     ON CONFLICT (id) DO UPDATE SET generation = key_generation.generation + 1";
+
+/// The statement that reads [`KeyQueries::key_generation`].
+/// No row yet is generation 0.
+pub(crate) const KEY_GENERATION: &str =
+    "SELECT coalesce((SELECT generation FROM key_generation WHERE id = 1), 0)";
 
 #[cfg(test)]
 mod tests {
@@ -173,16 +184,8 @@ mod tests {
 
     #[test]
     fn last_used_is_due_once_a_minute() {
-        let mut key = KeyAuth {
-            secret: String::new(),
-            app_id: String::new(),
-            scope: Scope::Read,
-            expires_at: None,
-            last_used_at: None,
-        };
-        assert!(key.last_used_due(0));
-        key.last_used_at = Some(1_000);
-        assert!(!key.last_used_due(60_999));
-        assert!(key.last_used_due(61_000));
+        assert!(last_used_due(None, 0));
+        assert!(!last_used_due(Some(1_000), 60_999));
+        assert!(last_used_due(Some(1_000), 61_000));
     }
 }

@@ -16,6 +16,16 @@ pub trait ReplayQueries {
         expires_ms: i64,
         now_ms: i64,
     ) -> Result<bool, StoreError>;
+    /// [`ReplayQueries::first_use_of_signature`] and, on first use, the key generation
+    /// (`KeyQueries::key_generation`) read in the same transaction: `None` for a replay. What
+    /// a signed request runs first in its own transaction (`auth::RequestGuard`).
+    fn first_use_at_key_generation(
+        &mut self,
+        key_id: &str,
+        signature: &str,
+        expires_ms: i64,
+        now_ms: i64,
+    ) -> Result<Option<i64>, StoreError>;
     /// Deletes up to `limit` rows that expired before `now_ms`; returns how many went.
     fn prune_replay(&mut self, now_ms: i64, limit: usize) -> Result<usize, StoreError>;
 }

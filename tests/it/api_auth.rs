@@ -170,6 +170,63 @@ fn a_revoked_key_stops_working_at_once() {
     err(&client, "GET", "/endpoints", None, 401, 40102);
 }
 
+/// Keys are held in memory once used: a revocation by another process (`webhookd keys revoke`
+/// on the same file or database) or through the API still refuses the key's very next request,
+/// bodiless or not, while the other keys held keep working and a key made meanwhile works at
+/// once.
+#[test]
+fn held_keys_are_refused_at_once_when_revoked_by_the_cli_or_the_api() {
+    let server = TestServer::start();
+    let kept = server.client();
+    let (gone_id, gone_secret) = create_key(&server.db, "app1");
+    let gone = webhookd::client::Client::new(&server.url, &gone_id, &gone_secret);
+    let endpoint = json!({"name": "a", "url": "https://example.com/h"});
+    // Used, so held: both the bodiless path and the path that checks headers before the body.
+    for client in [&kept, &gone] {
+        for _ in 0..3 {
+            ok(client, "GET", "/endpoints", None);
+        }
+        ok(client, "POST", "/endpoints", Some(endpoint.clone()));
+    }
+
+    let revoke = crate::cli::webhookd(&["keys", "revoke", "--db", &server.db, &gone_id]);
+    assert!(
+        revoke.status.success(),
+        "{}",
+        crate::cli::text(&revoke.stderr)
+    );
+    err(&gone, "GET", "/endpoints", None, 401, 40102);
+    err(
+        &gone,
+        "POST",
+        "/endpoints",
+        Some(endpoint.clone()),
+        401,
+        40102,
+    );
+    err(&gone, "GET", "/endpoints", None, 401, 40102);
+    ok(&kept, "GET", "/endpoints", None);
+    ok(&kept, "POST", "/endpoints", Some(endpoint.clone()));
+
+    // Made by the CLI while the server runs: works on its first request.
+    let made = crate::cli::webhookd(&[
+        "keys", "create", "--db", &server.db, "--app", "app1", "--name", "late", "--json",
+    ]);
+    assert!(made.status.success(), "{}", crate::cli::text(&made.stderr));
+    let made: serde_json::Value = serde_json::from_slice(&made.stdout).unwrap();
+    let late_id = made["key_id"].as_str().unwrap();
+    let late =
+        webhookd::client::Client::new(&server.url, late_id, made["secret"].as_str().unwrap());
+    ok(&late, "POST", "/endpoints", Some(endpoint.clone()));
+    ok(&late, "GET", "/endpoints", None);
+
+    // Revoked through the API by another key: refused at once as well.
+    ok(&kept, "DELETE", &format!("/keys/{late_id}"), None);
+    err(&late, "POST", "/endpoints", Some(endpoint), 401, 40102);
+    err(&late, "GET", "/endpoints", None, 401, 40102);
+    ok(&kept, "GET", "/endpoints", None);
+}
+
 #[test]
 fn health_needs_no_signature_and_replies_carry_request_ids() {
     let server = TestServer::start();

@@ -16,6 +16,7 @@ use std::collections::BTreeSet;
 /// Every webhookd table, parents before the tables that refer to them.
 const ORDER: &[&str] = &[
     "api_keys",
+    "key_generation",
     "retry_policies",
     "endpoints",
     "schedules",

@@ -1,6 +1,9 @@
 //! The `api_keys` table on PostgreSQL ([`KeyQueries`] on a [`PgTx`]).
 
-use crate::store::keys::{KEY_COLUMNS, Key, KeyAuth, LAST_USED_EVERY_MS, NewKey, Scope};
+use crate::store::keys::{
+    BUMP_KEY_GENERATION, KEY_COLUMNS, KEY_GENERATION, Key, KeyAuth, LAST_USED_EVERY_MS, NewKey,
+    Scope,
+};
 use crate::store::postgres::PgTx;
 use crate::store::{KeyQueries, Page, StoreError};
 use postgres::{Error, GenericClient, Row};
@@ -42,6 +45,7 @@ impl<C: GenericClient> KeyQueries for PgTx<'_, C> {
                 &expires_at,
             ],
         )?;
+        c.execute(BUMP_KEY_GENERATION, &[])?;
         Ok(key)
     }
 
@@ -98,20 +102,23 @@ impl<C: GenericClient> KeyQueries for PgTx<'_, C> {
         .transpose()?)
     }
 
-    /// Marks a key revoked; false when no live key has that id. Every node reads the row on each
-    /// request ([`lookup`]), so the revocation holds on all of them from the commit on.
+    /// Marks a key revoked; false when no live key has that id. The key generation moves in the
+    /// same transaction, and every node reads it in each request's own transaction, so the
+    /// revocation holds on all of them from the commit on.
     fn revoke_key(&mut self, key_id: &str, now_ms: i64) -> Result<bool, StoreError> {
         let c = &mut *self.c;
         let changed = c.execute(
             "UPDATE api_keys SET revoked_at = $2 WHERE key_id = $1 AND revoked_at IS NULL",
             &[&key_id, &now_ms],
         )?;
+        if changed == 1 {
+            c.execute(BUMP_KEY_GENERATION, &[])?;
+        }
         Ok(changed == 1)
     }
 
-    /// A live (not revoked) key. Runs on every authenticated request: a prepared-statement cache
-    /// per pooled connection would save its parse round trip later (`GenericClient` has none; no
-    /// key cache may replace the read, see docs/dev/storage.md).
+    /// A live (not revoked) key: read when a node does not hold it in memory yet, or when the
+    /// key generation moved since it did (`auth::KeyCache`).
     fn lookup_key(&mut self, key_id: &str) -> Result<Option<KeyAuth>, StoreError> {
         let c = &mut *self.c;
         Ok(c.query_opt(
@@ -139,5 +146,10 @@ impl<C: GenericClient> KeyQueries for PgTx<'_, C> {
             &[&key_id, &now_ms, &(now_ms - LAST_USED_EVERY_MS)],
         )?;
         Ok(())
+    }
+
+    fn key_generation(&mut self) -> Result<i64, StoreError> {
+        let c = &mut *self.c;
+        Ok(c.query_one(KEY_GENERATION, &[])?.try_get(0)?)
     }
 }

@@ -23,6 +23,26 @@ impl<C: GenericClient> ReplayQueries for PgTx<'_, C> {
         Ok(changed == 1)
     }
 
+    /// One statement, so one round trip: the generation comes back with the inserted (or taken
+    /// over) row, and no row comes back for a replay.
+    fn first_use_at_key_generation(
+        &mut self,
+        key_id: &str,
+        signature: &str,
+        expires_ms: i64,
+        now_ms: i64,
+    ) -> Result<Option<i64>, StoreError> {
+        let c = &mut *self.c;
+        let row = c.query_opt(
+            "INSERT INTO replay_guard (key_id, signature, expires_at) VALUES ($1, $2, $3)
+             ON CONFLICT (key_id, signature) DO UPDATE SET expires_at = excluded.expires_at
+             WHERE replay_guard.expires_at < $4
+             RETURNING coalesce((SELECT generation FROM key_generation WHERE id = 1), 0)",
+            &[&key_id, &signature, &expires_ms, &now_ms],
+        )?;
+        Ok(row.map(|r| r.try_get(0)).transpose()?)
+    }
+
     /// Deletes up to `limit` rows that expired before `now_ms`; returns how many went. Nodes
     /// pruning at once skip each other's rows instead of waiting on them.
     fn prune_replay(&mut self, now_ms: i64, limit: usize) -> Result<usize, StoreError> {

@@ -1,6 +1,9 @@
 //! [`KeyQueries`] on SQLite: the SQL of the `keys` table (records in `store::keys`).
 
-use crate::store::keys::{KEY_COLUMNS, Key, KeyAuth, LAST_USED_EVERY_MS, NewKey, Scope};
+use crate::store::keys::{
+    BUMP_KEY_GENERATION, KEY_COLUMNS, KEY_GENERATION, Key, KeyAuth, LAST_USED_EVERY_MS, NewKey,
+    Scope,
+};
 use crate::store::sqlite::SqliteTx;
 use crate::store::{KeyQueries, Page, StoreError};
 use rusqlite::{OptionalExtension, Row, params};
@@ -42,6 +45,7 @@ impl KeyQueries for SqliteTx<'_> {
                 expires_at
             ],
         )?;
+        conn.prepare_cached(BUMP_KEY_GENERATION)?.execute([])?;
         Ok(key)
     }
 
@@ -89,6 +93,9 @@ impl KeyQueries for SqliteTx<'_> {
             "UPDATE api_keys SET revoked_at = ?2 WHERE key_id = ?1 AND revoked_at IS NULL",
             params![key_id, now_ms],
         )?;
+        if changed == 1 {
+            conn.prepare_cached(BUMP_KEY_GENERATION)?.execute([])?;
+        }
         Ok(changed == 1)
     }
 
@@ -119,5 +126,12 @@ impl KeyQueries for SqliteTx<'_> {
         )?
         .execute(params![key_id, now_ms, now_ms - LAST_USED_EVERY_MS])?;
         Ok(())
+    }
+
+    fn key_generation(&mut self) -> Result<i64, StoreError> {
+        let conn = self.0;
+        Ok(conn
+            .prepare_cached(KEY_GENERATION)?
+            .query_row([], |r| r.get(0))?)
     }
 }

@@ -24,6 +24,7 @@ const UPGRADES: &[&str] = &[
     include_str!("../../../migrations/filters.sql"),
     include_str!("../../../migrations/request_headers.sql"),
     include_str!("../../../migrations/task_counts.sql"),
+    include_str!("../../../migrations/key_generation.sql"),
 ];
 
 /// The schema version this binary writes.

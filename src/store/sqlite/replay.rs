@@ -2,7 +2,7 @@
 //! the skew window, so that the replay check (docs/design.md §2) survives a restart or a crash.
 
 use crate::store::sqlite::SqliteTx;
-use crate::store::{ReplayQueries, StoreError};
+use crate::store::{KeyQueries, ReplayQueries, StoreError};
 use rusqlite::params;
 
 impl ReplayQueries for SqliteTx<'_> {
@@ -22,6 +22,20 @@ impl ReplayQueries for SqliteTx<'_> {
             )?
             .execute(params![key_id, signature, expires_ms, now_ms])?;
         Ok(changed == 1)
+    }
+
+    /// Two statements: on SQLite each is a call into the library, no round trip.
+    fn first_use_at_key_generation(
+        &mut self,
+        key_id: &str,
+        signature: &str,
+        expires_ms: i64,
+        now_ms: i64,
+    ) -> Result<Option<i64>, StoreError> {
+        if !self.first_use_of_signature(key_id, signature, expires_ms, now_ms)? {
+            return Ok(None);
+        }
+        Ok(Some(self.key_generation()?))
     }
 
     fn prune_replay(&mut self, now_ms: i64, limit: usize) -> Result<usize, StoreError> {
