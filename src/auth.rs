@@ -359,9 +359,11 @@ pub fn authenticate(
 /// stands, so a request costs one transaction, not three (key read, replay record, handler).
 ///
 /// The pair is committed before the request's effects are acted on or answered: a replay of
-/// it, on any node, is refused. A `GET` handler's first read runs as that transaction
-/// (without waiting for an fsync of its own: only a read-only request's record can be lost, and
-/// only to a power loss); a write request's first write carries it (fsynced with the write).
+/// it, on any node, is refused. A `GET` handler's first read is preceded by a short write of
+/// the pair (without waiting for an fsync of its own: only a read-only request's record can be
+/// lost, and only to a power loss), and the read itself runs outside the writer's lock, so a
+/// long list never holds publishes back; a write request's first write carries the pair
+/// (fsynced with the write).
 /// When no transaction of the request committed (its handler failed, or needed no store), the
 /// pair is written on its own at the end ([`RequestGuard::finish`]), before the reply, as
 /// before this guard existed. While the store refuses writes (disk full, read-only), a read is
@@ -424,7 +426,6 @@ impl RequestGuard {
     fn guarded(
         &self,
         f: &mut dyn FnMut(&mut dyn Tx) -> Result<(), StoreError>,
-        ran: &mut bool,
         run: impl FnOnce(
             &mut dyn FnMut(&mut dyn Tx) -> Result<(), StoreError>,
         ) -> Result<(), StoreError>,
@@ -435,9 +436,7 @@ impl RequestGuard {
             if outcome != Guarded::Recorded {
                 return Err(StoreError::Aborted);
             }
-            let done = f(tx);
-            *ran = done.is_ok();
-            done
+            f(tx)
         });
         match (&result, outcome) {
             (Ok(()), _) => self.set_state(Guarded::Recorded),
@@ -516,8 +515,9 @@ impl RequestGuard {
 /// The store as a signed request's handler sees it: every call goes to the server's store,
 /// and the first transaction while the pair is pending carries the guard ([`RequestGuard`]).
 impl Store for RequestGuard {
-    /// A `GET`'s first read runs in a write transaction with the guard (unsynced, see
-    /// [`RequestGuard`]); when the store refuses it, the pair goes to memory and the read is
+    /// A `GET`'s first read is preceded by the guard's own short write (unsynced, see
+    /// [`RequestGuard`]), and runs as a plain read once that committed: never inside the
+    /// writer's lock. When the store refuses the write, the pair goes to memory and the read is
     /// served anyway. Other reads go straight to the store.
     fn read_dyn(
         &self,
@@ -526,22 +526,20 @@ impl Store for RequestGuard {
         if !self.read_only || self.state() != Guarded::Pending {
             return self.store.read_dyn(f);
         }
-        let mut ran = false;
-        let result = self.guarded(f, &mut ran, |g| self.store.write_unsynced_dyn(g));
+        let result = self.guarded(&mut |_| Ok(()), |g| self.store.write_unsynced_dyn(g));
         match result {
+            Ok(()) => self.store.read_dyn(f),
             Err(e @ (StoreError::DiskFull(_) | StoreError::Unwritable(_)))
                 if self.state() == Guarded::Pending =>
             {
                 let state = self.remember(e)?;
                 self.set_state(state);
                 match state {
-                    // The read ran before the commit failed: its result stands.
-                    Guarded::Remembered if ran => Ok(()),
                     Guarded::Remembered => self.store.read_dyn(f),
                     _ => Err(StoreError::Aborted),
                 }
             }
-            result => result,
+            Err(e) => Err(e),
         }
     }
 
@@ -552,7 +550,7 @@ impl Store for RequestGuard {
         if self.state() != Guarded::Pending {
             return self.store.write_dyn(f);
         }
-        self.guarded(f, &mut false, |g| self.store.write_dyn(g))
+        self.guarded(f, |g| self.store.write_dyn(g))
     }
 
     fn write_unsynced_dyn(
@@ -562,7 +560,7 @@ impl Store for RequestGuard {
         if self.state() != Guarded::Pending {
             return self.store.write_unsynced_dyn(f);
         }
-        self.guarded(f, &mut false, |g| self.store.write_unsynced_dyn(g))
+        self.guarded(f, |g| self.store.write_unsynced_dyn(g))
     }
 
     fn quick_check(&self) -> Result<(), StoreError> {
