@@ -195,15 +195,28 @@ fn variant(bench: &mut Bench, status: &str) -> anyhow::Result<()> {
     } else {
         0
     };
+    // A delivery reaches the receiver before its result is recorded: wait (while the count
+    // still moves) for the last results rather than reading the statuses once.
     let pending: i64 = {
         let pool = store::sqlite::open(target.db.as_deref().expect("in-process target"), 1)?;
         let conn = pool.get()?;
-        conn.query_row(
-            "SELECT count(*) FROM tasks WHERE endpoint_id = ?1 AND attempts < 2
-             AND (status = 'pending' AND attempts = 0 OR status = 'success')",
-            [endpoint],
-            |r| r.get(0),
-        )?
+        let count = || -> anyhow::Result<i64> {
+            Ok(conn.query_row(
+                "SELECT count(*) FROM tasks WHERE endpoint_id = ?1 AND attempts < 2
+                 AND (status = 'pending' AND attempts = 0 OR status = 'success')",
+                [endpoint],
+                |r| r.get(0),
+            )?)
+        };
+        let (mut seen, mut moved) = (count()?, Instant::now());
+        while seen < n as i64 && moved.elapsed() < bench.settings.stall() {
+            std::thread::sleep(Duration::from_millis(50));
+            let now = count()?;
+            if now != seen {
+                (seen, moved) = (now, Instant::now());
+            }
+        }
+        seen
     };
     target.stop();
 
