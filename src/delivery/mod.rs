@@ -578,10 +578,10 @@ fn dispatch(shared: &Arc<Shared>) {
         // The gate's accounting is changed inside the transaction; a failed round rebuilds it
         // from the results put back, so release before and re-count after a failure.
         for d in &done {
-            gate.release(d.endpoint_id);
+            gate.release(d.endpoint_id, now);
         }
         for endpoint_id in std::mem::take(&mut *lock(&shared.dropped)) {
-            gate.release(endpoint_id);
+            gate.release(endpoint_id, now);
         }
         let tests = admit_tests(app, &mut gate, now, &mut free);
         hand_out(shared, tests);
