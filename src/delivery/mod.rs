@@ -515,12 +515,13 @@ fn start_senders(shared: &Arc<Shared>, queue: &mut JobQueue) {
     }
 }
 
-/// A send to `endpoint_id` ended: a job of that endpoint held back for its cap may go now. No
-/// sender is woken for it: the one reporting this goes back to the queue next and takes a job
-/// itself (waking an idle one would cost a futex wake and a context switch per send, mostly for
-/// a sender that finds the job gone).
-fn sent_one(shared: &Shared, endpoint_id: i64) {
-    lock(&shared.queue).sent(endpoint_id);
+/// A send to `endpoint_id` ended: a job of that endpoint held back for its cap may go now. An
+/// idle sender is woken for it although the one reporting this goes back to the queue next:
+/// the woken one sends while this one records the result (BENCHMARKS.md, issue 19's A/B).
+fn sent_one(shared: &Arc<Shared>, endpoint_id: i64) {
+    let mut queue = lock(&shared.queue);
+    queue.sent(endpoint_id);
+    start_senders(shared, &mut queue);
 }
 
 /// The dispatcher thread: recovery at start, then rounds of commit-and-claim until shutdown.
