@@ -517,7 +517,8 @@ fn start_senders(shared: &Arc<Shared>, queue: &mut JobQueue) {
 
 /// A send to `endpoint_id` ended: a job of that endpoint held back for its cap may go now. An
 /// idle sender is woken for it although the one reporting this goes back to the queue next:
-/// the woken one sends while this one records the result (BENCHMARKS.md, issue 19's A/B).
+/// the woken one sends while this one records the result. (Leaving the job to this one saves
+/// the wake but measured the same at fan-out 1: BENCHMARKS.md, issue 19.)
 fn sent_one(shared: &Arc<Shared>, endpoint_id: i64) {
     let mut queue = lock(&shared.queue);
     queue.sent(endpoint_id);
