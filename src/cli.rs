@@ -173,8 +173,8 @@ pub struct ServeArgs {
     #[arg(long, env = "WEBHOOKD_MAX_IN_FLIGHT", default_value_t = 2048)]
     pub max_in_flight: usize,
     /// Deliveries one app may have in flight; beyond it, as many again as a reserve from which
-    /// each endpoint with nothing in flight may start one (so one app holds at most twice
-    /// this); 0 = a quarter of --max-in-flight.
+    /// each endpoint may start up to this divided by the app's busy endpoints (so one app
+    /// holds at most twice this); 0 = a quarter of --max-in-flight.
     #[arg(long, env = "WEBHOOKD_APP_MAX_IN_FLIGHT", default_value_t = 0)]
     pub app_max_in_flight: usize,
     /// Most deliveries to one endpoint at once unless the endpoint sets `max_in_flight`;

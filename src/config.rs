@@ -29,9 +29,8 @@ pub struct Config {
     /// Most deliveries claimed at once, over all apps (each send under way has its own small
     /// sender thread, so a hanging receiver costs a socket and a thread, never the pool).
     pub max_in_flight: usize,
-    /// Most deliveries one app has claimed at once, plus as many again as a reserve for its
-    /// endpoints with nothing in flight (see `delivery::fair`); 0 means a quarter of
-    /// `max_in_flight`.
+    /// Most deliveries one app has claimed at once, plus as many again as a reserve its
+    /// endpoints share max-min (see `delivery::fair`); 0 means a quarter of `max_in_flight`.
     pub app_max_in_flight: usize,
     /// Most deliveries to one endpoint at once, for endpoints without their own
     /// `max_in_flight`; 0 means a quarter of the workers (at least 1). Keeps one slow receiver
@@ -152,8 +151,8 @@ impl Config {
         }
     }
 
-    /// The share of `max_in_flight` one app fills before only its endpoints with nothing in
-    /// flight may start one (from a reserve as large again).
+    /// The share of `max_in_flight` one app fills before each of its endpoints is held to its
+    /// fair part of a reserve as large again.
     pub fn app_share(&self) -> usize {
         match self.app_max_in_flight {
             0 => (self.max_in_flight / 4).max(1),

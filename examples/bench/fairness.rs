@@ -10,7 +10,9 @@
 //!   go) and its publish→delivery latency at a paced rate, with no hanging endpoint, then
 //!   with 1, 4, 16 and 100 endpoints that never answer (`timeout_ms` 300000, 100 attempts at
 //!   0 s, a backlog each) in another app, then in the healthy endpoint's own app; each case on
-//!   a fresh server (target: at least 0.9x the rate with none).
+//!   a fresh server, whose rate without the hanging endpoints is measured first (target: at
+//!   least 0.9x that rate; measured on the same server just before, so that a machine whose
+//!   load drifts compares like with like).
 
 use crate::load::{Until, drive, expect_ok};
 use crate::publish::create_endpoints;
@@ -267,12 +269,16 @@ pub fn isolation(bench: &mut Bench) -> anyhow::Result<()> {
     for &n in counts {
         cases.push(("same_app", n));
     }
-    let mut baseline = None;
     for (place, n) in cases {
         let target = bench.target(|_| Ok(()))?;
         let clients = target.clients(bench.settings.publish_clients())?;
         let hanging = Hanging::start()?;
+        let mut baseline = None;
         if n > 0 {
+            bench.progress(&format!(
+                "isolation ({place}, {n} hanging): {events} events before they hang"
+            ));
+            baseline = Some(healthy_run(bench, &clients, events, None)?.2);
             let noisy = match place {
                 "other_app" => target.clients_for_app("noisy", 4)?,
                 _ => target.clients(4)?,
@@ -304,7 +310,6 @@ pub fn isolation(bench: &mut Bench) -> anyhow::Result<()> {
         let held = hanging.accepted();
         drop(hanging);
         target.stop();
-        let base = *baseline.get_or_insert(per_s);
         let mut r = Report::new("isolation");
         r.param("place", place)
             .param("hanging_endpoints", n)
@@ -319,7 +324,8 @@ pub fn isolation(bench: &mut Bench) -> anyhow::Result<()> {
             r.add("rss_mib", rss as f64 / (1024.0 * 1024.0), "MiB");
         }
         r.add_latency("paced_latency", &latency, Some(Goal::AtMost(1000.0)));
-        if n > 0 {
+        if let Some(base) = baseline {
+            r.add("before_delivered_per_s", base, "del/s");
             r.add_target(
                 "rate_vs_none",
                 if base > 0.0 { per_s / base } else { 0.0 },

@@ -6,16 +6,26 @@
 //! limits allow:
 //! - **in flight**: at most `max_in_flight` of its tasks claimed and not yet recorded (the
 //!   endpoint's own value); under the server's default cap (a quarter of `--workers`) at most
-//!   that many sends at once, which the senders enforce, and three times as many claimed behind
-//!   them so one busy endpoint is not held to one batch per round;
+//!   that many sends at once, which the senders enforce, and — while it is *answering* (a send
+//!   of it ended within [`ANSWERING_MS`]) — three times as many claimed behind them, so one
+//!   busy endpoint is not held to one batch per round. An endpoint that has not answered yet,
+//!   or whose sends all hang, has only its sends claimed: a receiver that never answers holds
+//!   its cap of sockets and nothing queued behind them;
 //! - **app share**: an app may have `--app-max-in-flight` tasks claimed (a quarter of
-//!   `--max-in-flight` by default). Beyond that comes its reserve, as large again: an endpoint
-//!   of it with nothing in flight may still start one, so endpoints that never answer cannot
-//!   shut out a healthy sibling; one app never holds more than twice its share (half of
-//!   `--max-in-flight` by default), the rest staying free for the other apps;
+//!   `--max-in-flight` by default). Beyond that comes its reserve, as large again, shared
+//!   max-min: an endpoint may still start sends while it holds fewer than its *fair part*, the
+//!   share divided by the app's endpoints with something in flight (itself counted), at least
+//!   one. So endpoints that never answer cannot shut out a healthy sibling, whichever came
+//!   first; one app never holds more than twice its share (half of `--max-in-flight` by
+//!   default), the rest staying free for the other apps;
 //! - **rate**: `rate_limit_per_sec` through a `governor` GCRA limiter per endpoint, burst 1;
 //! - **order**: with `max_in_flight: 1` only the head (first due, ties by id) may go, and only
 //!   once it is due itself, so a head waiting to retry holds the rest back.
+//!
+//! Under the defaults (share 512, 4 sends per endpoint) that makes 128 hanging endpoints fit in
+//! an app's share with every sibling at its full rate; past that, siblings still get their
+//! fair part of the reserve, and once hanging sends time out their retries come back under the
+//! fair part too (docs/design.md §12).
 //!
 //! An endpoint that may not start now is skipped, its tasks stay `pending` in the database, and
 //! the walk tells the dispatcher when to look again (the earliest due time or rate-limit slot it
@@ -44,6 +54,9 @@ struct EndpointState {
     limiter: Option<(f64, Limiter)>,
     /// Epoch ms of its last claim: idle state is forgotten after a while.
     last_claim_ms: i64,
+    /// Epoch ms when a send of it last ended (0: never): it may have claims queued behind its
+    /// sends only while this is recent ([`ANSWERING_MS`]).
+    last_answer_ms: i64,
     /// Its app, loaded once.
     app: Option<Arc<str>>,
 }
@@ -53,6 +66,9 @@ struct EndpointState {
 struct AppState {
     /// Claimed tasks of its endpoints whose result is not recorded yet.
     in_flight: usize,
+    /// Its endpoints with something in flight: past the share, each may hold the share
+    /// divided by these.
+    busy_endpoints: usize,
 }
 
 /// The result of one walk.
@@ -84,6 +100,11 @@ pub struct Gate {
 /// smaller queue cost a third of one busy endpoint's throughput: it waits for more rounds).
 const DEFAULT_QUEUE_FACTOR: usize = 4;
 
+/// An endpoint is answering while one of its sends ended this recently; only then is its queue
+/// ([`DEFAULT_QUEUE_FACTOR`]) claimed. A fast receiver answers within milliseconds of its first
+/// claims; one that hangs never does, and holds no more than its sends.
+const ANSWERING_MS: i64 = 1_000;
+
 /// Idle endpoint state (nothing in flight, no claim this long) is dropped; a rate limit's slot
 /// is never longer than 100 s (0.01/s), so nothing is lost by forgetting it.
 const FORGET_AFTER_MS: i64 = 200_000;
@@ -100,8 +121,9 @@ impl Gate {
         }
     }
 
-    /// A task of `endpoint_id` was recorded (or handed back): one fewer in flight.
-    pub fn release(&mut self, endpoint_id: i64) {
+    /// A task of `endpoint_id` was recorded (or handed back) at `now_ms`: one fewer in flight,
+    /// and the endpoint is answering.
+    pub fn release(&mut self, endpoint_id: i64, now_ms: i64) {
         let Some(state) = self.endpoints.get_mut(&endpoint_id) else {
             return;
         };
@@ -109,8 +131,12 @@ impl Gate {
             return;
         }
         state.in_flight -= 1;
+        state.last_answer_ms = now_ms;
         if let Some(app) = state.app.as_ref().and_then(|a| self.apps.get_mut(a)) {
             app.in_flight = app.in_flight.saturating_sub(1);
+            if state.in_flight == 0 {
+                app.busy_endpoints = app.busy_endpoints.saturating_sub(1);
+            }
         }
     }
 
@@ -124,8 +150,8 @@ impl Gate {
         max_in_flight: Option<i64>,
         now_ms: i64,
     ) -> Option<usize> {
-        let (cap, claim_cap) = self.caps(max_in_flight, false);
         let state = self.endpoints.entry(endpoint_id).or_default();
+        let (cap, claim_cap) = caps(self.default_cap, max_in_flight, false, state, now_ms);
         if state.app.is_none() {
             state.app = Some(Arc::from(app_id));
         }
@@ -135,23 +161,6 @@ impl Gate {
         }
         count_claims(&mut self.apps, state, 1, now_ms);
         Some(cap)
-    }
-
-    /// An endpoint's send cap and how many of its tasks may be claimed at once.
-    fn caps(&self, max_in_flight: Option<i64>, rate_limited: bool) -> (usize, usize) {
-        let cap = max_in_flight
-            .and_then(|n| usize::try_from(n).ok())
-            .unwrap_or(self.default_cap)
-            .max(1);
-        // An endpoint with limits of its own has at most `cap` claimed. One under the default
-        // cap may have a few more claimed, waiting in memory for a sender that it gets only
-        // while fewer than `cap` of its sends are under way: without that queue, one busy
-        // endpoint could take no more than `cap` tasks per dispatcher round.
-        if max_in_flight.is_some() || rate_limited {
-            (cap, cap)
-        } else {
-            (cap, cap * DEFAULT_QUEUE_FACTOR)
-        }
     }
 
     /// Claims up to `free` tasks, endpoint by endpoint from the cursor, within each endpoint's
@@ -217,7 +226,6 @@ impl Gate {
         room: usize,
         walk: &mut Walk,
     ) -> Result<usize, StoreError> {
-        let (cap, claim_cap) = self.caps(limits.max_in_flight, limits.rate_limit_per_sec.is_some());
         let clock = self.clock.clone();
         let state = self.endpoints.entry(endpoint_id).or_default();
         if state.app.is_none() {
@@ -226,6 +234,14 @@ impl Gate {
             };
             state.app = Some(Arc::from(endpoint.app_id));
         }
+        let rate_limited = limits.rate_limit_per_sec.is_some();
+        let (cap, claim_cap) = caps(
+            self.default_cap,
+            limits.max_in_flight,
+            rate_limited,
+            state,
+            now_ms,
+        );
         let app_room = room_in_app(&self.apps, state, self.app_share);
         let mut allowed = claim_cap
             .saturating_sub(state.in_flight)
@@ -295,20 +311,47 @@ impl Gate {
     }
 }
 
+/// An endpoint's send cap and how many of its tasks may be claimed at once.
+fn caps(
+    default_cap: usize,
+    max_in_flight: Option<i64>,
+    rate_limited: bool,
+    state: &EndpointState,
+    now_ms: i64,
+) -> (usize, usize) {
+    let cap = max_in_flight
+        .and_then(|n| usize::try_from(n).ok())
+        .unwrap_or(default_cap)
+        .max(1);
+    // An endpoint with limits of its own has at most `cap` claimed. One under the default cap
+    // may have a few more claimed while it answers, waiting in memory for a sender that it gets
+    // only while fewer than `cap` of its sends are under way: without that queue, one busy
+    // endpoint could take no more than `cap` tasks per dispatcher round. One that does not
+    // answer would only hold them out of its app's share.
+    let answering = state.last_answer_ms > 0 && now_ms - state.last_answer_ms < ANSWERING_MS;
+    if max_in_flight.is_some() || rate_limited || !answering {
+        (cap, cap)
+    } else {
+        (cap, cap * DEFAULT_QUEUE_FACTOR)
+    }
+}
+
 /// How many more tasks an endpoint may have claimed as far as its app is concerned: what is
-/// left of the app's share; once that is used, one from the app's reserve (as large as the
-/// share) if the endpoint has nothing in flight.
+/// left of the app's share; once that is used, its fair part of the reserve: up to the share
+/// divided by the app's endpoints with something in flight (itself counted), at least one, and
+/// never past twice the share in all. An endpoint that got in first with more than that keeps
+/// what it holds but starts no more while the app is past its share.
 fn room_in_app(apps: &HashMap<Arc<str>, AppState>, state: &EndpointState, share: usize) -> usize {
     let Some(app) = state.app.as_ref().and_then(|a| apps.get(a)) else {
         return share;
     };
     if app.in_flight < share {
-        share - app.in_flight
-    } else if app.in_flight < share.saturating_mul(2) && state.in_flight == 0 {
-        1
-    } else {
-        0
+        return share - app.in_flight;
     }
+    let busy = app.busy_endpoints + usize::from(state.in_flight == 0);
+    let fair = (share / busy.max(1)).max(1);
+    fair.saturating_sub(state.in_flight)
+        .min(share.saturating_mul(2).saturating_sub(app.in_flight))
 }
 
 /// Counts `n` new claims of an endpoint in it and in its app.
@@ -322,7 +365,11 @@ fn count_claims(
         return;
     }
     if let Some(app_id) = &state.app {
-        apps.entry(app_id.clone()).or_default().in_flight += n;
+        let app = apps.entry(app_id.clone()).or_default();
+        app.in_flight += n;
+        if state.in_flight == 0 {
+            app.busy_endpoints += 1;
+        }
     }
     state.in_flight += n;
     state.last_claim_ms = now_ms;
@@ -353,7 +400,7 @@ mod tests {
     use chrono::TimeZone;
 
     #[test]
-    fn an_app_fills_its_share_then_each_idle_endpoint_may_start_one_up_to_twice_the_share() {
+    fn past_its_share_an_app_s_endpoints_each_get_a_fair_part_up_to_twice_the_share() {
         let mut apps = HashMap::new();
         let app: Arc<str> = Arc::from("a");
         let endpoint = |in_flight| EndpointState {
@@ -366,27 +413,72 @@ mod tests {
             8,
             "an app not seen yet"
         );
-        for (app_in_flight, endpoint_in_flight, room) in [
-            (0, 0, 8),
-            (5, 5, 3),
-            (8, 8, 0),
-            (8, 0, 1),
-            (15, 0, 1),
-            (15, 1, 0),
-            (16, 0, 0),
+        // (share, app in flight, its busy endpoints, the endpoint's in flight, room)
+        for (share, app_in_flight, busy_endpoints, endpoint_in_flight, room) in [
+            (8, 0, 0, 0, 8),
+            (8, 5, 1, 5, 3),
+            (8, 8, 1, 8, 0),
+            (8, 8, 1, 0, 4),
+            (8, 8, 2, 4, 0),
+            (8, 8, 3, 1, 1),
+            (8, 12, 4, 0, 1),
+            (8, 15, 7, 0, 1),
+            (8, 15, 8, 1, 0),
+            (8, 16, 8, 0, 0),
+            // 100 hanging endpoints with 4 sends each fit in the default share of 512 ...
+            (512, 400, 100, 0, 112),
+            // ... and with 200 a healthy sibling still gets 512 / 201 = 2 at once.
+            (512, 800, 200, 0, 2),
+            (512, 1023, 200, 0, 1),
+            (512, 1024, 200, 0, 0),
         ] {
             apps.insert(
                 app.clone(),
                 AppState {
                     in_flight: app_in_flight,
+                    busy_endpoints,
                 },
             );
             assert_eq!(
-                room_in_app(&apps, &endpoint(endpoint_in_flight), 8),
+                room_in_app(&apps, &endpoint(endpoint_in_flight), share),
                 room,
-                "app {app_in_flight}, endpoint {endpoint_in_flight}"
+                "share {share}, app {app_in_flight} over {busy_endpoints}, endpoint {endpoint_in_flight}"
             );
         }
+    }
+
+    #[test]
+    fn only_an_answering_endpoint_has_claims_queued_behind_its_sends() {
+        let clock = Arc::new(ManualClock::new(
+            chrono::Utc.timestamp_opt(1_700_000_000, 0).unwrap(),
+        ));
+        let mut gate = Gate::new(clock, 4, 512);
+        let admitted = |gate: &mut Gate, at| {
+            std::iter::from_fn(|| gate.admit(1, "a", None, at))
+                .take(100)
+                .count()
+        };
+        assert_eq!(admitted(&mut gate, 1_000), 4, "not answered yet: its sends");
+        gate.release(1, 2_000);
+        assert_eq!(
+            admitted(&mut gate, 2_500),
+            13,
+            "answering: 16 claimed in all"
+        );
+        assert_eq!(gate.endpoints[&1].in_flight, 16);
+        for _ in 0..16 {
+            gate.release(1, 3_000);
+        }
+        assert_eq!(
+            admitted(&mut gate, 3_000 + ANSWERING_MS),
+            4,
+            "silent for a second: its sends again"
+        );
+        assert_eq!(gate.apps[&Arc::from("a")].busy_endpoints, 1);
+        for _ in 0..4 {
+            gate.release(1, 5_000);
+        }
+        assert_eq!(gate.apps[&Arc::from("a")].busy_endpoints, 0);
     }
 
     #[test]
@@ -399,10 +491,12 @@ mod tests {
         assert_eq!(gate.admit(2, "a", Some(1), 0), Some(1));
         assert_eq!(gate.admit(2, "a", Some(1), 0), None, "its own cap of 1");
         assert_eq!(gate.apps[&Arc::from("a")].in_flight, 2);
-        gate.release(2);
-        gate.release(2);
+        assert_eq!(gate.apps[&Arc::from("a")].busy_endpoints, 2);
+        gate.release(2, 0);
+        gate.release(2, 0);
         assert_eq!(gate.apps[&Arc::from("a")].in_flight, 1, "released once");
         assert_eq!(gate.endpoints[&2].in_flight, 0);
+        assert_eq!(gate.apps[&Arc::from("a")].busy_endpoints, 1);
     }
 
     #[test]

@@ -517,7 +517,10 @@ fn start_senders(shared: &Arc<Shared>, queue: &mut JobQueue) {
     }
 }
 
-/// A send to `endpoint_id` ended: a job of that endpoint held back for its cap may go now.
+/// A send to `endpoint_id` ended: a job of that endpoint held back for its cap may go now. An
+/// idle sender is woken for it although the one reporting this goes back to the queue next:
+/// the woken one sends while this one records the result. (Leaving the job to this one saves
+/// the wake but measured the same at fan-out 1: BENCHMARKS.md, issue 19.)
 fn sent_one(shared: &Arc<Shared>, endpoint_id: i64) {
     let mut queue = lock(&shared.queue);
     queue.sent(endpoint_id);
@@ -580,10 +583,10 @@ fn dispatch(shared: &Arc<Shared>) {
         // The gate's accounting is changed inside the transaction; a failed round rebuilds it
         // from the results put back, so release before and re-count after a failure.
         for d in &done {
-            gate.release(d.endpoint_id);
+            gate.release(d.endpoint_id, now);
         }
         for endpoint_id in std::mem::take(&mut *lock(&shared.dropped)) {
-            gate.release(endpoint_id);
+            gate.release(endpoint_id, now);
         }
         let tests = admit_tests(app, &mut gate, now, &mut free);
         hand_out(shared, tests);

@@ -97,7 +97,10 @@ impl Target {
 
 /// The HTTP agent every worker shares: keep-alive pooling, no redirects followed, no proxy
 /// from the environment (the target rules must see the real target), the target rules in the
-/// resolver, and reply statuses returned rather than turned into errors.
+/// resolver, and reply statuses returned rather than turned into errors. Each connection's
+/// buffers are zero-filled when first used, so their size is memory every open connection
+/// (a hanging send's among them) holds: 32 KiB in for a reply's head (ureq's default is 128),
+/// 16 KiB out (the request is written in pieces; a piece is one header line, at most ~4 KiB).
 pub fn agent(config: &Config) -> ureq::Agent {
     let idle = config.workers.saturating_mul(4).max(16);
     let http_config = ureq::Agent::config_builder()
@@ -108,6 +111,8 @@ pub fn agent(config: &Config) -> ureq::Agent {
         .user_agent(USER_AGENT)
         .max_idle_connections(idle)
         .max_idle_connections_per_host(config.workers.max(4))
+        .input_buffer_size(32 * 1024)
+        .output_buffer_size(16 * 1024)
         .build();
     let rules = TargetRules {
         allow: config.allow_targets.clone(),

@@ -4,7 +4,7 @@
 //! endpoints hold every send they may (the state in which, before, 4 of them held all 16
 //! workers), then counts what reaches the healthy receiver: all of it must arrive.
 
-use crate::delivery::{endpoint, task_id};
+use crate::delivery::{endpoint, policy, task_id};
 use crate::support::{Receiver, TestServer, err, ok, wait_for};
 use serde_json::json;
 use std::net::{TcpListener, TcpStream};
@@ -19,6 +19,8 @@ const WAIT: Duration = Duration::from_secs(60);
 const HANG_MS: i64 = 120_000;
 /// Deliveries sent to the healthy side in each case.
 const HEALTHY: usize = 30;
+/// The default cap of sends per endpoint with the test server's 16 workers.
+const CAP: usize = 4;
 
 /// A loopback listener that accepts every connection and never answers, on one thread;
 /// dropping it closes them all.
@@ -89,7 +91,15 @@ fn hang(c: &Client, hanging: &Hanging, n: usize) -> usize {
             task_id(c, id);
         }
     }
-    n * 4
+    n * CAP
+}
+
+/// Publishes `n` `order.created` events.
+fn publish(c: &Client, n: usize) {
+    for i in 0..n {
+        let event = json!({ "event_name": "order.created", "payload": { "n": i } });
+        ok(c, "POST", "/events", Some(event));
+    }
 }
 
 /// Sends [`HEALTHY`] tasks to `receiver` through a new endpoint of `c`'s app and asserts that
@@ -156,10 +166,60 @@ fn a_healthy_endpoint_gets_every_delivery_beside_16_hanging_siblings() {
 }
 
 #[test]
+fn a_healthy_endpoint_has_its_full_cap_and_every_delivery_beside_100_hanging_siblings() {
+    // The probe's case: 100 endpoints of one app that never answer (`timeout_ms` 300 s, a
+    // policy of 100 attempts at 0 s), subscribed to the same events as a healthy sibling.
+    const SIBLINGS: usize = 100;
+    let server = server();
+    let a = server.client();
+    let hanging = Hanging::start();
+    let hammer = policy(&a, 100, "fixed", 0, 0);
+    for _ in 0..SIBLINGS {
+        let hangs = json!({ "timeout_ms": 300_000, "retry_policy_id": hammer,
+            "filter_events": "order.*" });
+        endpoint(&a, &hanging.url, hangs);
+    }
+    // 5 tasks each, 4 of them sent: every hanging sibling at its cap.
+    publish(&a, 5);
+    hanging.wait_held(SIBLINGS * CAP);
+    // The healthy sibling's receiver is bound but not answering yet: its sends connect and
+    // wait, so how many it may have under way at once shows as its running tasks.
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let healthy = endpoint(
+        &a,
+        &url,
+        json!({ "timeout_ms": HANG_MS, "filter_events": "order.*" }),
+    );
+    publish(&a, HEALTHY);
+    let running = format!("/tasks?endpoint_id={healthy}&status=running");
+    let count = || ok(&a, "GET", &running, None)["total"].as_u64().unwrap();
+    let full = wait_for(WAIT, || (count() == CAP as u64).then_some(()));
+    assert!(
+        full.is_some(),
+        "the healthy sibling has {} sends under way, not its cap of {CAP}",
+        count()
+    );
+    let receiver = Receiver::start_on(listener);
+    let got = receiver.wait_for(HEALTHY, WAIT).len();
+    assert_eq!(
+        got, HEALTHY,
+        "{got} of {HEALTHY} deliveries reached the healthy sibling"
+    );
+    assert_eq!(
+        hanging.held(),
+        SIBLINGS * CAP,
+        "each hanging sibling holds its {CAP} sends and starts no more"
+    );
+    server.stop();
+}
+
+#[test]
 fn one_app_holds_at_most_twice_its_share_and_its_siblings_still_start() {
-    // A share of 8: 6 hanging endpoints want 6 x 8 claimed. The first fills the share; then
-    // each other endpoint with nothing in flight may start one from the reserve (as large as
-    // the share): the app holds at most 16, and a healthy sibling and another app are served.
+    // A share of 8: 6 hanging endpoints want 6 x 4 sends. Two fill the share; then each other
+    // endpoint may start up to its fair part of the reserve (as large as the share): 8 divided
+    // by the app's endpoints with sends under way, at least one. The app holds at most 16,
+    // and a healthy sibling and another app are served.
     let server = TestServer::start_with(|c| {
         c.workers = 16;
         c.shutdown_grace_secs = 0;

@@ -473,7 +473,12 @@ pub struct Receiver {
 
 impl Receiver {
     pub fn start() -> Receiver {
-        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        Receiver::start_on(TcpListener::bind("127.0.0.1:0").unwrap())
+    }
+
+    /// Starts answering on a listener bound earlier: connections made before are queued by the
+    /// kernel meanwhile, their requests sent and waiting, and are answered now.
+    pub fn start_on(listener: TcpListener) -> Receiver {
         let url = format!("http://{}", listener.local_addr().unwrap());
         let state: Arc<(Mutex<ReceiverState>, Condvar)> = Arc::default();
         let shared = state.clone();
