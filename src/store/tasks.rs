@@ -149,6 +149,20 @@ pub struct Finish<'a> {
     pub now_ms: i64,
 }
 
+impl Finish<'_> {
+    /// This result recorded with its own [`TaskQueries::finish_attempt`].
+    pub fn record_alone<Q: TaskQueries + ?Sized>(&self, tx: &mut Q) -> Result<bool, StoreError> {
+        tx.finish_attempt(
+            self.task_id,
+            self.attempt,
+            self.after,
+            self.last_status_code,
+            self.last_error,
+            self.now_ms,
+        )
+    }
+}
+
 /// The filter of `POST /tasks/retry`: tasks of one app in one finished state (`failed` or
 /// `canceled`), narrowed by whichever of the other fields are given.
 #[derive(Debug, Clone)]
@@ -222,19 +236,7 @@ pub trait TaskQueries {
     /// round, in the round's transaction); returns, in order, whether each was recorded.
     /// PostgreSQL records distinct tasks with one statement (one round trip).
     fn finish_attempts(&mut self, results: &[Finish<'_>]) -> Result<Vec<bool>, StoreError> {
-        results
-            .iter()
-            .map(|f| {
-                self.finish_attempt(
-                    f.task_id,
-                    f.attempt,
-                    f.after,
-                    f.last_status_code,
-                    f.last_error,
-                    f.now_ms,
-                )
-            })
-            .collect()
+        results.iter().map(|f| f.record_alone(self)).collect()
     }
     /// Marks a task just inserted in the caller's transaction as `running`, so the delivery pool
     /// never claims it (`POST /endpoints/{id}/test` sends it itself).

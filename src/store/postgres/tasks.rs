@@ -332,19 +332,7 @@ impl<C: GenericClient> TaskQueries for PgTx<'_, C> {
         distinct.sort_unstable();
         distinct.dedup();
         if results.len() < 2 || distinct.len() < ids.len() {
-            return results
-                .iter()
-                .map(|f| {
-                    self.finish_attempt(
-                        f.task_id,
-                        f.attempt,
-                        f.after,
-                        f.last_status_code,
-                        f.last_error,
-                        f.now_ms,
-                    )
-                })
-                .collect();
+            return results.iter().map(|f| f.record_alone(self)).collect();
         }
         let c = &mut *self.c;
         let node = self.node;
