@@ -5,9 +5,10 @@
 //! is routed, the key's scope is checked ([`check_scope`]).
 //!
 //! Keys are held in memory ([`KeyCache`]) and checked against the store's key generation in the
-//! request's own transaction, where its replay record is written too ([`RequestGuard`]): one
-//! transaction per request, and a key revoked by any node or by `webhookd keys revoke` is
-//! refused from the revocation's commit on (docs/dev/storage.md, "Keys in memory").
+//! transaction that writes the request's replay record ([`RequestGuard`]): a write request's
+//! own transaction (one per request), a `GET`'s short write before its read. A key revoked by
+//! any node or by `webhookd keys revoke` is refused from the revocation's commit on
+//! (docs/dev/storage.md, "Keys in memory").
 
 use crate::error::ApiError;
 use crate::error::ApiResult;
