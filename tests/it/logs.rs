@@ -4,12 +4,44 @@
 
 use crate::support::{Answer, Receiver, free_local_addr, ok, raw, signed_headers, wait_for};
 use serde_json::{Value, json};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 use webhookd::client::Client;
 
 const BIN: &str = env!("CARGO_BIN_EXE_webhookd");
+
+/// A server for app1 on a fresh SQLite file, its stderr in `log_path` ([`serve_logging`]).
+struct LoggingApp {
+    /// Holds the folder of the file and the log while the test runs.
+    _dir: tempfile::TempDir,
+    log_path: PathBuf,
+    child: Child,
+    url: String,
+    key_id: String,
+    api_secret: String,
+    client: Client,
+}
+
+impl LoggingApp {
+    fn start(args: &[&str], env: &[(&str, &str)]) -> LoggingApp {
+        let dir = tempfile::tempdir().unwrap();
+        let db = crate::support::test_db(dir.path());
+        let (key_id, api_secret) = crate::support::create_key(&db, "app1");
+        let log_path = dir.path().join("stderr.log");
+        let (child, url) = serve_logging(&db, &log_path, args, env);
+        let client = Client::new(&url, &key_id, &api_secret);
+        LoggingApp {
+            _dir: dir,
+            log_path,
+            child,
+            url,
+            key_id,
+            api_secret,
+            client,
+        }
+    }
+}
 
 /// `webhookd serve` on `db` with stderr into `log`, once it answers `/healthz`: the child and
 /// its base URL.
@@ -51,17 +83,18 @@ pub(crate) fn stop(mut child: Child) -> std::process::ExitStatus {
 
 #[test]
 fn json_logs_parse_line_by_line_carry_the_warnings_and_no_secret() {
-    let dir = tempfile::tempdir().unwrap();
-    let db = crate::support::test_db(dir.path());
-    let (key_id, api_secret) = crate::support::create_key(&db, "app1");
-    let log_path = dir.path().join("stderr.log");
-    let (child, url) = serve_logging(
-        &db,
-        &log_path,
+    let LoggingApp {
+        _dir,
+        log_path,
+        child,
+        url,
+        key_id,
+        api_secret,
+        client: c,
+    } = LoggingApp::start(
         &["--log-format", "json"],
         &[("WEBHOOKD_LOG", "info,webhookd=debug")],
     );
-    let c = Client::new(&url, &key_id, &api_secret);
 
     let rx = Receiver::start();
     // Attempt 1 fails with 500 (retried at once by the policy), attempt 2 gets 410 Gone.
@@ -327,13 +360,13 @@ fn log_level_flag_and_the_webhookd_log_filter() {
 /// endpoint, and an attempt cut by shutdown.
 #[test]
 fn every_json_line_about_a_task_carries_its_trace_id() {
-    let dir = tempfile::tempdir().unwrap();
-    let db = crate::support::test_db(dir.path());
-    let (key_id, api_secret) = crate::support::create_key(&db, "app1");
-    let log_path = dir.path().join("stderr.log");
-    let (child, url) = serve_logging(
-        &db,
-        &log_path,
+    let LoggingApp {
+        _dir,
+        log_path,
+        child,
+        client: c,
+        ..
+    } = LoggingApp::start(
         &[
             "--log-format",
             "json",
@@ -344,7 +377,6 @@ fn every_json_line_about_a_task_carries_its_trace_id() {
         ],
         &[],
     );
-    let c = Client::new(&url, &key_id, &api_secret);
     let policy = ok(
         &c,
         "POST",
