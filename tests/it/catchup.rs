@@ -18,11 +18,11 @@ const OVERLAPPED: &str = "webhookd_schedule_runs_skipped_total{reason=\"overlap\
 const CAUGHT_UP: &str = "webhookd_schedule_runs_caught_up_total";
 const LAGS: &str = "webhookd_schedule_firing_lag_seconds_count";
 
-fn read(client: &Client, schedule_id: i64) -> Value {
+pub(crate) fn read(client: &Client, schedule_id: i64) -> Value {
     ok(client, "GET", &format!("/schedules/{schedule_id}"), None)
 }
 
-fn minutely(client: &Client, name: &str, extra: Value) -> i64 {
+pub(crate) fn minutely(client: &Client, name: &str, extra: Value) -> i64 {
     let mut body = json!({ "name": name, "cron_expr": "* * * * *" });
     for (k, v) in extra.as_object().unwrap() {
         body[k] = v.clone();
@@ -30,7 +30,7 @@ fn minutely(client: &Client, name: &str, extra: Value) -> i64 {
     id(&schedule(client, body))
 }
 
-fn run_ats(server: &TestServer, schedule_id: i64) -> Vec<i64> {
+pub(crate) fn run_ats(server: &TestServer, schedule_id: i64) -> Vec<i64> {
     tasks_of(server, schedule_id)
         .iter()
         .map(|t| t.run_at)

@@ -4,6 +4,7 @@
 //! firing per instant, and backfill firing each missing instant once — also when two backfills
 //! and the scheduler race on one node.
 
+use crate::catchup::{minutely, read, run_ats};
 use crate::schedules::{
     at, endpoint, id, rfc, schedule, server_at, tasks_of, wait_next_run, wait_tasks, wide_skew,
 };
@@ -12,25 +13,6 @@ use chrono::{DateTime, TimeDelta, Utc};
 use serde_json::{Value, json};
 use std::time::Duration;
 use webhookd::client::Client;
-
-fn read(client: &Client, schedule_id: i64) -> Value {
-    ok(client, "GET", &format!("/schedules/{schedule_id}"), None)
-}
-
-fn minutely(client: &Client, extra: Value) -> i64 {
-    let mut body = json!({ "name": "w", "cron_expr": "* * * * *" });
-    for (k, v) in extra.as_object().unwrap() {
-        body[k] = v.clone();
-    }
-    id(&schedule(client, body))
-}
-
-fn run_ats(server: &TestServer, schedule_id: i64) -> Vec<i64> {
-    tasks_of(server, schedule_id)
-        .iter()
-        .map(|t| t.run_at)
-        .collect()
-}
 
 fn ms(t: DateTime<Utc>) -> i64 {
     t.timestamp_millis()
@@ -76,7 +58,7 @@ fn a_window_bounds_firing_and_a_later_end_revives() {
     );
     assert_eq!(s["next_run_at"], rfc(at(12, 3, 0)));
     // A start between instants: the first instant after it.
-    let later = minutely(&c, json!({ "starts_at": rfc(at(12, 7, 30)) }));
+    let later = minutely(&c, "w", json!({ "starts_at": rfc(at(12, 7, 30)) }));
     assert_eq!(read(&c, later)["next_run_at"], rfc(at(12, 8, 0)));
     ok(&c, "DELETE", &format!("/schedules/{later}"), None);
 
@@ -186,9 +168,10 @@ fn catchup_fires_only_inside_the_window() {
     endpoint(&c, "a");
     let all = minutely(
         &c,
+        "w",
         json!({ "catchup": "all", "starts_at": rfc(at(12, 3, 0)), "ends_at": rfc(at(12, 6, 0)) }),
     );
-    let latest = minutely(&c, json!({ "ends_at": rfc(at(12, 6, 0)) }));
+    let latest = minutely(&c, "w", json!({ "ends_at": rfc(at(12, 6, 0)) }));
     // Down from 12:00:30 to 12:10:30: 12:01 … 12:10 missed; the window holds 12:03 … 12:06.
     let server = server.restart_manual(at(12, 10, 30), wide_skew);
     let c = server.client();
@@ -213,7 +196,7 @@ fn jitter_delays_tasks_and_keeps_one_firing_per_instant() {
     let c = server.client();
     endpoint(&c, "a");
     endpoint(&c, "b");
-    let sid = minutely(&c, json!({ "jitter_sec": 90 }));
+    let sid = minutely(&c, "w", json!({ "jitter_sec": 90 }));
     assert_eq!(read(&c, sid)["jitter_sec"], 90);
     // Pinned to the largest delay: each task due exactly 90 s after its instant.
     server.app().jitter.pin(|max_ms| max_ms);
@@ -257,7 +240,7 @@ fn backfill_fires_missing_instants_once() {
     let server = server_at(at(12, 0, 30));
     let c = server.client();
     endpoint(&c, "a");
-    let sid = minutely(&c, json!({ "jitter_sec": 600 }));
+    let sid = minutely(&c, "w", json!({ "jitter_sec": 600 }));
     // The scheduler fires 12:01 first.
     server.advance(TimeDelta::minutes(1));
     wait_tasks(&server, sid, 1);
@@ -340,6 +323,7 @@ fn backfill_fires_missing_instants_once() {
     // A window bounds a backfill too; a deleted schedule is 409.
     let windowed = minutely(
         &c,
+        "w",
         json!({ "starts_at": rfc(at(11, 0, 0)), "ends_at": rfc(at(11, 2, 0)) }),
     );
     let done = backfill(&c, windowed, at(10, 0, 0), at(12, 0, 0));
@@ -362,7 +346,7 @@ fn racing_backfills_and_the_scheduler_fire_each_instant_once() {
     let server = server_at(at(12, 0, 30));
     let c = server.client();
     endpoint(&c, "a");
-    let sid = minutely(&c, json!({ "catchup": "all" }));
+    let sid = minutely(&c, "w", json!({ "catchup": "all" }));
     // The clock moves to 12:10:30: the woken scheduler fires 12:01 … 12:10 (catch-up all)
     // while the two backfills run.
     server.advance(TimeDelta::minutes(10));
@@ -404,7 +388,7 @@ fn firing_records_past_the_retention_go_and_backfill_stays_inside_it() {
     });
     let c = server.client();
     endpoint(&c, "a");
-    let sid = minutely(&c, json!({}));
+    let sid = minutely(&c, "w", json!({}));
     let day = TimeDelta::days(1);
     // 12:01 fires, and a backfill fires 11:55 … 12:00.
     server.advance(TimeDelta::minutes(1));
