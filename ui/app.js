@@ -135,6 +135,13 @@ async function render() {
     }
     notify(err.message, "error");
   }
+  if (mine !== generation) {
+    // Left before its data came: the view rendered since owns `data-ready`. Marking this
+    // page ready here would overwrite the newer page's mark (or set it before that page
+    // is shown), and a script waiting for the newer page would wait for ever.
+    performance.mark("webhookd:left:" + page);
+    return;
+  }
   document.body.setAttribute("data-ready", page);
   performance.mark("webhookd:ready:" + page);
 }

@@ -13,6 +13,7 @@ The page is loaded from http://webhookd.lan:PORT/ui/ (mapped to 127.0.0.1 by
 Raspberry Pi reached over the LAN. Prints `RESULT {json}` with the measured figures.
 """
 
+import collections
 import hashlib
 import hmac
 import json
@@ -203,6 +204,41 @@ def refused_code(method, path, key):
     raise AssertionError(f"{method} {path} succeeded with key {key[0]}")
 
 
+def left_before_its_data(page, endpoint_id, result):
+    """A page left while its requests are still out must not mark the next page ready when they
+    come back: the endpoint page's attempt reads are held, the Keys page is opened and shown,
+    then the held replies are let through. (Before the fix the endpoint page, finishing last,
+    set data-ready=endpoints over the Keys page's mark, and a script waiting for the Keys page
+    waited for ever: how the suite once failed on PostgreSQL, where replies take longer.)"""
+    page.wait_for_selector("body[data-ready=endpoints]")  # the page as it stands, all read
+    held = []
+    attempts = re.compile(r"/v1/tasks/\d+/attempts")
+    released = []
+    page.route(attempts, lambda route: route.continue_() if released else held.append(route))
+    page.click("main a:has-text('Endpoints')")
+    page.wait_for_selector("body[data-ready=endpoints]")
+    page.click(f"main a[href='#/endpoints/{endpoint_id}']")
+    deadline = time.monotonic() + WAIT_MS / 1000
+    while not held:
+        check(time.monotonic() < deadline, "the endpoint page never read its attempts")
+        page.wait_for_timeout(20)
+    page.click("nav >> text=Keys")
+    page.wait_for_selector("body[data-ready=keys]")
+    released.append(True)
+    for route in held:
+        route.continue_()
+    # Until the endpoint page is done (it marks itself left), or has overwritten the mark.
+    page.wait_for_function("""() => document.body.dataset.ready !== 'keys'
+        || performance.getEntriesByName('webhookd:left:endpoints').length > 0""")
+    ready = page.evaluate("document.body.dataset.ready")
+    check(ready == "keys", f"the endpoint page, left before its data came, set data-ready={ready!r}")
+    check(page.locator("main h2").inner_text() == "API keys", "the endpoint page drew over the Keys page")
+    result["left_page_stays_left"] = len(held)
+    page.unroute(attempts)
+    page.click("nav >> text=Overview")
+    page.wait_for_selector("body[data-ready=overview]")
+
+
 def keys_page(page, result):
     """docs/API.md "Keys": the admin's Keys page (its own key cannot be revoked; a new read key's
     secret is shown once), then the dashboard signed in with that read key, where what the scope
@@ -308,12 +344,52 @@ def main():
         except Exception:
             page.screenshot(path=os.path.join(SHOTS, "failure.png"), full_page=True)
             print("console errors: " + json.dumps(CONSOLE_ERRORS), file=sys.stderr)
+            print_page_state(page)
             raise
         ctx.close()
     print("RESULT " + json.dumps(result))
 
 
 CONSOLE_ERRORS = []
+# The page's last API exchanges (method, path, status), and those still unanswered: printed on
+# failure, so that a page that never became ready shows what it was waiting for.
+API_LOG = collections.deque(maxlen=30)
+API_PENDING = {}
+
+
+def watch_api(ctx):
+    def api(request):
+        return urllib.parse.urlparse(request.url).path.startswith("/v1/")
+
+    def started(request):
+        if api(request):
+            API_PENDING[request] = (time.monotonic(), f"{request.method} {request.url.split(ORIGIN, 1)[-1]}")
+
+    def ended(request, outcome):
+        if request in API_PENDING:
+            at, what = API_PENDING.pop(request)
+            API_LOG.append(f"{what} -> {outcome} after {(time.monotonic() - at) * 1000:.0f} ms")
+
+    ctx.on("request", started)
+    ctx.on("response", lambda r: ended(r.request, r.status))
+    ctx.on("requestfailed", lambda r: ended(r, f"failed: {r.failure}"))
+
+
+def print_page_state(page):
+    """What the page showed when the test failed: its route, its `data-ready` mark, the marks
+    of renders left before they finished, its text, and its last API exchanges."""
+    try:
+        state = page.evaluate("""() => ({
+            url: location.href, ready: document.body.dataset.ready || null,
+            marks: performance.getEntriesByType('mark').slice(-12).map((m) => m.name),
+            text: document.body.innerText.slice(0, 2000)})""")
+    except Exception as e:  # the page itself may be gone
+        state = {"unreadable": str(e)}
+    print("page state: " + json.dumps(state, indent=1), file=sys.stderr)
+    print("last API exchanges (oldest first):\n  " + "\n  ".join(API_LOG), file=sys.stderr)
+    now = time.monotonic()
+    waiting = [f"{what} for {(now - at) * 1000:.0f} ms" for at, what in API_PENDING.values()]
+    print("API requests unanswered: " + (", ".join(waiting) or "none"), file=sys.stderr)
 
 
 def run(page, result):
@@ -334,6 +410,7 @@ def run(page, result):
         page.on("console", lambda m: m.type == "error" and "Failed to load resource" not in m.text
                 and console_errors.append(m.text))
         page.on("pageerror", lambda e: console_errors.append(str(e)))
+        watch_api(ctx)
 
         # Headers of the page itself.
         reply = page.goto(ORIGIN + "/ui/")
@@ -717,6 +794,7 @@ def run(page, result):
         expect(page.locator(".notice.ok")).to_contain_text("enabled")
         result["endpoint_page"] = "ok"
 
+        left_before_its_data(page, receiver_id, result)
         keys_page(page, result)
 
         # A phone-sized view of the tasks.
