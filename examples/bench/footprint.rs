@@ -1,5 +1,7 @@
 //! `footprint`: the real binary as an operator runs it — stripped size, time from spawn to a
-//! healthy `/healthz`, idle RSS, and peak RSS (VmHWM) over a `publish` run against it.
+//! healthy `/healthz`, idle RSS, and peak RSS (VmHWM) over a `publish` run against it, with
+//! VmRSS sampled through the run (is it flat after warm-up?). `--events` sets the run's
+//! length: 60,000 events are about 30 s at full speed on two cores.
 
 use crate::report::{Report, Target as Goal};
 use crate::target::Target;
@@ -7,7 +9,9 @@ use crate::{Bench, publish};
 use anyhow::{Context, bail};
 use std::path::PathBuf;
 use std::process::Command;
-use std::time::Duration;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
 
 const MIB: f64 = 1024.0 * 1024.0;
 
@@ -70,6 +74,78 @@ pub fn proc_status_bytes(pid: u32, field: &str) -> Option<u64> {
     Some(kib * 1024)
 }
 
+/// How often [`RssSampler`] reads the server's resident set.
+const SAMPLE_EVERY: Duration = Duration::from_millis(250);
+
+/// Reads `VmRSS` of a process every `every` on a thread of its own, until stopped: whether
+/// the resident set stays flat after warm-up, which the peak (`VmHWM`) alone cannot tell.
+struct RssSampler {
+    stop: Arc<AtomicBool>,
+    thread: std::thread::JoinHandle<Vec<(f64, u64)>>,
+}
+
+impl RssSampler {
+    fn start(pid: u32, every: Duration) -> RssSampler {
+        let stop = Arc::new(AtomicBool::new(false));
+        let stopping = stop.clone();
+        let thread = std::thread::spawn(move || {
+            let started = Instant::now();
+            let mut samples = Vec::new();
+            while !stopping.load(Ordering::Relaxed) {
+                if let Some(rss) = proc_status_bytes(pid, "VmRSS") {
+                    samples.push((started.elapsed().as_secs_f64(), rss));
+                }
+                std::thread::sleep(every);
+            }
+            samples
+        });
+        RssSampler { stop, thread }
+    }
+
+    /// (seconds since the start, VmRSS bytes) of each sample.
+    fn stop(self) -> Vec<(f64, u64)> {
+        self.stop.store(true, Ordering::Relaxed);
+        self.thread.join().unwrap_or_default()
+    }
+}
+
+/// The resident set over the run: the highest sample of the first third (warm-up) and of the
+/// rest, their difference (growth after warm-up: ~0 when flat), the last sample, and a
+/// timeline of about ten points in a note.
+fn rss_figures(r: &mut Report, samples: &[(f64, u64)]) {
+    let Some(&(end, last)) = samples.last() else {
+        r.note("no VmRSS sample was read");
+        return;
+    };
+    let max_of = |from: f64, to: f64| {
+        samples
+            .iter()
+            .filter(|(t, _)| *t >= from && *t <= to)
+            .map(|(_, rss)| *rss)
+            .max()
+            .unwrap_or(0)
+    };
+    let warm = max_of(0.0, end / 3.0);
+    let after = max_of(end / 3.0, end);
+    r.add("rss_samples", samples.len() as f64, "")
+        .add("rss_warmup_max_mib", warm as f64 / MIB, "MiB")
+        .add("rss_after_warmup_max_mib", after as f64 / MIB, "MiB")
+        .add(
+            "rss_growth_after_warmup_mib",
+            (after as f64 - warm as f64) / MIB,
+            "MiB",
+        )
+        .add("rss_last_mib", last as f64 / MIB, "MiB");
+    let step = samples.len().div_ceil(10).max(1);
+    let timeline: Vec<String> = samples
+        .iter()
+        .step_by(step)
+        .chain(std::iter::once(&(end, last)))
+        .map(|(t, rss)| format!("{t:.0}s {:.1}", *rss as f64 / MIB))
+        .collect();
+    r.note(format!("VmRSS MiB over the run: {}", timeline.join(", ")));
+}
+
 /// The size of the binary after `strip` (when installed; else as built — the release
 /// profile already strips symbols).
 fn stripped_size(binary: &std::path::Path) -> anyhow::Result<u64> {
@@ -122,9 +198,17 @@ pub fn scenario(bench: &mut Bench) -> anyhow::Result<()> {
     });
     let idle = proc_status_bytes(pid, "VmRSS").context("cannot read VmRSS")?;
     r.add_target("idle_rss_mib", idle as f64 / MIB, "MiB", Goal::AtMost(20.0));
+    let sampler = RssSampler::start(pid, SAMPLE_EVERY);
     let publish = publish::measure(bench, &target, 1, 0)?;
+    let samples = sampler.stop();
     let peak = proc_status_bytes(pid, "VmHWM").context("cannot read VmHWM")?;
-    r.add("peak_rss_publish_mib", peak as f64 / MIB, "MiB");
+    r.add_target(
+        "peak_rss_publish_mib",
+        peak as f64 / MIB,
+        "MiB",
+        Goal::AtMost(32.0),
+    );
+    rss_figures(&mut r, &samples);
     for (key, unit) in [
         ("delivered_per_s", "del/s"),
         ("deliveries_expected", ""),

@@ -215,11 +215,12 @@ impl Settings {
         self.remote.is_none() && (self.spawn || self.nodes > 1 || self.postgres())
     }
 
-    /// Why a scenario that fills the SQLite file before the server opens it cannot run here.
+    /// Why a scenario that fills the SQLite file before the server opens it cannot run here:
+    /// it fills a fresh temporary file, in this process or before one `--spawn` node starts.
     pub fn cannot_prefill(&self) -> Option<&'static str> {
-        self.spawned().then_some(
-            "skipped: it fills a SQLite file in this process before the server starts, so it \
-             runs only without --db postgres://, --nodes and --spawn",
+        (self.db.is_some() || self.nodes > 1).then_some(
+            "skipped: it fills a fresh SQLite file before the server starts, so it runs only \
+             without --db and --nodes",
         )
     }
 
@@ -242,8 +243,9 @@ pub struct Bench {
 
 impl Bench {
     /// A fresh webhookd on a temporary database (which `prepare` may fill before the server
-    /// opens it), `--nodes` processes on the `--db` (`prepare` is not called: scenarios that
-    /// fill the database check [`Settings::cannot_prefill`] first), or the `--url` one.
+    /// opens it, in this process or `--spawn`ed), `--nodes` processes on the `--db` (`prepare`
+    /// is not called: scenarios that fill the database check [`Settings::cannot_prefill`]
+    /// first), or the `--url` one.
     pub fn target(
         &self,
         prepare: impl FnOnce(&Path) -> anyhow::Result<()>,
@@ -251,7 +253,7 @@ impl Bench {
         let s = &self.settings;
         match &s.remote {
             Some((url, key_id, secret)) => Ok(target::Target::remote(url, key_id, secret)),
-            None if s.spawned() => target::Target::nodes(s),
+            None if s.spawned() => target::Target::nodes(s, prepare),
             None => target::Target::in_process(s.workers, s.db.as_deref().map(Path::new), prepare),
         }
     }
@@ -435,7 +437,8 @@ mod tests {
             assert!(n(p, "delivered_per_s") > 0.0);
             assert!(n(p, "latency_p99_ms") >= n(p, "latency_p50_ms"));
         }
-        assert_eq!(of("api").count(), 2);
+        // Empty, one page of failed tasks, and the scale fill.
+        assert_eq!(of("api").count(), 3);
         for a in of("api") {
             assert_eq!(n(a, "get_endpoint_errors"), 0.0, "{a}");
             assert_eq!(n(a, "list_failed_tasks_errors"), 0.0, "{a}");
@@ -456,7 +459,11 @@ mod tests {
             assert!(n(footprint, "start_to_healthy_ms") > 0.0);
         }
         let scale = of("scale").next().expect("a scale report");
-        assert!(n(scale, "get_endpoint_per_s_vs_empty") > 0.0, "{scale}");
+        assert!(n(scale, "get_endpoint_per_s_vs_one_page") > 0.0, "{scale}");
+        assert!(
+            n(scale, "list_failed_tasks_per_s_vs_one_page") > 0.0,
+            "{scale}"
+        );
         let fair = of("fairness").next().expect("a fairness report");
         assert_eq!(
             n(fair, "healthy_received"),

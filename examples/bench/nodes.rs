@@ -10,7 +10,7 @@
 
 use anyhow::{Context, bail};
 use std::os::unix::process::CommandExt;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -34,8 +34,13 @@ pub struct Nodes {
 
 impl Nodes {
     /// Starts `settings.nodes` processes of the webhookd binary beside this harness on a fresh
-    /// database, the first alone (it creates the schema), and waits for each `/healthz`.
-    pub fn start(settings: &crate::Settings) -> anyhow::Result<Nodes> {
+    /// database, the first alone (it creates the schema), and waits for each `/healthz`. A
+    /// fresh SQLite file is given to `prepare` first, which may fill it (`--spawn`: the same
+    /// prefilled scenarios as in process, against any `--binary`).
+    pub fn start(
+        settings: &crate::Settings,
+        prepare: impl FnOnce(&Path) -> anyhow::Result<()>,
+    ) -> anyhow::Result<Nodes> {
         let binary = match &settings.binary {
             Some(path) => path.clone(),
             None => binary()?,
@@ -52,6 +57,9 @@ impl Nodes {
                 None,
             ),
         };
+        if made.is_none() && settings.db.is_none() {
+            prepare(Path::new(&db))?;
+        }
         let mut nodes = Nodes {
             children: Vec::new(),
             urls: Vec::new(),

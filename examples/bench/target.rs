@@ -348,8 +348,11 @@ impl Drop for Target {
 
 /// The harness's target of N `serve` processes on `db` (see [`crate::nodes`]).
 impl Target {
-    pub fn nodes(settings: &crate::Settings) -> anyhow::Result<Target> {
-        let nodes = crate::nodes::Nodes::start(settings)?;
+    pub fn nodes(
+        settings: &crate::Settings,
+        prepare: impl FnOnce(&Path) -> anyhow::Result<()>,
+    ) -> anyhow::Result<Target> {
+        let nodes = crate::nodes::Nodes::start(settings, prepare)?;
         let key = nodes.keys(APP, 1)?.remove(0);
         let urls = nodes.urls();
         Ok(Target {
