@@ -18,6 +18,9 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
 /// A head longer than this is passed through without a look (hyper's own are tiny).
 const MAX_HEAD: usize = 64 * 1024;
+/// Body bytes written in the same call as their head are sent with it, up to this many (a
+/// copy); longer bodies pass through as hyper writes them.
+const MAX_JOINED_BODY: usize = 16 * 1024;
 
 /// Wraps a connection's stream; see the module documentation.
 pub struct Enveloped<T> {
@@ -65,6 +68,21 @@ impl<T: AsyncWrite + Unpin> Enveloped<T> {
         self.out.clear();
         self.out_pos = 0;
         Poll::Ready(Ok(()))
+    }
+
+    /// Queues up to [`MAX_JOINED_BODY`] bytes of the current response's body from the start of
+    /// `rest` behind its head; returns how many.
+    fn take_body(&mut self, rest: &[u8]) -> usize {
+        if self.blind {
+            return 0;
+        }
+        let n = rest
+            .len()
+            .min(MAX_JOINED_BODY)
+            .min(usize::try_from(self.body_left).unwrap_or(usize::MAX));
+        self.out.extend_from_slice(&rest[..n]);
+        self.body_left -= n as u64;
+        n
     }
 
     /// A complete head: queue it (or its replacement) and learn how long its body is.
@@ -167,7 +185,11 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for Enveloped<T> {
                 let end = searched_from + at + 4;
                 this.head.truncate(end);
                 this.finish_head();
-                end - before
+                let head_taken = end - before;
+                // The body hyper wrote in the same buffer (it flattens a small reply into one)
+                // goes out with its head: one send instead of two.
+                let body = this.take_body(&buf[head_taken..]);
+                head_taken + body
             }
             None if this.head.len() > MAX_HEAD => {
                 this.blind = true;
@@ -227,5 +249,81 @@ mod tests {
         assert!(protocol_error_reply("400", ours).is_none());
         assert!(protocol_error_reply("404", "http/1.1 404 not found\r\n\r\n").is_none());
         assert_eq!(header_value(ours, "content-length"), Some("10"));
+    }
+
+    /// A writer that records each write it is given.
+    #[derive(Default)]
+    struct Writes(Vec<Vec<u8>>);
+
+    impl AsyncWrite for Writes {
+        fn poll_write(
+            self: Pin<&mut Self>,
+            _: &mut Context<'_>,
+            buf: &[u8],
+        ) -> Poll<io::Result<usize>> {
+            self.get_mut().0.push(buf.to_vec());
+            Poll::Ready(Ok(buf.len()))
+        }
+
+        fn poll_flush(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<io::Result<()>> {
+            Poll::Ready(Ok(()))
+        }
+
+        fn poll_shutdown(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<io::Result<()>> {
+            Poll::Ready(Ok(()))
+        }
+    }
+
+    /// Writes `buf` through the wrapper as hyper does: until all of it was taken.
+    fn write_all(w: &mut Enveloped<Writes>, mut buf: &[u8]) {
+        let mut cx = Context::from_waker(std::task::Waker::noop());
+        while !buf.is_empty() {
+            match Pin::new(&mut *w).poll_write(&mut cx, buf) {
+                Poll::Ready(Ok(n)) => buf = &buf[n..],
+                other => panic!("{other:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn a_small_reply_written_at_once_is_sent_at_once() {
+        let (mut w, _) = Enveloped::new(Writes::default());
+        let head = "HTTP/1.1 200 OK\r\nx-request-id: req_1\r\ncontent-length: 7\r\n\r\n";
+        // Head and body in one buffer, then the next reply on the same connection.
+        write_all(&mut w, format!("{head}{{\"a\":1}}").as_bytes());
+        write_all(&mut w, format!("{head}{{\"b\":2}}").as_bytes());
+        let sent: Vec<String> = w
+            .inner
+            .0
+            .iter()
+            .map(|b| String::from_utf8_lossy(b).into())
+            .collect();
+        assert_eq!(
+            sent,
+            [format!("{head}{{\"a\":1}}"), format!("{head}{{\"b\":2}}")]
+        );
+        // A body longer than MAX_JOINED_BODY: its start goes with the head, the rest after.
+        let (mut w, _) = Enveloped::new(Writes::default());
+        let body = "x".repeat(MAX_JOINED_BODY + 10);
+        let head = format!(
+            "HTTP/1.1 200 OK\r\nx-request-id: req_2\r\ncontent-length: {}\r\n\r\n",
+            body.len()
+        );
+        write_all(&mut w, format!("{head}{body}").as_bytes());
+        let sent = w.inner.0.concat();
+        assert_eq!(sent, format!("{head}{body}").into_bytes());
+        assert_eq!(w.inner.0.len(), 2);
+        assert_eq!(w.inner.0[0].len(), head.len() + MAX_JOINED_BODY);
+        // A protocol error head of hyper's is still replaced, and what follows it passes.
+        let (mut w, _) = Enveloped::new(Writes::default());
+        write_all(
+            &mut w,
+            b"HTTP/1.1 400 Bad Request\r\ncontent-length: 0\r\n\r\n",
+        );
+        let sent = String::from_utf8(w.inner.0.concat()).unwrap();
+        assert!(
+            sent.contains("x-request-id: req_") && sent.contains("\"data\":null"),
+            "{sent}"
+        );
     }
 }
