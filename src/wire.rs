@@ -21,6 +21,8 @@ const MAX_HEAD: usize = 64 * 1024;
 /// Body bytes written in the same call as their head are sent with it, up to this many (a
 /// copy); longer bodies pass through as hyper writes them.
 const MAX_JOINED_BODY: usize = 16 * 1024;
+/// The send buffer a connection keeps between replies, at most (heads and small replies).
+const KEEP_OUT: usize = 4 * 1024;
 
 /// Wraps a connection's stream; see the module documentation.
 pub struct Enveloped<T> {
@@ -67,6 +69,10 @@ impl<T: AsyncWrite + Unpin> Enveloped<T> {
         }
         self.out.clear();
         self.out_pos = 0;
+        if self.out.capacity() > KEEP_OUT {
+            // A joined body made it large: an idle keep-alive connection holds no more than this.
+            self.out = Vec::new();
+        }
         Poll::Ready(Ok(()))
     }
 
@@ -314,6 +320,10 @@ mod tests {
         assert_eq!(sent, format!("{head}{body}").into_bytes());
         assert_eq!(w.inner.0.len(), 2);
         assert_eq!(w.inner.0[0].len(), head.len() + MAX_JOINED_BODY);
+        assert!(
+            w.out.capacity() <= KEEP_OUT,
+            "the joined body's buffer is not kept"
+        );
         // A protocol error head of hyper's is still replaced, and what follows it passes.
         let (mut w, _) = Enveloped::new(Writes::default());
         write_all(
