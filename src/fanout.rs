@@ -5,6 +5,7 @@
 
 use crate::payload_filter::{PayloadFilter, Verdict};
 use crate::store::endpoints::Target;
+use crate::store::events::Event;
 use crate::store::schedules::{Firing, Overlap};
 use crate::store::tasks::{NewTask, TaskKind};
 use crate::store::{StoreError, Tx};
@@ -15,7 +16,7 @@ use std::collections::{HashMap, HashSet};
 /// An event published by a client: every enabled endpoint of `app_id` whose `filter_events`
 /// takes `event_name` and whose `filter_payload` holds for `payload` gets an `event` task.
 /// Each task is in the trace `traces` hands out (the request's, or one of its own). Returns
-/// the event's id and how many tasks it made.
+/// the event as stored and how many tasks it made.
 ///
 /// The payload is parsed only when some endpoint has a `filter_payload`, and each endpoint's
 /// filter once per publish, so publishing to endpoints without one costs what it did before.
@@ -29,37 +30,31 @@ pub fn event(
     payload: &str,
     now_ms: i64,
     traces: &mut TaskTraces,
-) -> Result<(i64, usize), StoreError> {
+) -> Result<(Event, usize), StoreError> {
     let mut parsed: Option<Value> = None;
-    publish(
-        tx,
-        app_id,
-        event_name,
-        event_key,
-        payload,
-        now_ms,
-        traces,
-        |target| {
-            if !crate::filter::matches(target.filter_events.as_deref(), event_name) {
-                return false;
+    let mut tasks = event_tasks(tx, app_id, payload, now_ms, traces, |target| {
+        if !crate::filter::matches(target.filter_events.as_deref(), event_name) {
+            return false;
+        }
+        let Some(text) = target.filter_payload.as_deref() else {
+            return true;
+        };
+        let value =
+            parsed.get_or_insert_with(|| serde_json::from_str(payload).unwrap_or(Value::Null));
+        match stored_filter(text) {
+            Some(filter) => filter.matches(value),
+            None => {
+                tracing::warn!(
+                    endpoint_id = target.id,
+                    "the stored filter_payload is not a valid filter; no event reaches the endpoint until it is set again"
+                );
+                false
             }
-            let Some(text) = target.filter_payload.as_deref() else {
-                return true;
-            };
-            let value =
-                parsed.get_or_insert_with(|| serde_json::from_str(payload).unwrap_or(Value::Null));
-            match stored_filter(text) {
-                Some(filter) => filter.matches(value),
-                None => {
-                    tracing::warn!(
-                        endpoint_id = target.id,
-                        "the stored filter_payload is not a valid filter; no event reaches the endpoint until it is set again"
-                    );
-                    false
-                }
-            }
-        },
-    )
+        }
+    })?;
+    let event =
+        tx.insert_event_with_tasks(app_id, event_name, event_key, payload, now_ms, &mut tasks)?;
+    Ok((event, tasks.len()))
 }
 
 /// A `filter_payload` as its column stores it, parsed; `None` when the text is not a valid
@@ -143,21 +138,36 @@ fn publish(
     payload: &str,
     now_ms: i64,
     traces: &mut TaskTraces,
-    mut subscribed: impl FnMut(&Target) -> bool,
+    subscribed: impl FnMut(&Target) -> bool,
 ) -> Result<(i64, usize), StoreError> {
-    let targets: Vec<_> = tx
+    let mut tasks = event_tasks(tx, app_id, payload, now_ms, traces, subscribed)?;
+    let task_count = i64::try_from(tasks.len()).unwrap_or(i64::MAX);
+    let id = tx.insert_event(app_id, event_name, event_key, payload, task_count, now_ms)?;
+    for task in &mut tasks {
+        task.event_id = Some(id);
+    }
+    tx.insert_tasks(&tasks)?;
+    Ok((id, tasks.len()))
+}
+
+/// One pending `event` task, due now, per enabled endpoint of `app_id` that `subscribed`
+/// accepts; their `event_id` is left for the caller to set once the event has one.
+fn event_tasks<'a>(
+    tx: &mut dyn Tx,
+    app_id: &'a str,
+    payload: &'a str,
+    now_ms: i64,
+    traces: &mut TaskTraces,
+    mut subscribed: impl FnMut(&Target) -> bool,
+) -> Result<Vec<NewTask<'a>>, StoreError> {
+    Ok(tx
         .list_enabled_targets(app_id)?
         .into_iter()
         .filter(|t| subscribed(t))
-        .collect();
-    let task_count = i64::try_from(targets.len()).unwrap_or(i64::MAX);
-    let id = tx.insert_event(app_id, event_name, event_key, payload, task_count, now_ms)?;
-    let tasks: Vec<_> = targets
-        .iter()
         .map(|target| NewTask {
             app_id,
             schedule_id: None,
-            event_id: Some(id),
+            event_id: None,
             endpoint_id: target.id,
             task_type: TaskKind::Event,
             payload,
@@ -166,9 +176,7 @@ fn publish(
             now_ms,
             trace: traces.for_task(),
         })
-        .collect();
-    tx.insert_tasks(&tasks)?;
-    Ok((id, targets.len()))
+        .collect())
 }
 
 /// The tasks one firing made.

@@ -113,6 +113,59 @@ impl PgStore {
         let mut conn = self.client_within(Some(super::HEALTH_WAIT))?;
         Ok(super::health::probe(&mut **conn, now_ms)?)
     }
+
+    /// Runs `f` in one transaction on a pooled connection and commits it; then announces the
+    /// wake-ups it earned ([`announce`]).
+    fn transaction(
+        &self,
+        commit: Commit,
+        f: &mut dyn FnMut(&mut dyn Tx) -> Result<(), StoreError>,
+    ) -> Result<(), StoreError> {
+        let mut conn = self.client()?;
+        let (client, statements) = conn.split();
+        let mut tx = client.transaction()?;
+        let wake = {
+            let mut pg = PgTx::cached(&mut tx, statements, &self.node);
+            pg.unsynced = commit == Commit::Unsynced;
+            f(&mut pg)?;
+            pg.wake
+        };
+        tx.commit()?;
+        announce(client, statements, wake);
+        Ok(())
+    }
+}
+
+/// Whether a transaction's commit waits for its WAL flush ([`PgStore::transaction`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Commit {
+    Synced,
+    /// See [`Store::write_unsynced_dyn`] on [`PgStore`].
+    Unsynced,
+}
+
+/// Tells the other nodes, after a commit, what it made due: one `pg_notify` per channel, each
+/// its own short transaction that does not wait for a WAL flush.
+///
+/// Not inside the writing transaction: PostgreSQL serializes the commits of all transactions
+/// that notify (a database-wide lock taken at commit and held until the commit is done), so a
+/// notice inside every publish made publishes commit one at a time, each waiting for its own
+/// WAL flush, on every node of the database; here the lock is held for the notice alone. The
+/// notice still follows the commit (a listener that wakes finds the rows) and is never sent
+/// for a rollback. A process that dies between the commit and the notice leaves the other
+/// nodes to find the work at their next poll; a failed notice is logged, not answered: the
+/// write itself committed.
+fn announce(client: &mut postgres::Client, statements: &mut Statements, wake: Wake) {
+    let channels = [
+        (wake.tasks, super::listen::Channel::Tasks),
+        (wake.schedules, super::listen::Channel::Schedules),
+    ];
+    let mut sql = Sql::new(client, Some(statements));
+    for (_, channel) in channels.into_iter().filter(|(due, _)| *due) {
+        if let Err(e) = super::listen::notify(&mut sql, channel) {
+            tracing::warn!(error = %e, channel = channel.name(), "could not tell the other nodes of a change (they find it at their next poll)");
+        }
+    }
 }
 
 /// `host-pid-random`: unique among the nodes sharing a database, readable in `tasks.claimed_by`.
@@ -140,29 +193,28 @@ impl Store for PgStore {
         f(&mut PgTx::cached(client, statements, &self.node))
     }
 
-    /// One `READ COMMITTED` transaction. Changes that make work due for other nodes send a
-    /// notice (`pg_notify`) in the same transaction, so it reaches them on commit, never for a
+    /// One `READ COMMITTED` transaction. Changes that make work due for other nodes are
+    /// announced to them (`pg_notify`) right after the commit ([`announce`]), never for a
     /// rollback.
     fn write_dyn(
         &self,
         f: &mut dyn FnMut(&mut dyn Tx) -> Result<(), StoreError>,
     ) -> Result<(), StoreError> {
-        let mut conn = self.client()?;
-        let (client, statements) = conn.split();
-        let mut tx = client.transaction()?;
-        let wake = {
-            let mut pg = PgTx::cached(&mut tx, statements, &self.node);
-            f(&mut pg)?;
-            pg.wake
-        };
-        if wake.tasks {
-            super::listen::notify(&mut tx, super::listen::Channel::Tasks, "")?;
-        }
-        if wake.schedules {
-            super::listen::notify(&mut tx, super::listen::Channel::Schedules, "")?;
-        }
-        tx.commit()?;
-        Ok(())
+        self.transaction(Commit::Synced, f)
+    }
+
+    /// [`Store::write_dyn`] whose commit does not wait for PostgreSQL's WAL flush when the
+    /// transaction records a replay pair (`first_use_at_key_generation` turns
+    /// `synchronous_commit` off for it in the same statement): the replay record of a signed
+    /// request that changes nothing, or whose own later write is synchronous. The row is
+    /// visible to every node from the commit on, as any other; only a crash of PostgreSQL can
+    /// forget it, and the next synchronous commit (of any session) flushes it with its own
+    /// (docs/dev/storage.md, "A read's replay record on PostgreSQL").
+    fn write_unsynced_dyn(
+        &self,
+        f: &mut dyn FnMut(&mut dyn Tx) -> Result<(), StoreError>,
+    ) -> Result<(), StoreError> {
+        self.transaction(Commit::Unsynced, f)
     }
 
     /// Nothing to stat: the server is reached over a connection; [`Store::health`] checks it.
@@ -308,6 +360,9 @@ pub struct PgTx<'c, C: GenericClient> {
     /// This node's id, written into the tasks it claims (the lease).
     pub(super) node: &'c str,
     wake: Wake,
+    /// The transaction may commit without waiting for its WAL flush (`write_unsynced`): the
+    /// replay pair's statement turns `synchronous_commit` off for it.
+    pub(super) unsynced: bool,
 }
 
 impl<'c, C: GenericClient> PgTx<'c, C> {
@@ -317,6 +372,7 @@ impl<'c, C: GenericClient> PgTx<'c, C> {
             c: Conn(Sql::new(c, None)),
             node,
             wake: Wake::default(),
+            unsynced: false,
         }
     }
 
@@ -326,6 +382,7 @@ impl<'c, C: GenericClient> PgTx<'c, C> {
             c: Conn(Sql::new(c, Some(statements))),
             node,
             wake: Wake::default(),
+            unsynced: false,
         }
     }
 
