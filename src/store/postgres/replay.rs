@@ -24,9 +24,10 @@ impl<C: GenericClient> ReplayQueries for PgTx<'_, C> {
     }
 
     /// One statement, so one round trip: the generation comes back with the inserted (or taken
-    /// over) row, and no row comes back for a replay. In a `write_unsynced` transaction the same
-    /// statement turns `synchronous_commit` off for the transaction (`set_config(…, true)`), so
-    /// its commit does not wait for a WAL flush and costs no extra round trip.
+    /// over) row, and no row comes back for a replay. Under `write_unsynced` (no transaction
+    /// block: the statement is its own transaction) the same statement turns
+    /// `synchronous_commit` off for that transaction (`set_config(…, true)`), so its commit
+    /// does not wait for a WAL flush and costs no extra round trip.
     fn first_use_at_key_generation(
         &mut self,
         key_id: &str,

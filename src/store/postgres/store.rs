@@ -113,35 +113,6 @@ impl PgStore {
         let mut conn = self.client_within(Some(super::HEALTH_WAIT))?;
         Ok(super::health::probe(&mut **conn, now_ms)?)
     }
-
-    /// Runs `f` in one transaction on a pooled connection and commits it; then announces the
-    /// wake-ups it earned ([`announce`]).
-    fn transaction(
-        &self,
-        commit: Commit,
-        f: &mut dyn FnMut(&mut dyn Tx) -> Result<(), StoreError>,
-    ) -> Result<(), StoreError> {
-        let mut conn = self.client()?;
-        let (client, statements) = conn.split();
-        let mut tx = client.transaction()?;
-        let wake = {
-            let mut pg = PgTx::cached(&mut tx, statements, &self.node);
-            pg.unsynced = commit == Commit::Unsynced;
-            f(&mut pg)?;
-            pg.wake
-        };
-        tx.commit()?;
-        announce(client, statements, wake);
-        Ok(())
-    }
-}
-
-/// Whether a transaction's commit waits for its WAL flush ([`PgStore::transaction`]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Commit {
-    Synced,
-    /// See [`Store::write_unsynced_dyn`] on [`PgStore`].
-    Unsynced,
 }
 
 /// Tells the other nodes, after a commit, what it made due: one `pg_notify` per channel, each
@@ -200,21 +171,43 @@ impl Store for PgStore {
         &self,
         f: &mut dyn FnMut(&mut dyn Tx) -> Result<(), StoreError>,
     ) -> Result<(), StoreError> {
-        self.transaction(Commit::Synced, f)
+        let mut conn = self.client()?;
+        let (client, statements) = conn.split();
+        let mut tx = client.transaction()?;
+        let wake = {
+            let mut pg = PgTx::cached(&mut tx, statements, &self.node);
+            f(&mut pg)?;
+            pg.wake
+        };
+        tx.commit()?;
+        announce(client, statements, wake);
+        Ok(())
     }
 
-    /// [`Store::write_dyn`] whose commit does not wait for PostgreSQL's WAL flush when the
-    /// transaction records a replay pair (`first_use_at_key_generation` turns
-    /// `synchronous_commit` off for it in the same statement): the replay record of a signed
-    /// request that changes nothing, or whose own later write is synchronous. The row is
-    /// visible to every node from the commit on, as any other; only a crash of PostgreSQL can
-    /// forget it, and the next synchronous commit (of any session) flushes it with its own
+    /// The replay record of a signed request (the only use of `write_unsynced`): no
+    /// transaction block, so each statement of `f` is its own transaction, and
+    /// `first_use_at_key_generation` turns `synchronous_commit` off for its own
+    /// (`set_config(…, true)` in the same statement), so its commit does not wait for
+    /// PostgreSQL's WAL flush. Two round trips fewer than a transaction block (no `BEGIN`, no
+    /// `COMMIT`) and no flush wait: the record is one statement, and the key read that may
+    /// follow it (when the key generation moved) needs no transaction with it. The row is
+    /// visible to every node from that commit on; only a crash of PostgreSQL before the next
+    /// flush can forget it, and then what a replay obtains is a read's answer again
     /// (docs/dev/storage.md, "A read's replay record on PostgreSQL").
     fn write_unsynced_dyn(
         &self,
         f: &mut dyn FnMut(&mut dyn Tx) -> Result<(), StoreError>,
     ) -> Result<(), StoreError> {
-        self.transaction(Commit::Unsynced, f)
+        let mut conn = self.client()?;
+        let (client, statements) = conn.split();
+        let wake = {
+            let mut pg = PgTx::cached(client, statements, &self.node);
+            pg.unsynced = true;
+            f(&mut pg)?;
+            pg.wake
+        };
+        announce(client, statements, wake);
+        Ok(())
     }
 
     /// Nothing to stat: the server is reached over a connection; [`Store::health`] checks it.
@@ -360,8 +353,8 @@ pub struct PgTx<'c, C: GenericClient> {
     /// This node's id, written into the tasks it claims (the lease).
     pub(super) node: &'c str,
     wake: Wake,
-    /// The transaction may commit without waiting for its WAL flush (`write_unsynced`): the
-    /// replay pair's statement turns `synchronous_commit` off for it.
+    /// `write_unsynced`: the replay pair's statement turns `synchronous_commit` off for its
+    /// transaction, so that its commit does not wait for its WAL flush.
     pub(super) unsynced: bool,
 }
 
