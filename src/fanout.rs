@@ -32,29 +32,35 @@ pub fn event(
     traces: &mut TaskTraces,
 ) -> Result<(Event, usize), StoreError> {
     let mut parsed: Option<Value> = None;
-    let mut tasks = event_tasks(tx, app_id, payload, now_ms, traces, |target| {
-        if !crate::filter::matches(target.filter_events.as_deref(), event_name) {
-            return false;
-        }
-        let Some(text) = target.filter_payload.as_deref() else {
-            return true;
-        };
-        let value =
-            parsed.get_or_insert_with(|| serde_json::from_str(payload).unwrap_or(Value::Null));
-        match stored_filter(text) {
-            Some(filter) => filter.matches(value),
-            None => {
-                tracing::warn!(
-                    endpoint_id = target.id,
-                    "the stored filter_payload is not a valid filter; no event reaches the endpoint until it is set again"
-                );
-                false
+    publish(
+        tx,
+        app_id,
+        event_name,
+        event_key,
+        payload,
+        now_ms,
+        traces,
+        |target| {
+            if !crate::filter::matches(target.filter_events.as_deref(), event_name) {
+                return false;
             }
-        }
-    })?;
-    let event =
-        tx.insert_event_with_tasks(app_id, event_name, event_key, payload, now_ms, &mut tasks)?;
-    Ok((event, tasks.len()))
+            let Some(text) = target.filter_payload.as_deref() else {
+                return true;
+            };
+            let value =
+                parsed.get_or_insert_with(|| serde_json::from_str(payload).unwrap_or(Value::Null));
+            match stored_filter(text) {
+                Some(filter) => filter.matches(value),
+                None => {
+                    tracing::warn!(
+                        endpoint_id = target.id,
+                        "the stored filter_payload is not a valid filter; no event reaches the endpoint until it is set again"
+                    );
+                    false
+                }
+            }
+        },
+    )
 }
 
 /// A `filter_payload` as its column stores it, parsed; `None` when the text is not a valid
@@ -125,10 +131,12 @@ pub fn operator_event(
             crate::filter::matches_prefixed(target.filter_events.as_deref(), prefix, event_name)
         },
     )
+    .map(|(event, tasks)| (event.id, tasks))
 }
 
-/// The event row and one `event` task per enabled endpoint `subscribed` accepts. Operator
-/// events ignore `filter_payload` (their subscription is by name only).
+/// The event row and one `event` task per enabled endpoint `subscribed` accepts, written
+/// together (`insert_event_with_tasks`); returns the event as stored and how many tasks it
+/// made. Operator events ignore `filter_payload` (their subscription is by name only).
 #[allow(clippy::too_many_arguments)]
 fn publish(
     tx: &mut dyn Tx,
@@ -138,29 +146,9 @@ fn publish(
     payload: &str,
     now_ms: i64,
     traces: &mut TaskTraces,
-    subscribed: impl FnMut(&Target) -> bool,
-) -> Result<(i64, usize), StoreError> {
-    let mut tasks = event_tasks(tx, app_id, payload, now_ms, traces, subscribed)?;
-    let task_count = i64::try_from(tasks.len()).unwrap_or(i64::MAX);
-    let id = tx.insert_event(app_id, event_name, event_key, payload, task_count, now_ms)?;
-    for task in &mut tasks {
-        task.event_id = Some(id);
-    }
-    tx.insert_tasks(&tasks)?;
-    Ok((id, tasks.len()))
-}
-
-/// One pending `event` task, due now, per enabled endpoint of `app_id` that `subscribed`
-/// accepts; their `event_id` is left for the caller to set once the event has one.
-fn event_tasks<'a>(
-    tx: &mut dyn Tx,
-    app_id: &'a str,
-    payload: &'a str,
-    now_ms: i64,
-    traces: &mut TaskTraces,
     mut subscribed: impl FnMut(&Target) -> bool,
-) -> Result<Vec<NewTask<'a>>, StoreError> {
-    Ok(tx
+) -> Result<(Event, usize), StoreError> {
+    let mut tasks: Vec<_> = tx
         .list_enabled_targets(app_id)?
         .into_iter()
         .filter(|t| subscribed(t))
@@ -176,7 +164,10 @@ fn event_tasks<'a>(
             now_ms,
             trace: traces.for_task(),
         })
-        .collect())
+        .collect();
+    let event =
+        tx.insert_event_with_tasks(app_id, event_name, event_key, payload, now_ms, &mut tasks)?;
+    Ok((event, tasks.len()))
 }
 
 /// The tasks one firing made.
