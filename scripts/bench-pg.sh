@@ -197,7 +197,8 @@ for config in $CONFIGS; do
             others="dbid NOT IN (SELECT oid FROM pg_database WHERE datname IN ('bench', 'postgres'))"
             stmts=$(q "SELECT coalesce(sum(calls), 0) FROM pg_stat_statements WHERE $others AND query NOT IN ('BEGIN', 'START TRANSACTION', 'COMMIT', 'ROLLBACK')")
             utility=$(q "SELECT coalesce(sum(calls), 0) FROM pg_stat_statements WHERE $others AND query IN ('BEGIN', 'START TRANSACTION', 'COMMIT', 'ROLLBACK')")
-            q "SELECT calls, rows, left(regexp_replace(query, '\s+', ' ', 'g'), 160) FROM pg_stat_statements WHERE $others ORDER BY calls DESC LIMIT 40" >"$OUT/$name.statements"
+            # calls | rows | total execution ms | statement: where PostgreSQL's time goes.
+            q "SELECT calls, rows, round(total_exec_time::numeric, 1), left(regexp_replace(query, '\s+', ' ', 'g'), 160) FROM pg_stat_statements WHERE $others ORDER BY calls DESC LIMIT 40" >"$OUT/$name.statements"
             trips1=$(cat "$OUT/roundtrips.json" 2>/dev/null || echo '{}')
             jq -n --argjson wal "$wal" --argjson stmts "$stmts" --argjson utility "$utility" \
                 --argjson xacts "$xacts" --argjson peak "$peak" --argjson t0 "$trips0" --argjson t1 "$trips1" \

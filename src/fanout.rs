@@ -5,6 +5,7 @@
 
 use crate::payload_filter::{PayloadFilter, Verdict};
 use crate::store::endpoints::Target;
+use crate::store::events::Event;
 use crate::store::schedules::{Firing, Overlap};
 use crate::store::tasks::{NewTask, TaskKind};
 use crate::store::{StoreError, Tx};
@@ -15,7 +16,7 @@ use std::collections::{HashMap, HashSet};
 /// An event published by a client: every enabled endpoint of `app_id` whose `filter_events`
 /// takes `event_name` and whose `filter_payload` holds for `payload` gets an `event` task.
 /// Each task is in the trace `traces` hands out (the request's, or one of its own). Returns
-/// the event's id and how many tasks it made.
+/// the event as stored and how many tasks it made.
 ///
 /// The payload is parsed only when some endpoint has a `filter_payload`, and each endpoint's
 /// filter once per publish, so publishing to endpoints without one costs what it did before.
@@ -29,7 +30,7 @@ pub fn event(
     payload: &str,
     now_ms: i64,
     traces: &mut TaskTraces,
-) -> Result<(i64, usize), StoreError> {
+) -> Result<(Event, usize), StoreError> {
     let mut parsed: Option<Value> = None;
     publish(
         tx,
@@ -130,10 +131,12 @@ pub fn operator_event(
             crate::filter::matches_prefixed(target.filter_events.as_deref(), prefix, event_name)
         },
     )
+    .map(|(event, tasks)| (event.id, tasks))
 }
 
-/// The event row and one `event` task per enabled endpoint `subscribed` accepts. Operator
-/// events ignore `filter_payload` (their subscription is by name only).
+/// The event row and one `event` task per enabled endpoint `subscribed` accepts, written
+/// together (`insert_event_with_tasks`); returns the event as stored and how many tasks it
+/// made. Operator events ignore `filter_payload` (their subscription is by name only).
 #[allow(clippy::too_many_arguments)]
 fn publish(
     tx: &mut dyn Tx,
@@ -144,20 +147,15 @@ fn publish(
     now_ms: i64,
     traces: &mut TaskTraces,
     mut subscribed: impl FnMut(&Target) -> bool,
-) -> Result<(i64, usize), StoreError> {
-    let targets: Vec<_> = tx
+) -> Result<(Event, usize), StoreError> {
+    let mut tasks: Vec<_> = tx
         .list_enabled_targets(app_id)?
         .into_iter()
         .filter(|t| subscribed(t))
-        .collect();
-    let task_count = i64::try_from(targets.len()).unwrap_or(i64::MAX);
-    let id = tx.insert_event(app_id, event_name, event_key, payload, task_count, now_ms)?;
-    let tasks: Vec<_> = targets
-        .iter()
         .map(|target| NewTask {
             app_id,
             schedule_id: None,
-            event_id: Some(id),
+            event_id: None,
             endpoint_id: target.id,
             task_type: TaskKind::Event,
             payload,
@@ -167,8 +165,9 @@ fn publish(
             trace: traces.for_task(),
         })
         .collect();
-    tx.insert_tasks(&tasks)?;
-    Ok((id, targets.len()))
+    let event =
+        tx.insert_event_with_tasks(app_id, event_name, event_key, payload, now_ms, &mut tasks)?;
+    Ok((event, tasks.len()))
 }
 
 /// The tasks one firing made.

@@ -59,7 +59,7 @@ pub fn publish(ctx: &mut Ctx<'_>, req: &Request) -> ApiResult<Data> {
         {
             return Ok((first, false));
         }
-        let (id, tasks) = crate::fanout::event(
+        let (event, tasks) = crate::fanout::event(
             tx,
             app_id,
             &event_name,
@@ -68,9 +68,6 @@ pub fn publish(ctx: &mut Ctx<'_>, req: &Request) -> ApiResult<Data> {
             now_ms,
             traces,
         )?;
-        let event = tx
-            .get_event(app_id, id)?
-            .ok_or_else(|| ApiError::internal("event vanished inside its transaction"))?;
         Ok((event, tasks > 0))
     })?;
     if created {

@@ -714,13 +714,14 @@ pub(crate) fn record(
         })
         .collect();
     let recorded = tx.finish_attempts(&results)?;
+    let mut attempts = Vec::with_capacity(done.len());
     for (d, recorded) in done.iter().zip(recorded) {
         let status_code = d.sent.status.map(i64::from);
         if !recorded {
             continue;
         }
         log_outcome(d);
-        tx.insert_attempt(&store::attempts::Attempt {
+        attempts.push(store::attempts::Attempt {
             id: 0,
             task_id: d.task.id,
             attempt: d.task.attempt,
@@ -730,7 +731,7 @@ pub(crate) fn record(
             error: d.verdict.error.clone(),
             response_body: d.sent.body.clone(),
             request_headers: d.sent.request_headers.clone(),
-        })?;
+        });
         seen.add(d.endpoint_id, d.sent.is_success(), d.at, d.quiet);
         if d.verdict.disable_endpoint
             && let Some(app_id) =
@@ -749,6 +750,7 @@ pub(crate) fn record(
             report_failed_task(tx, d, status_code)?;
         }
     }
+    tx.insert_attempts(&attempts)?;
     for (endpoint_id, endpoint) in seen.into_endpoints() {
         let disabled = tx.record_endpoint_health(
             endpoint_id,

@@ -72,6 +72,11 @@ pub trait AttemptQueries {
     /// Appends an attempt row (its `id` is ignored). Called in the delivery pool's result
     /// transaction, together with the task's state change.
     fn insert_attempt(&mut self, a: &Attempt) -> Result<(), StoreError>;
+    /// [`AttemptQueries::insert_attempt`] for the attempts of one delivery round, in order.
+    /// PostgreSQL inserts them with one statement (one round trip).
+    fn insert_attempts(&mut self, attempts: &[Attempt]) -> Result<(), StoreError> {
+        attempts.iter().try_for_each(|a| self.insert_attempt(a))
+    }
     /// One page of a task's attempts in the order they were made, and their total count.
     fn list_attempts(
         &mut self,

@@ -3,6 +3,7 @@
 //! in its own `events.rs` (`store::sqlite::events`, `store::postgres::events`).
 
 use crate::clock::ser_ms;
+use crate::store::tasks::{NewTask, TaskQueries};
 use crate::store::{Page, StoreError};
 use serde::Serialize;
 
@@ -26,8 +27,9 @@ pub struct Event {
 }
 
 /// The queries on events, one body per backend (`store::sqlite::events`,
-/// `store::postgres::events`); part of [`crate::store::Tx`].
-pub trait EventQueries {
+/// `store::postgres::events`); part of [`crate::store::Tx`]. An event is written with its tasks
+/// ([`EventQueries::insert_event_with_tasks`]), hence the tasks' queries.
+pub trait EventQueries: TaskQueries {
     /// Inserts an event; `payload` is compact JSON text.
     fn insert_event(
         &mut self,
@@ -46,6 +48,31 @@ pub trait EventQueries {
         event_key: &str,
         since_ms: i64,
     ) -> Result<Option<Event>, StoreError>;
+    /// A published event with its tasks: inserts the event, then `tasks` (their `event_id` set
+    /// to the event's), and returns the event as stored. PostgreSQL writes both and reads the
+    /// event back in one statement.
+    #[allow(clippy::too_many_arguments)]
+    fn insert_event_with_tasks(
+        &mut self,
+        app_id: &str,
+        event_name: &str,
+        event_key: Option<&str>,
+        payload: &str,
+        now_ms: i64,
+        tasks: &mut [NewTask<'_>],
+    ) -> Result<Event, StoreError> {
+        let task_count = i64::try_from(tasks.len()).unwrap_or(i64::MAX);
+        let id = self.insert_event(app_id, event_name, event_key, payload, task_count, now_ms)?;
+        for task in tasks.iter_mut() {
+            task.event_id = Some(id);
+        }
+        self.insert_tasks(tasks)?;
+        self.get_event(app_id, id)?.ok_or_else(|| {
+            StoreError::Other(anyhow::anyhow!(
+                "event {id} vanished inside its transaction"
+            ))
+        })
+    }
     /// An event of an app.
     fn get_event(&mut self, app_id: &str, id: i64) -> Result<Option<Event>, StoreError>;
     /// One page, newest first, and the total count of matches.

@@ -96,7 +96,8 @@ pub trait Store: Send + Sync + 'static {
     /// [`Store::write_dyn`] for a write whose durability the request's own later write
     /// provides: SQLite with `--sqlite-sync full` returns without waiting for an fsync (the
     /// next durable commit's fsync covers this one too). Used for the replay record of a
-    /// signed request; elsewhere `write_dyn`.
+    /// signed request; elsewhere `write_dyn`. Its statements need not commit together
+    /// (PostgreSQL commits each on its own, docs/dev/storage.md): one write, and reads.
     fn write_unsynced_dyn(
         &self,
         f: &mut dyn FnMut(&mut dyn Tx) -> Result<(), StoreError>,

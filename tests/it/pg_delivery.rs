@@ -1209,3 +1209,133 @@ fn batched_fan_out_inserts_and_results_follow_the_single_row_rules() {
         ]
     );
 }
+
+/// docs/dev/storage.md, "PostgreSQL round trips": a publish's event, its tasks and the event as
+/// stored come from one statement, and a round's attempts go in with one; both write what the
+/// one-row statements write, in order.
+#[test]
+fn an_event_with_its_tasks_and_a_rounds_attempts_each_take_one_statement() {
+    use webhookd::store::attempts::{Attempt, RequestHeaders};
+    use webhookd::store::{AttemptQueries, EventQueries};
+    let Some((server, url)) = database("publish_batches") else {
+        return;
+    };
+    let mut c = server.client(&url);
+    let endpoints: Vec<i64> = (0..3).map(|_| endpoint(&mut c, 1_000, None)).collect();
+    let mut traces = webhookd::trace::TaskTraces::new(None, false);
+    let mut tasks: Vec<NewTask<'_>> = endpoints
+        .iter()
+        .map(|&endpoint_id| NewTask {
+            app_id: "app",
+            schedule_id: None,
+            event_id: None,
+            endpoint_id,
+            task_type: TaskKind::Event,
+            payload: r#"{"n":3}"#,
+            run_at: NOW,
+            max_attempts: endpoint_id + 2,
+            now_ms: NOW,
+            trace: traces.for_task(),
+        })
+        .collect();
+    let event = PgTx::new(&mut c, "test")
+        .insert_event_with_tasks(
+            "app",
+            "order.paid",
+            Some("k"),
+            r#"{"n":3}"#,
+            NOW,
+            &mut tasks,
+        )
+        .unwrap();
+    let stored = PgTx::new(&mut c, "test")
+        .get_event("app", event.id)
+        .unwrap();
+    assert_eq!(stored.as_ref(), Some(&event), "returned as stored");
+    assert_eq!(
+        (
+            event.event_name.as_str(),
+            event.event_key.as_deref(),
+            event.task_count,
+            event.created_at
+        ),
+        ("order.paid", Some("k"), 3, NOW)
+    );
+    assert!(tasks.iter().all(|t| t.event_id == Some(event.id)));
+    let rows: Vec<(i64, i64, String, Option<String>)> = c
+        .query(
+            "SELECT endpoint_id, max_attempts, status, trace_id FROM tasks WHERE event_id = $1 ORDER BY id",
+            &[&event.id],
+        )
+        .unwrap()
+        .iter()
+        .map(|r| (r.get(0), r.get(1), r.get(2), r.get(3)))
+        .collect();
+    let expected: Vec<_> = tasks
+        .iter()
+        .map(|t| {
+            let trace = Some(t.trace.to_columns().0);
+            (t.endpoint_id, t.max_attempts, "pending".to_string(), trace)
+        })
+        .collect();
+    assert_eq!(
+        rows, expected,
+        "in order, each with its endpoint's attempts"
+    );
+    // No matching endpoint: the event alone, with no tasks.
+    let lone = PgTx::new(&mut c, "test")
+        .insert_event_with_tasks("app", "order.lone", None, "{}", NOW, &mut [])
+        .unwrap();
+    assert_eq!((lone.task_count, lone.event_key), (0, None));
+    let lone_tasks: i64 = c
+        .query_one(
+            "SELECT count(*) FROM tasks WHERE event_id = $1",
+            &[&lone.id],
+        )
+        .unwrap()
+        .get(0);
+    assert_eq!(lone_tasks, 0);
+
+    // A round's attempts: nulls where the one-row insert writes them, ids in the order given.
+    let attempt = |task_id: i64, n: i64| Attempt {
+        id: 0,
+        task_id,
+        attempt: n,
+        started_at: NOW + n,
+        duration_ms: 7 * n,
+        status_code: (n != 2).then_some(500 + n),
+        error: (n == 2).then(|| "connection refused".to_string()),
+        response_body: (n != 3).then(|| format!("body {n}")),
+        request_headers: (n != 1).then(|| RequestHeaders::encode([("x-n", "1")])),
+    };
+    let round = [attempt(41, 1), attempt(42, 2), attempt(41, 3)];
+    PgTx::new(&mut c, "test").insert_attempts(&round).unwrap();
+    PgTx::new(&mut c, "test").insert_attempts(&[]).unwrap();
+    PgTx::new(&mut c, "test")
+        .insert_attempts(&[attempt(43, 4)])
+        .unwrap();
+    let mut stored = Vec::new();
+    for task_id in [41, 42, 43] {
+        let (_, items) = PgTx::new(&mut c, "test")
+            .list_attempts(
+                task_id,
+                Page {
+                    page: 1,
+                    page_size: 10,
+                },
+            )
+            .unwrap();
+        stored.extend(items);
+    }
+    stored.sort_by_key(|a| a.id);
+    let strip = |a: &Attempt| Attempt { id: 0, ..a.clone() };
+    assert_eq!(
+        stored.iter().map(strip).collect::<Vec<_>>(),
+        [
+            attempt(41, 1),
+            attempt(42, 2),
+            attempt(41, 3),
+            attempt(43, 4)
+        ]
+    );
+}

@@ -8,8 +8,8 @@ use crate::support::patient;
 use std::sync::Mutex;
 use std::sync::mpsc::{Receiver, Sender, channel};
 use std::time::{Duration, Instant};
-use webhookd::store::postgres::PgUrl;
 use webhookd::store::postgres::listen::{self, Channel, Listener};
+use webhookd::store::postgres::{PgUrl, Sql};
 use webhookd::store::{IdleCap, Wakers};
 
 const POLL: Duration = Duration::from_millis(250);
@@ -80,21 +80,21 @@ fn a_notice_wakes_the_listener_and_a_rollback_sends_none() {
     assert_eq!(cap.cap(Duration::from_secs(60)), Duration::from_secs(60));
 
     for channel in [Channel::Tasks, Channel::Schedules] {
-        listen::notify(&mut other, channel, "1700000000000").unwrap();
+        listen::notify(&mut Sql::new(&mut other, None), channel).unwrap();
         assert_eq!(rx.recv_timeout(WAKE), Ok(channel));
     }
 
     // Rolled back: never sent. The committed notice after it is the next one to arrive.
     let mut tx = other.transaction().unwrap();
-    listen::notify(&mut tx, Channel::Tasks, "x").unwrap();
+    listen::notify(&mut Sql::new(&mut tx, None), Channel::Tasks).unwrap();
     tx.rollback().unwrap();
-    listen::notify(&mut other, Channel::Schedules, "y").unwrap();
+    listen::notify(&mut Sql::new(&mut other, None), Channel::Schedules).unwrap();
     assert_eq!(rx.recv_timeout(WAKE), Ok(Channel::Schedules));
     no_wake(&rx, Duration::from_millis(1500));
 
     // In a transaction: sent at commit, not before.
     let mut tx = other.transaction().unwrap();
-    listen::notify(&mut tx, Channel::Tasks, "z").unwrap();
+    listen::notify(&mut Sql::new(&mut tx, None), Channel::Tasks).unwrap();
     no_wake(&rx, Duration::from_millis(500));
     tx.commit().unwrap();
     assert_eq!(rx.recv_timeout(WAKE), Ok(Channel::Tasks));
@@ -131,7 +131,7 @@ fn a_terminated_listener_reconnects_and_fires_both_wakes() {
     wait_listening(&cap);
     let second = backend(&mut other).expect("a new backend");
     assert_ne!(first, second);
-    listen::notify(&mut other, Channel::Tasks, "after").unwrap();
+    listen::notify(&mut Sql::new(&mut other, None), Channel::Tasks).unwrap();
     assert_eq!(rx.recv_timeout(WAKE), Ok(Channel::Tasks));
     listener.stop();
 }

@@ -45,6 +45,45 @@ impl<C: GenericClient> AttemptQueries for PgTx<'_, C> {
         Ok(())
     }
 
+    /// One `INSERT … SELECT FROM unnest(…)` for the round (`ORDER BY ord`: ids ascend in the
+    /// order given, as one insert each would make them).
+    fn insert_attempts(&mut self, attempts: &[Attempt]) -> Result<(), StoreError> {
+        if attempts.len() < 2 {
+            return attempts.iter().try_for_each(|a| self.insert_attempt(a));
+        }
+        let c = &mut *self.c;
+        let col = |f: fn(&Attempt) -> i64| attempts.iter().map(f).collect::<Vec<i64>>();
+        let codes: Vec<Option<i64>> = attempts.iter().map(|a| a.status_code).collect();
+        let errors: Vec<Option<&str>> = attempts.iter().map(|a| a.error.as_deref()).collect();
+        let bodies: Vec<Option<&str>> = attempts
+            .iter()
+            .map(|a| a.response_body.as_deref())
+            .collect();
+        let headers: Vec<Option<&str>> = attempts
+            .iter()
+            .map(|a| a.request_headers.as_ref().map(RequestHeaders::as_str))
+            .collect();
+        c.execute(
+            "INSERT INTO attempts (task_id, attempt, started_at, duration_ms, status_code, error, response_body, request_headers)
+             SELECT task_id, attempt, started_at, duration_ms, status_code, error, response_body, request_headers
+             FROM unnest($1::int8[], $2::int8[], $3::int8[], $4::int8[], $5::int8[], $6::text[], $7::text[], $8::text[])
+                  WITH ORDINALITY AS a(task_id, attempt, started_at, duration_ms, status_code, error,
+                                       response_body, request_headers, ord)
+             ORDER BY ord",
+            &[
+                &col(|a| a.task_id),
+                &col(|a| a.attempt),
+                &col(|a| a.started_at),
+                &col(|a| a.duration_ms),
+                &codes,
+                &errors,
+                &bodies,
+                &headers,
+            ],
+        )?;
+        Ok(())
+    }
+
     fn list_attempts(
         &mut self,
         task_id: i64,

@@ -4,7 +4,10 @@ use super::list::{Filters, list_page};
 use crate::store::Page;
 use crate::store::events::Event;
 use crate::store::postgres::PgTx;
+use crate::store::postgres::tasks::{TaskColumns, insert_tasks_sql};
+use crate::store::tasks::NewTask;
 use crate::store::{EventQueries, StoreError};
+use postgres::types::ToSql;
 use postgres::{Error, GenericClient, Row};
 
 const COLUMNS: &str = "id, app_id, event_name, event_key, payload, status, task_count, created_at";
@@ -42,6 +45,47 @@ impl<C: GenericClient> EventQueries for PgTx<'_, C> {
             &[&app_id, &event_name, &event_key, &payload, &task_count, &now_ms],
         )?
         .try_get(0)?)
+    }
+
+    /// One statement, so one round trip: the event row, its tasks (`event_id` from the event's
+    /// row) and the event as stored, instead of an insert each and a read back.
+    fn insert_event_with_tasks(
+        &mut self,
+        app_id: &str,
+        event_name: &str,
+        event_key: Option<&str>,
+        payload: &str,
+        now_ms: i64,
+        tasks: &mut [NewTask<'_>],
+    ) -> Result<Event, StoreError> {
+        let task_count = i64::try_from(tasks.len()).unwrap_or(i64::MAX);
+        let columns = TaskColumns::new(tasks);
+        let sql = format!(
+            "WITH e AS (
+                 INSERT INTO events (app_id, event_name, event_key, payload, status, task_count, created_at)
+                 VALUES ($1, $2, $3, $4, 'dispatched', $5, $6) RETURNING {COLUMNS}),
+             t AS ({})
+             SELECT {COLUMNS} FROM e",
+            insert_tasks_sql(7, "e.id", ", e")
+        );
+        let mut params: Vec<&(dyn ToSql + Sync)> = vec![
+            &app_id,
+            &event_name,
+            &event_key,
+            &payload,
+            &task_count,
+            &now_ms,
+        ];
+        params.extend(columns.params());
+        let c = &mut *self.c;
+        let event = from_row(&c.query_one(&sql, &params)?)?;
+        for task in tasks.iter_mut() {
+            task.event_id = Some(event.id);
+        }
+        if !tasks.is_empty() {
+            self.tasks_due();
+        }
+        Ok(event)
     }
 
     fn find_event_by_key(

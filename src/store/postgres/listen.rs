@@ -1,13 +1,11 @@
-//! Cross-node wake-ups (docs/design.md §16, `docs/dev/storage.md`): a write that makes work due
-//! calls [`notify`] inside its transaction, PostgreSQL sends the notice on commit (never for a
-//! rollback), and every node's `store-listener` thread, on its own connection outside the
+//! Cross-node wake-ups (docs/design.md §16, `docs/dev/storage.md`): once a write that made work
+//! due has committed, the store calls [`notify`] (never for a rollback), and every node's `store-listener` thread, on its own connection outside the
 //! pool, `LISTEN`s and calls the matching wake. When the listener is not connected (or with
 //! `--pg-poll-only`) the delivery pool and the scheduler cap their idle sleep at
 //! `--pg-poll-ms` through an [`IdleCap`], so a missed notice costs at most that much delay.
 
-use super::{PgUrl, connect_with};
+use super::{Backing, PgUrl, Sql, connect_with};
 use crate::store::watch::{IdleCap, Wakers};
-use postgres::GenericClient;
 use postgres::fallible_iterator::FallibleIterator;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -39,14 +37,16 @@ impl Channel {
     }
 }
 
-/// Queues a notice on `channel`. Inside a transaction PostgreSQL sends it when the transaction
-/// commits and drops it on rollback; identical notices of one transaction are sent once.
-pub fn notify(
-    c: &mut impl GenericClient,
-    channel: Channel,
-    payload: &str,
-) -> Result<(), postgres::Error> {
-    c.execute("SELECT pg_notify($1, $2)", &[&channel.name(), &payload])?;
+/// Sends a notice on `channel`, without waiting for a WAL flush (a notice is a wake-up, not
+/// data: a crash may lose it, a poll finds the work). The store runs it outside any
+/// transaction, after the commit that made the work due (`store::announce`), so it is a short
+/// transaction of its own; inside a transaction it would be sent at that transaction's commit
+/// (never for a rollback), and that commit would not wait for its flush either.
+pub fn notify(c: &mut Sql<impl Backing>, channel: Channel) -> Result<(), postgres::Error> {
+    c.execute(
+        "SELECT set_config('synchronous_commit', 'off', true), pg_notify($1, '')",
+        &[&channel.name()],
+    )?;
     Ok(())
 }
 

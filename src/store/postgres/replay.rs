@@ -24,7 +24,10 @@ impl<C: GenericClient> ReplayQueries for PgTx<'_, C> {
     }
 
     /// One statement, so one round trip: the generation comes back with the inserted (or taken
-    /// over) row, and no row comes back for a replay.
+    /// over) row, and no row comes back for a replay. Under `write_unsynced` (no transaction
+    /// block: the statement is its own transaction) the same statement turns
+    /// `synchronous_commit` off for that transaction (`set_config(…, true)`), so its commit
+    /// does not wait for a WAL flush and costs no extra round trip.
     fn first_use_at_key_generation(
         &mut self,
         key_id: &str,
@@ -32,14 +35,20 @@ impl<C: GenericClient> ReplayQueries for PgTx<'_, C> {
         expires_ms: i64,
         now_ms: i64,
     ) -> Result<Option<i64>, StoreError> {
-        let c = &mut *self.c;
-        let row = c.query_opt(
+        const SYNCED: &str =
             "INSERT INTO replay_guard (key_id, signature, expires_at) VALUES ($1, $2, $3)
              ON CONFLICT (key_id, signature) DO UPDATE SET expires_at = excluded.expires_at
              WHERE replay_guard.expires_at < $4
-             RETURNING coalesce((SELECT generation FROM key_generation WHERE id = 1), 0)",
-            &[&key_id, &signature, &expires_ms, &now_ms],
-        )?;
+             RETURNING coalesce((SELECT generation FROM key_generation WHERE id = 1), 0)";
+        const UNSYNCED: &str =
+            "INSERT INTO replay_guard (key_id, signature, expires_at) VALUES ($1, $2, $3)
+             ON CONFLICT (key_id, signature) DO UPDATE SET expires_at = excluded.expires_at
+             WHERE replay_guard.expires_at < $4
+             RETURNING coalesce((SELECT generation FROM key_generation WHERE id = 1), 0),
+                       set_config('synchronous_commit', 'off', true)";
+        let sql = if self.unsynced { UNSYNCED } else { SYNCED };
+        let c = &mut *self.c;
+        let row = c.query_opt(sql, &[&key_id, &signature, &expires_ms, &now_ms])?;
         Ok(row.map(|r| r.try_get(0)).transpose()?)
     }
 

@@ -115,6 +115,30 @@ impl PgStore {
     }
 }
 
+/// Tells the other nodes, after a commit, what it made due: one `pg_notify` per channel, each
+/// its own short transaction that does not wait for a WAL flush.
+///
+/// Not inside the writing transaction: PostgreSQL serializes the commits of all transactions
+/// that notify (a database-wide lock taken at commit and held until the commit is done), so a
+/// notice inside every publish made publishes commit one at a time, each waiting for its own
+/// WAL flush, on every node of the database; here the lock is held for the notice alone. The
+/// notice still follows the commit (a listener that wakes finds the rows) and is never sent
+/// for a rollback. A process that dies between the commit and the notice leaves the other
+/// nodes to find the work at their next poll; a failed notice is logged, not answered: the
+/// write itself committed.
+fn announce(client: &mut postgres::Client, statements: &mut Statements, wake: Wake) {
+    let channels = [
+        (wake.tasks, super::listen::Channel::Tasks),
+        (wake.schedules, super::listen::Channel::Schedules),
+    ];
+    let mut sql = Sql::new(client, Some(statements));
+    for (_, channel) in channels.into_iter().filter(|(due, _)| *due) {
+        if let Err(e) = super::listen::notify(&mut sql, channel) {
+            tracing::warn!(error = %e, channel = channel.name(), "could not tell the other nodes of a change (they find it at their next poll)");
+        }
+    }
+}
+
 /// `host-pid-random`: unique among the nodes sharing a database, readable in `tasks.claimed_by`.
 fn node_id() -> String {
     let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
@@ -140,8 +164,8 @@ impl Store for PgStore {
         f(&mut PgTx::cached(client, statements, &self.node))
     }
 
-    /// One `READ COMMITTED` transaction. Changes that make work due for other nodes send a
-    /// notice (`pg_notify`) in the same transaction, so it reaches them on commit, never for a
+    /// One `READ COMMITTED` transaction. Changes that make work due for other nodes are
+    /// announced to them (`pg_notify`) right after the commit ([`announce`]), never for a
     /// rollback.
     fn write_dyn(
         &self,
@@ -155,13 +179,34 @@ impl Store for PgStore {
             f(&mut pg)?;
             pg.wake
         };
-        if wake.tasks {
-            super::listen::notify(&mut tx, super::listen::Channel::Tasks, "")?;
-        }
-        if wake.schedules {
-            super::listen::notify(&mut tx, super::listen::Channel::Schedules, "")?;
-        }
         tx.commit()?;
+        announce(client, statements, wake);
+        Ok(())
+    }
+
+    /// The replay record of a signed request (the only use of `write_unsynced`): no
+    /// transaction block, so each statement of `f` is its own transaction, and
+    /// `first_use_at_key_generation` turns `synchronous_commit` off for its own
+    /// (`set_config(…, true)` in the same statement), so its commit does not wait for
+    /// PostgreSQL's WAL flush. Two round trips fewer than a transaction block (no `BEGIN`, no
+    /// `COMMIT`) and no flush wait: the record is one statement, and the key read that may
+    /// follow it (when the key generation moved) needs no transaction with it. The row is
+    /// visible to every node from that commit on; only a crash of PostgreSQL before the next
+    /// flush can forget it, and then what a replay obtains is a read's answer again
+    /// (docs/dev/storage.md, "A read's replay record on PostgreSQL").
+    fn write_unsynced_dyn(
+        &self,
+        f: &mut dyn FnMut(&mut dyn Tx) -> Result<(), StoreError>,
+    ) -> Result<(), StoreError> {
+        let mut conn = self.client()?;
+        let (client, statements) = conn.split();
+        let wake = {
+            let mut pg = PgTx::cached(client, statements, &self.node);
+            pg.unsynced = true;
+            f(&mut pg)?;
+            pg.wake
+        };
+        announce(client, statements, wake);
         Ok(())
     }
 
@@ -308,6 +353,9 @@ pub struct PgTx<'c, C: GenericClient> {
     /// This node's id, written into the tasks it claims (the lease).
     pub(super) node: &'c str,
     wake: Wake,
+    /// `write_unsynced`: the replay pair's statement turns `synchronous_commit` off for its
+    /// transaction, so that its commit does not wait for its WAL flush.
+    pub(super) unsynced: bool,
 }
 
 impl<'c, C: GenericClient> PgTx<'c, C> {
@@ -317,6 +365,7 @@ impl<'c, C: GenericClient> PgTx<'c, C> {
             c: Conn(Sql::new(c, None)),
             node,
             wake: Wake::default(),
+            unsynced: false,
         }
     }
 
@@ -326,6 +375,7 @@ impl<'c, C: GenericClient> PgTx<'c, C> {
             c: Conn(Sql::new(c, Some(statements))),
             node,
             wake: Wake::default(),
+            unsynced: false,
         }
     }
 

@@ -112,45 +112,10 @@ impl<C: GenericClient> TaskQueries for PgTx<'_, C> {
             return Ok(Vec::new());
         }
         let c = &mut *self.c;
-        let col = |f: fn(&NewTask<'_>) -> i64| tasks.iter().map(f).collect::<Vec<i64>>();
-        let app_ids: Vec<&str> = tasks.iter().map(|t| t.app_id).collect();
-        let schedule_ids: Vec<Option<i64>> = tasks.iter().map(|t| t.schedule_id).collect();
-        let event_ids: Vec<Option<i64>> = tasks.iter().map(|t| t.event_id).collect();
-        let kinds: Vec<&str> = tasks.iter().map(|t| t.task_type.as_str()).collect();
-        let payloads: Vec<&str> = tasks.iter().map(|t| t.payload).collect();
-        let traces: Vec<(String, String, i64)> =
-            tasks.iter().map(|t| t.trace.to_columns()).collect();
-        let trace_ids: Vec<&str> = traces.iter().map(|t| t.0.as_str()).collect();
-        let trace_parents: Vec<&str> = traces.iter().map(|t| t.1.as_str()).collect();
-        let trace_flags: Vec<i64> = traces.iter().map(|t| t.2).collect();
+        let columns = TaskColumns::new(tasks);
+        let sql = format!("{} RETURNING id", insert_tasks_sql(1, "u.event_id", ""));
         let mut ids = c
-            .query(
-                "INSERT INTO tasks (app_id, schedule_id, event_id, endpoint_id, task_type, payload, status, run_at,
-                                    attempts, max_attempts, next_attempt_at, created_at, updated_at,
-                                    trace_id, trace_parent, trace_flags)
-                 SELECT app_id, schedule_id, event_id, endpoint_id, task_type, payload, 'pending', run_at,
-                        0, max_attempts, run_at, now_ms, now_ms, trace_id, trace_parent, trace_flags
-                 FROM unnest($1::text[], $2::int8[], $3::int8[], $4::int8[], $5::text[], $6::text[],
-                             $7::int8[], $8::int8[], $9::int8[], $10::text[], $11::text[], $12::int8[])
-                      WITH ORDINALITY AS t(app_id, schedule_id, event_id, endpoint_id, task_type, payload,
-                                           run_at, max_attempts, now_ms, trace_id, trace_parent, trace_flags, ord)
-                 ORDER BY ord
-                 RETURNING id",
-                &[
-                    &app_ids,
-                    &schedule_ids,
-                    &event_ids,
-                    &col(|t| t.endpoint_id),
-                    &kinds,
-                    &payloads,
-                    &col(|t| t.run_at),
-                    &col(|t| t.max_attempts),
-                    &col(|t| t.now_ms),
-                    &trace_ids,
-                    &trace_parents,
-                    &trace_flags,
-                ],
-            )?
+            .query(&sql, &columns.params())?
             .iter()
             .map(|r| r.try_get(0))
             .collect::<Result<Vec<i64>, _>>()?;
@@ -629,4 +594,96 @@ fn hand_back(
         params,
     )?;
     Ok(usize::try_from(n).unwrap_or(usize::MAX))
+}
+
+/// New tasks as the column arrays of [`insert_tasks_sql`], in the order of the tasks.
+pub(super) struct TaskColumns<'a> {
+    app_ids: Vec<&'a str>,
+    schedule_ids: Vec<Option<i64>>,
+    event_ids: Vec<Option<i64>>,
+    endpoint_ids: Vec<i64>,
+    kinds: Vec<&'static str>,
+    payloads: Vec<&'a str>,
+    run_ats: Vec<i64>,
+    max_attempts: Vec<i64>,
+    nows: Vec<i64>,
+    trace_ids: Vec<String>,
+    trace_parents: Vec<String>,
+    trace_flags: Vec<i64>,
+}
+
+impl<'a> TaskColumns<'a> {
+    pub(super) fn new(tasks: &[NewTask<'a>]) -> Self {
+        let mut columns = TaskColumns {
+            app_ids: Vec::with_capacity(tasks.len()),
+            schedule_ids: Vec::with_capacity(tasks.len()),
+            event_ids: Vec::with_capacity(tasks.len()),
+            endpoint_ids: Vec::with_capacity(tasks.len()),
+            kinds: Vec::with_capacity(tasks.len()),
+            payloads: Vec::with_capacity(tasks.len()),
+            run_ats: Vec::with_capacity(tasks.len()),
+            max_attempts: Vec::with_capacity(tasks.len()),
+            nows: Vec::with_capacity(tasks.len()),
+            trace_ids: Vec::with_capacity(tasks.len()),
+            trace_parents: Vec::with_capacity(tasks.len()),
+            trace_flags: Vec::with_capacity(tasks.len()),
+        };
+        for t in tasks {
+            let (trace_id, trace_parent, trace_flags) = t.trace.to_columns();
+            columns.app_ids.push(t.app_id);
+            columns.schedule_ids.push(t.schedule_id);
+            columns.event_ids.push(t.event_id);
+            columns.endpoint_ids.push(t.endpoint_id);
+            columns.kinds.push(t.task_type.as_str());
+            columns.payloads.push(t.payload);
+            columns.run_ats.push(t.run_at);
+            columns.max_attempts.push(t.max_attempts);
+            columns.nows.push(t.now_ms);
+            columns.trace_ids.push(trace_id);
+            columns.trace_parents.push(trace_parent);
+            columns.trace_flags.push(trace_flags);
+        }
+        columns
+    }
+
+    /// The twelve arrays, in the order [`insert_tasks_sql`] numbers them.
+    pub(super) fn params(&self) -> [&(dyn ToSql + Sync); 12] {
+        [
+            &self.app_ids,
+            &self.schedule_ids,
+            &self.event_ids,
+            &self.endpoint_ids,
+            &self.kinds,
+            &self.payloads,
+            &self.run_ats,
+            &self.max_attempts,
+            &self.nows,
+            &self.trace_ids,
+            &self.trace_parents,
+            &self.trace_flags,
+        ]
+    }
+}
+
+/// `INSERT INTO tasks … SELECT … FROM unnest(…)` of the arrays of [`TaskColumns`], numbered
+/// from `$first`, without `RETURNING`. The rows are inserted in the order of the arrays
+/// (`ORDER BY ord`), so their identity ids ascend in that order. `event_id` is the expression
+/// of the event id (`u.event_id`, the array's, or a column of a relation `more_from` joins in,
+/// e.g. `, e`).
+pub(super) fn insert_tasks_sql(first: usize, event_id: &str, more_from: &str) -> String {
+    let p: Vec<String> = (first..first + 12).map(|n| format!("${n}")).collect();
+    format!(
+        "INSERT INTO tasks (app_id, schedule_id, event_id, endpoint_id, task_type, payload, status, run_at,
+                            attempts, max_attempts, next_attempt_at, created_at, updated_at,
+                            trace_id, trace_parent, trace_flags)
+         SELECT u.app_id, u.schedule_id, {event_id}, u.endpoint_id, u.task_type, u.payload, 'pending', u.run_at,
+                0, u.max_attempts, u.run_at, u.now_ms, u.now_ms, u.trace_id, u.trace_parent, u.trace_flags
+         FROM unnest({}::text[], {}::int8[], {}::int8[], {}::int8[], {}::text[], {}::text[],
+                     {}::int8[], {}::int8[], {}::int8[], {}::text[], {}::text[], {}::int8[])
+              WITH ORDINALITY AS u(app_id, schedule_id, event_id, endpoint_id, task_type, payload,
+                                   run_at, max_attempts, now_ms, trace_id, trace_parent, trace_flags, ord)
+              {more_from}
+         ORDER BY u.ord",
+        p[0], p[1], p[2], p[3], p[4], p[5], p[6], p[7], p[8], p[9], p[10], p[11]
+    )
 }
