@@ -38,9 +38,11 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-/// Schedules fired per transaction: 10,000 due on one minute commit in 20 transactions, and an
-/// API write waiting for the lock waits for one batch at most.
-const BATCH: usize = 500;
+/// Schedules fired per transaction: 100,000 due on one minute commit in 100 transactions (each
+/// commit waits for its fsync with `--sqlite-sync full`), and an API write waiting for the
+/// SQLite lock waits for one batch at most (about 10 ms on two cores: BENCHMARKS.md, "Firing
+/// schedules: multi-row statements on SQLite").
+const BATCH: usize = 1_000;
 /// A run less late than this is on time whatever `--misfire-grace-secs` says: under load the
 /// scheduler may look a moment after the instant, which is not a missed run.
 const ON_TIME_SLACK: TimeDelta = TimeDelta::seconds(10);

@@ -14,6 +14,7 @@ mod migrate;
 pub mod policies;
 pub mod replay;
 pub mod retention;
+mod rows;
 pub mod schedules;
 mod store;
 pub mod tasks;

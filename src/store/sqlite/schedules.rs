@@ -3,12 +3,12 @@
 use crate::store::Page;
 #[allow(unused_imports)]
 use crate::store::schedules::*;
-use crate::store::sqlite::SqliteTx;
 use crate::store::sqlite::list::{Filters, list_page};
+use crate::store::sqlite::{SqliteTx, rows};
 use crate::store::{ScheduleQueries, StoreError};
-use rusqlite::{OptionalExtension, Row, params};
+use rusqlite::{OptionalExtension, Row, ToSql, params};
 use serde_json::Value;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 
 const COLUMNS: &str = "id, app_id, name, cron_expr, timezone, payload, status, next_run_at, last_run_at, created_at, updated_at, endpoint_ids, paused_reason, catchup, overlap, skipped_runs, starts_at, ends_at, jitter_sec";
 
@@ -199,28 +199,49 @@ impl ScheduleQueries for SqliteTx<'_> {
             .query_row([], |r| r.get(0))?)
     }
 
-    /// One prepared statement per row: in-process, a multi-row statement would save nothing.
+    /// A few multi-row statements (`rows::chunks`); for each firing, false when it had fired
+    /// already or appears earlier in `firings` (`RETURNING` names the rows inserted).
     fn record_firings(&mut self, firings: &[(i64, i64)]) -> Result<Vec<bool>, StoreError> {
         let conn = self.0;
-        let mut insert = conn.prepare_cached(
-            "INSERT OR IGNORE INTO schedule_firings (schedule_id, scheduled_at) VALUES (?1, ?2)",
-        )?;
-        let mut recorded = Vec::with_capacity(firings.len());
-        for (schedule_id, scheduled_at) in firings {
-            recorded.push(insert.execute(params![schedule_id, scheduled_at])? == 1);
+        let mut inserted = HashSet::with_capacity(firings.len());
+        for range in rows::chunks(firings.len()) {
+            let sql = rows::values(
+                "INSERT OR IGNORE INTO schedule_firings (schedule_id, scheduled_at)",
+                "(?, ?)",
+                range.len(),
+                " RETURNING schedule_id, scheduled_at",
+            );
+            let args: Vec<&dyn ToSql> = firings[range]
+                .iter()
+                .flat_map(|(id, at)| [id as &dyn ToSql, at])
+                .collect();
+            let mut stmt = conn.prepare_cached(&sql)?;
+            let mut rows = stmt.query(&*args)?;
+            while let Some(r) = rows.next()? {
+                inserted.insert((r.get::<_, i64>(0)?, r.get::<_, i64>(1)?));
+            }
         }
-        Ok(recorded)
+        Ok(firings.iter().map(|f| inserted.remove(f)).collect())
     }
 
+    /// A few multi-row statements (`rows::chunks`), as on PostgreSQL: `next_run_at` always,
+    /// `last_run_at` when it fired, `skipped_runs` up by `skipped`.
     fn advance_schedules(&mut self, moves: &[Advance]) -> Result<(), StoreError> {
         let conn = self.0;
-        let mut update = conn.prepare_cached(
-            "UPDATE schedules SET last_run_at = coalesce(?2, last_run_at), next_run_at = ?3,
-             skipped_runs = skipped_runs + ?4
-             WHERE id = ?1 AND status = 'active'",
-        )?;
-        for m in moves {
-            update.execute(params![m.id, m.fired_at, m.next_run_at, m.skipped])?;
+        for range in rows::chunks(moves.len()) {
+            let sql = rows::values(
+                "WITH m (id, fired_at, next_run_at, skipped) AS (",
+                "(?, ?, ?, ?)",
+                range.len(),
+                ") UPDATE schedules SET last_run_at = coalesce(m.fired_at, schedules.last_run_at),
+                   next_run_at = m.next_run_at, skipped_runs = schedules.skipped_runs + m.skipped
+                 FROM m WHERE schedules.id = m.id AND schedules.status = 'active'",
+            );
+            let args: Vec<&dyn ToSql> = moves[range]
+                .iter()
+                .flat_map(|m| [&m.id as &dyn ToSql, &m.fired_at, &m.next_run_at, &m.skipped])
+                .collect();
+            conn.prepare_cached(&sql)?.execute(&*args)?;
         }
         Ok(())
     }

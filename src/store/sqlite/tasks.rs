@@ -3,11 +3,12 @@
 use crate::store::Page;
 use crate::store::sqlite::SqliteTx;
 use crate::store::sqlite::list::{Filters, list_page, page_of};
+use crate::store::sqlite::rows;
 #[allow(unused_imports)]
 use crate::store::tasks::*;
 use crate::store::{StoreError, TaskQueries};
 use crate::trace::TaskTrace;
-use rusqlite::{OptionalExtension, Row, params};
+use rusqlite::{OptionalExtension, Row, ToSql, params};
 
 pub const COLUMNS: &str = "id, app_id, schedule_id, event_id, endpoint_id, task_type, payload, status, run_at, attempts, max_attempts, next_attempt_at, last_status_code, last_error, finished_at, created_at, updated_at, trace_id";
 
@@ -48,34 +49,57 @@ impl TaskQueries for SqliteTx<'_> {
     }
 
     fn insert_task(&mut self, t: &NewTask<'_>) -> Result<i64, StoreError> {
-        let conn = self.0;
-        let (trace_id, trace_parent, trace_flags) = t.trace.to_columns();
-        conn.prepare_cached(
-            "INSERT INTO tasks (app_id, schedule_id, event_id, endpoint_id, task_type, payload, status, run_at,
-                                attempts, max_attempts, next_attempt_at, created_at, updated_at,
-                                trace_id, trace_parent, trace_flags)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, 'pending', ?7, 0, ?8, ?7, ?9, ?9, ?10, ?11, ?12)",
-        )?
-        .execute(params![
-            t.app_id,
-            t.schedule_id,
-            t.event_id,
-            t.endpoint_id,
-            t.task_type,
-            t.payload,
-            t.run_at,
-            t.max_attempts,
-            t.now_ms,
-            trace_id,
-            trace_parent,
-            trace_flags
-        ])?;
-        Ok(conn.last_insert_rowid())
+        self.insert_tasks(std::slice::from_ref(t))?
+            .first()
+            .copied()
+            .ok_or_else(|| StoreError::Other(anyhow::anyhow!("the task insert returned no id")))
     }
 
-    /// One prepared statement per row: in-process, a multi-row statement would save nothing.
+    /// A few multi-row statements (`rows::chunks`): row by row, each insert would set up the
+    /// `task_counts` trigger and its statement journal again. Ids come back in `tasks`' order:
+    /// AUTOINCREMENT hands them out rising in the order the rows are inserted.
     fn insert_tasks(&mut self, tasks: &[NewTask<'_>]) -> Result<Vec<i64>, StoreError> {
-        tasks.iter().map(|t| self.insert_task(t)).collect()
+        let conn = self.0;
+        let traces: Vec<_> = tasks.iter().map(|t| t.trace.to_columns()).collect();
+        let mut ids = Vec::with_capacity(tasks.len());
+        for range in rows::chunks(tasks.len()) {
+            let sql = rows::values(
+                "INSERT INTO tasks (app_id, schedule_id, event_id, endpoint_id, task_type, payload, status, run_at,
+                                    attempts, max_attempts, next_attempt_at, created_at, updated_at,
+                                    trace_id, trace_parent, trace_flags)",
+                "(?, ?, ?, ?, ?, ?, 'pending', ?, 0, ?, ?, ?, ?, ?, ?, ?)",
+                range.len(),
+                " RETURNING id",
+            );
+            let mut args: Vec<&dyn ToSql> = Vec::with_capacity(range.len() * 14);
+            for (t, (trace_id, trace_parent, trace_flags)) in
+                tasks[range.clone()].iter().zip(&traces[range])
+            {
+                args.extend([
+                    &t.app_id as &dyn ToSql,
+                    &t.schedule_id,
+                    &t.event_id,
+                    &t.endpoint_id,
+                    &t.task_type,
+                    &t.payload,
+                    &t.run_at,
+                    &t.max_attempts,
+                    &t.run_at,
+                    &t.now_ms,
+                    &t.now_ms,
+                    trace_id,
+                    trace_parent,
+                    trace_flags,
+                ]);
+            }
+            let mut chunk = conn
+                .prepare_cached(&sql)?
+                .query_map(&*args, |r| r.get::<_, i64>(0))?
+                .collect::<Result<Vec<_>, _>>()?;
+            chunk.sort_unstable();
+            ids.extend(chunk);
+        }
+        Ok(ids)
     }
 
     fn get_task(&mut self, app_id: &str, id: i64) -> Result<Option<Task>, StoreError> {
