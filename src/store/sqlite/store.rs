@@ -41,6 +41,8 @@ pub(super) struct FileState {
     /// How many of them an fsync of the `-wal` file has made durable. Held during the fsync:
     /// the writers that commit meanwhile queue here and the next fsync covers them all.
     synced: Mutex<u64>,
+    /// An fsync of the `-wal` file is under way ([`write_grouped`]).
+    syncing: AtomicBool,
     /// fsyncs of the `-wal` file (tests count them).
     fsyncs: AtomicU64,
     /// An fsync failed: the kernel may have dropped the unwritten pages and a later fsync could
@@ -228,7 +230,12 @@ where
             out
         }
     };
-    let queued = state.queued.load(SeqCst) > 0;
+    // Someone queued behind this write joins the group or ends it; while the `-wal` file is
+    // fsynced for earlier commits, a durable write would wait for that fsync to end and then
+    // for its own: it waits in the group instead, which the fsync's writer commits when done
+    // ([`group_sync`]), so one commit and one fsync cover every write that came meanwhile.
+    let durable = wait_for_disk && state.durable_commits.load(SeqCst);
+    let queued = state.queued.load(SeqCst) > 0 || (durable && state.syncing.load(SeqCst));
     let seq = match w.open.as_mut() {
         // A failed first write opened no group.
         None => return out,
@@ -237,7 +244,6 @@ where
                 // Its own changes are undone: nothing of it waits for the commit.
                 return out;
             }
-            // Someone queued behind this write joins the group or ends it.
             group.waiting += 1;
             let number = group.number;
             drop(w);
@@ -254,7 +260,7 @@ where
     };
     let out = out?;
     let seq = seq.map_err(|f| E::from(f.error()))?;
-    if wait_for_disk && state.durable_commits.load(SeqCst) {
+    if durable {
         group_sync(&wal, &state, seq)?;
     }
     Ok(out)
@@ -315,6 +321,17 @@ pub(super) fn file_state(conn: &Connection) -> Arc<FileState> {
 /// committed while another fsync ran share the next one, instead of taking one each inside
 /// the writer lock as `synchronous=FULL` does. An acknowledged write is on disk either way.
 fn group_sync(wal: &Path, state: &FileState, seq: u64) -> rusqlite::Result<()> {
+    let synced = fsync_upto(wal, state, seq);
+    // The durable writes that came during the fsync wait in the open group ([`write_grouped`]):
+    // commit it, so that its members go on to the next fsync.
+    if state.syncing.swap(false, SeqCst) {
+        drop(lock_writer(state));
+    }
+    synced
+}
+
+/// [`group_sync`]'s fsync, unless an earlier one covered commit `seq`.
+fn fsync_upto(wal: &Path, state: &FileState, seq: u64) -> rusqlite::Result<()> {
     let io_error = |why: String| {
         rusqlite::Error::SqliteFailure(
             rusqlite::ffi::Error::new(rusqlite::ffi::SQLITE_IOERR),
@@ -333,6 +350,7 @@ fn group_sync(wal: &Path, state: &FileState, seq: u64) -> rusqlite::Result<()> {
     }
     let upto = state.committed.load(SeqCst);
     state.fsyncs.fetch_add(1, SeqCst);
+    state.syncing.store(true, SeqCst);
     let file = match std::fs::File::open(wal) {
         Ok(file) => Some(file),
         // Checkpointed and removed as the last other connection closed: the commit is in the
