@@ -253,9 +253,9 @@ where
         Some(group)
             if queued && group.members < MAX_GROUP && group.begun.elapsed() < MAX_GROUP_OPEN =>
         {
-            if out.is_err() {
+            if let Err(e) = out {
                 // Its own changes are undone: nothing of it waits for the commit.
-                return out;
+                return Err(e);
             }
             group.waiting += 1;
             let number = group.number;
