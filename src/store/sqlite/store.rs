@@ -198,7 +198,12 @@ where
     let out = match w.open.as_mut() {
         None => {
             run_cached(&conn, "BEGIN IMMEDIATE")?;
-            match f(&conn) {
+            // Rolls back if `f` panics: the connection goes back to the pool either way, and
+            // must not take an open transaction (the file's write lock) with it.
+            let begun = RollbackOnDrop(&conn);
+            let out = f(&conn);
+            std::mem::forget(begun);
+            match out {
                 Ok(out) => {
                     w.groups += 1;
                     w.open = Some(Group {
@@ -277,6 +282,17 @@ where
         group_sync(&wal, &state, seq)?;
     }
     Ok(out)
+}
+
+/// Rolls back the transaction open on its connection when dropped (see [`write_grouped`]).
+struct RollbackOnDrop<'c>(&'c Connection);
+
+impl Drop for RollbackOnDrop<'_> {
+    fn drop(&mut self) {
+        if !self.0.is_autocommit() {
+            let _ = self.0.execute_batch("ROLLBACK");
+        }
+    }
 }
 
 /// Waits until group `number` has ended and returns how; ends it itself if it is left open
@@ -709,6 +725,28 @@ mod tests {
             store.write(|tx| tx.count_keys()).unwrap(),
             writers as i64 - 1
         );
+    }
+
+    /// A write whose closure panics leaves neither its changes nor an open transaction
+    /// behind: the next write takes the file's write lock and commits.
+    #[test]
+    fn a_panicking_write_is_rolled_back_and_the_next_one_commits() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = dir.path().join("t.sqlite");
+        let store = crate::store::open(db.to_str().unwrap(), 1).unwrap();
+        let panicked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            store.write(|tx| {
+                tx.create_key("app1", "k", 1)?;
+                if tx.count_keys()? == 1 {
+                    panic!("midway");
+                }
+                Ok::<_, StoreError>(())
+            })
+        }));
+        assert!(panicked.is_err());
+        assert_eq!(store.read(|tx| tx.count_keys()).unwrap(), 0);
+        store.write(|tx| tx.create_key("app1", "k", 1)).unwrap();
+        assert_eq!(store.read(|tx| tx.count_keys()).unwrap(), 1);
     }
 
     /// A stored word outside its set (a task status here) is an error of the read, never a
