@@ -5,7 +5,9 @@
 # its 24-byte header then its page, so that count is the number of pages written to the WAL
 # (checkpoints write the database file in whole pages, not counted).
 #
-# Also the server's CPU time per event (perf's task-clock over the same interval).
+# Also the server's CPU time per event (perf's task-clock over the same interval). Per event
+# means per event published: `bench publish` runs N events at full rate, then N/2 at half
+# the rate (before 25 Nov 2026 this script divided by N alone, which read 1.5x high).
 #
 #   scripts/bench-wal-pages.sh ROUNDS BIN_A BIN_B [EVENTS [FANOUT]]
 #   SERVE_ARGS="--sqlite-sync normal" scripts/bench-wal-pages.sh 3 /tmp/webhookd-main target/release/webhookd
@@ -22,7 +24,7 @@ out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 
 run() { # run LABEL BINARY [SQL]: one run, "pages events cpu_ms" appended to $out/LABEL
-    local label=$1 bin=$2 sql=${3:-} maker tmp port key pid perf
+    local label=$1 bin=$2 sql=${3:-} maker tmp port key pid perf published
     tmp=$(mktemp -d)
     # A run with SQL: B makes the key (its schema), then the SQL, before the server opens it.
     maker=$tool
@@ -45,7 +47,9 @@ run() { # run LABEL BINARY [SQL]: one run, "pages events cpu_ms" appended to $ou
     wait "$perf" 2>/dev/null || true
     kill "$pid"
     wait "$pid" 2>/dev/null || true
-    echo "$(grep pwrite64 "$tmp/perf" | cut -d, -f1) $events $(grep task-clock "$tmp/perf" | cut -d, -f1)" >>"$out/$label"
+    # Events published: the full-rate run's, then the half-rate run's the harness adds.
+    published=$(python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); print(round(d["published"] + d["half_deliveries_expected"] / d["fanout"]))' "$tmp/bench.json")
+    echo "$(grep pwrite64 "$tmp/perf" | cut -d, -f1) $published $(grep task-clock "$tmp/perf" | cut -d, -f1)" >>"$out/$label"
     rm -rf "$tmp"
 }
 

@@ -10,9 +10,9 @@ use rusqlite::{Connection, OpenFlags};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering::SeqCst;
-use std::sync::atomic::{AtomicBool, AtomicU64};
-use std::sync::{Arc, Mutex, OnceLock};
-use std::time::Duration;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock};
+use std::time::{Duration, Instant};
 
 /// `store::Tx` over one SQLite connection: a pooled one for reads, the open transaction for
 /// writes (a `rusqlite::Transaction` derefs to its connection).
@@ -21,11 +21,19 @@ pub struct SqliteTx<'c>(pub &'c Connection);
 /// What the in-process writers of one database file share.
 #[derive(Default)]
 pub(super) struct FileState {
-    /// The lock writers queue on before `BEGIN IMMEDIATE`. Without it they meet SQLite's busy
-    /// handler, which sleeps 1, 2, 5 … 100 ms between tries and turned contention between API
-    /// threads and the delivery dispatcher into 50–900 ms stalls (BENCHMARKS.md). Other
-    /// processes (the `keys` commands) still meet the busy handler.
-    pub(super) writer: Mutex<()>,
+    /// The lock writers queue on before `BEGIN IMMEDIATE`, and the group transaction it
+    /// guards ([`write_grouped`]). Without the lock, writers meet SQLite's busy handler, which
+    /// sleeps 1, 2, 5 … 100 ms between tries and turned contention between API threads and
+    /// the delivery dispatcher into 50–900 ms stalls (BENCHMARKS.md). Other processes (the
+    /// `keys` commands) still meet the busy handler. Whoever takes it for anything but joining
+    /// the open group commits that group first ([`lock_writer`]).
+    pub(super) writer: Mutex<Writer>,
+    /// Writers waiting for [`FileState::writer`]: while there are some, a group is left open
+    /// for them to join.
+    queued: AtomicUsize,
+    /// How groups ended, for their members waiting on [`FileState::ended`].
+    outcomes: Mutex<Outcomes>,
+    ended: Condvar,
     /// `--sqlite-sync full`: a write returns only once its commit is fsynced ([`group_sync`]).
     pub(super) durable_commits: AtomicBool,
     /// Commits made (numbered under `writer`, so in commit order).
@@ -33,11 +41,293 @@ pub(super) struct FileState {
     /// How many of them an fsync of the `-wal` file has made durable. Held during the fsync:
     /// the writers that commit meanwhile queue here and the next fsync covers them all.
     synced: Mutex<u64>,
+    /// An fsync of the `-wal` file is under way ([`write_grouped`]).
+    syncing: AtomicBool,
     /// fsyncs of the `-wal` file (tests count them).
     fsyncs: AtomicU64,
     /// An fsync failed: the kernel may have dropped the unwritten pages and a later fsync could
     /// succeed without them, so no later commit is called durable until a restart.
     sync_failed: AtomicBool,
+}
+
+/// The writer side of a database file, behind [`FileState::writer`].
+#[derive(Default)]
+pub(super) struct Writer {
+    /// The group transaction open for more writers to join, if any.
+    open: Option<Group>,
+    /// Groups opened so far (their numbers).
+    groups: u64,
+}
+
+/// Writes of several threads in one transaction ([`write_grouped`]).
+struct Group {
+    /// The connection it is open on: its first writer's, given back to the pool at the end.
+    conn: Conn,
+    number: u64,
+    /// Writes in it that succeeded.
+    members: usize,
+    /// When it began.
+    begun: Instant,
+    /// Members waiting for it to end.
+    waiting: usize,
+    /// A member's closure is running (set around the call): found set by the next holder of
+    /// the lock, the closure panicked midway and the group is rolled back, not committed.
+    busy: bool,
+}
+
+/// How the groups that members wait for ended: the commit's number ([`group_sync`]) or why it
+/// failed, kept until each waiting member has read it.
+#[derive(Default)]
+struct Outcomes(HashMap<u64, (Result<u64, Failure>, usize)>);
+
+/// A failed group commit as each of its members gets it back.
+#[derive(Clone)]
+struct Failure {
+    code: rusqlite::ffi::Error,
+    message: String,
+}
+
+impl Failure {
+    fn of(e: &rusqlite::Error) -> Failure {
+        let code = match e {
+            rusqlite::Error::SqliteFailure(code, _) => *code,
+            _ => rusqlite::ffi::Error::new(rusqlite::ffi::SQLITE_ERROR),
+        };
+        Failure {
+            code,
+            message: format!("the group commit failed: {e}"),
+        }
+    }
+
+    fn error(&self) -> rusqlite::Error {
+        rusqlite::Error::SqliteFailure(self.code, Some(self.message.clone()))
+    }
+}
+
+/// Most writes in one group transaction, and the longest a group stays open for more: each
+/// member waits for the group's commit, so these bound how long the first one (the delivery
+/// dispatcher's round among them) waits for the others.
+const MAX_GROUP: usize = 64;
+/// (Unbounded under test: the unit test of grouping queues its writers first and must not
+/// depend on how fast a loaded machine runs them.)
+const MAX_GROUP_OPEN: Duration = if cfg!(test) {
+    Duration::from_secs(600)
+} else {
+    Duration::from_millis(1)
+};
+
+/// How long a member waits for its group to end before it looks whether the group is left
+/// open with nobody to end it (its last writer panicked) and ends it itself.
+const GROUP_WAIT: Duration = Duration::from_millis(20);
+
+/// Takes the writer lock for a write of its own (not joining a group): the open group is
+/// committed first, so that its members are answered and the caller starts from a closed
+/// transaction.
+pub(super) fn lock_writer(state: &FileState) -> MutexGuard<'_, Writer> {
+    let mut w = state.writer.lock().unwrap_or_else(|e| e.into_inner());
+    end_group(state, &mut w);
+    w
+}
+
+/// Ends the open group, if any: committed, or rolled back when a member panicked inside it;
+/// its waiting members are told how it ended and its connection goes back to the pool.
+/// Returns the commit's number.
+fn end_group(state: &FileState, w: &mut Writer) -> Option<Result<u64, Failure>> {
+    let group = w.open.take()?;
+    let outcome = if group.busy {
+        Err(Failure {
+            code: rusqlite::ffi::Error::new(rusqlite::ffi::SQLITE_ABORT),
+            message: "a write of the group transaction stopped midway; the group was rolled back"
+                .into(),
+        })
+    } else {
+        group
+            .conn
+            .prepare_cached("COMMIT")
+            .and_then(|mut s| s.execute([]))
+            .map(|_| state.committed.fetch_add(1, SeqCst) + 1)
+            .map_err(|e| Failure::of(&e))
+    };
+    if outcome.is_err() && !group.conn.is_autocommit() {
+        let _ = group.conn.execute_batch("ROLLBACK");
+    }
+    if group.waiting > 0 {
+        lock(&state.outcomes)
+            .0
+            .insert(group.number, (outcome.clone(), group.waiting));
+        state.ended.notify_all();
+    }
+    Some(outcome)
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Runs one cached statement without parameters (`BEGIN IMMEDIATE`, `SAVEPOINT …`).
+fn run_cached(conn: &Connection, sql: &str) -> rusqlite::Result<()> {
+    conn.prepare_cached(sql)?.execute([]).map(|_| ())
+}
+
+/// Group commit: runs `f` in the write transaction of a group, committed once for all its
+/// writes. The first writer to find no group open begins one on its own connection; a writer
+/// that takes the lock while a group is open runs inside it, behind a savepoint, so that its
+/// failure rolls back its own changes only. The writer that finds nobody queued behind it (or
+/// the group full, [`MAX_GROUP`]) commits; the others wait for that commit, and every write
+/// returns only after the commit that holds it (with `--sqlite-sync full`, after an fsync
+/// covering it: [`group_sync`]). Each transaction writes every page it touches in full, and
+/// the writes of one moment touch the same pages (the tail of `tasks`, of each index, the
+/// counters): one commit for all of them writes those pages once (BENCHMARKS.md, "The SQLite
+/// write path"). Must not be nested.
+fn write_grouped<T, E>(
+    conn: Conn,
+    wait_for_disk: bool,
+    f: impl FnOnce(&Connection) -> Result<T, E>,
+) -> Result<T, E>
+where
+    E: From<rusqlite::Error>,
+{
+    let state = file_state(&conn);
+    let wal = wal_path(Path::new(conn.path().unwrap_or_default()));
+    state.queued.fetch_add(1, SeqCst);
+    let mut w = state.writer.lock().unwrap_or_else(|e| e.into_inner());
+    state.queued.fetch_sub(1, SeqCst);
+    if w.open.as_ref().is_some_and(|g| g.busy) {
+        end_group(&state, &mut w);
+    }
+    let out = match w.open.as_mut() {
+        None => {
+            run_cached(&conn, "BEGIN IMMEDIATE")?;
+            // Rolls back if `f` panics: the connection goes back to the pool either way, and
+            // must not take an open transaction (the file's write lock) with it.
+            let begun = RollbackOnDrop(&conn);
+            let out = f(&conn);
+            std::mem::forget(begun);
+            match out {
+                Ok(out) => {
+                    w.groups += 1;
+                    w.open = Some(Group {
+                        conn,
+                        number: w.groups,
+                        members: 1,
+                        begun: Instant::now(),
+                        waiting: 0,
+                        busy: false,
+                    });
+                    Ok(out)
+                }
+                Err(e) => {
+                    if !conn.is_autocommit() {
+                        run_cached(&conn, "ROLLBACK")?;
+                    }
+                    return Err(e);
+                }
+            }
+        }
+        Some(group) => {
+            drop(conn);
+            run_cached(&group.conn, "SAVEPOINT member")?;
+            group.busy = true;
+            let out = f(&group.conn);
+            group.busy = false;
+            let undone = match &out {
+                Ok(_) => {
+                    group.members += 1;
+                    Ok(())
+                }
+                Err(_) => run_cached(&group.conn, "ROLLBACK TO member"),
+            };
+            if let Err(e) = undone.and_then(|()| run_cached(&group.conn, "RELEASE member")) {
+                // The group's transaction is in an unknown state: roll it all back.
+                group.busy = true;
+                end_group(&state, &mut w);
+                return Err(e.into());
+            }
+            out
+        }
+    };
+    // Someone queued behind this write joins the group or ends it; while the `-wal` file is
+    // fsynced for earlier commits, a durable write would wait for that fsync to end and then
+    // for its own: it waits in the group instead, which the fsync's writer commits when done
+    // ([`group_sync`]), so one commit and one fsync cover every write that came meanwhile.
+    let durable = wait_for_disk && state.durable_commits.load(SeqCst);
+    let queued = state.queued.load(SeqCst) > 0 || (durable && state.syncing.load(SeqCst));
+    let seq = match w.open.as_mut() {
+        // A failed first write opened no group.
+        None => return out,
+        Some(group)
+            if queued && group.members < MAX_GROUP && group.begun.elapsed() < MAX_GROUP_OPEN =>
+        {
+            if let Err(e) = out {
+                // Its own changes are undone: nothing of it waits for the commit.
+                return Err(e);
+            }
+            group.waiting += 1;
+            let number = group.number;
+            drop(w);
+            wait_for_group(&state, number)
+        }
+        Some(_) => {
+            let ended = end_group(&state, &mut w);
+            drop(w);
+            match ended {
+                Some(ended) => ended,
+                None => return out,
+            }
+        }
+    };
+    let out = out?;
+    let seq = seq.map_err(|f| E::from(f.error()))?;
+    if durable {
+        group_sync(&wal, &state, seq)?;
+    }
+    Ok(out)
+}
+
+/// Rolls back the transaction open on its connection when dropped (see [`write_grouped`]).
+struct RollbackOnDrop<'c>(&'c Connection);
+
+impl Drop for RollbackOnDrop<'_> {
+    fn drop(&mut self) {
+        if !self.0.is_autocommit() {
+            let _ = self.0.execute_batch("ROLLBACK");
+        }
+    }
+}
+
+/// Waits until group `number` has ended and returns how; ends it itself if it is left open
+/// with nobody to end it.
+fn wait_for_group(state: &FileState, number: u64) -> Result<u64, Failure> {
+    let mut outcomes = lock(&state.outcomes);
+    loop {
+        if let Some((outcome, readers)) = outcomes.0.get_mut(&number) {
+            let outcome = outcome.clone();
+            *readers -= 1;
+            if *readers == 0 {
+                outcomes.0.remove(&number);
+            }
+            return outcome;
+        }
+        let (held, timeout) = state
+            .ended
+            .wait_timeout(outcomes, GROUP_WAIT)
+            .unwrap_or_else(|e| e.into_inner());
+        outcomes = held;
+        if timeout.timed_out() {
+            drop(outcomes);
+            let w = match state.writer.try_lock() {
+                Ok(w) => Some(w),
+                Err(std::sync::TryLockError::Poisoned(e)) => Some(e.into_inner()),
+                Err(std::sync::TryLockError::WouldBlock) => None,
+            };
+            if let Some(mut w) = w
+                && w.open.as_ref().is_some_and(|g| g.number == number)
+            {
+                end_group(state, &mut w);
+            }
+            outcomes = lock(&state.outcomes);
+        }
+    }
 }
 
 /// The [`FileState`] of the database file `conn` is open on.
@@ -59,7 +349,18 @@ pub(super) fn file_state(conn: &Connection) -> Arc<FileState> {
 /// fsync of the `-wal` file here then covers every commit made before it, so the writers that
 /// committed while another fsync ran share the next one, instead of taking one each inside
 /// the writer lock as `synchronous=FULL` does. An acknowledged write is on disk either way.
-fn group_sync(conn: &Connection, state: &FileState, seq: u64) -> rusqlite::Result<()> {
+fn group_sync(wal: &Path, state: &FileState, seq: u64) -> rusqlite::Result<()> {
+    let synced = fsync_upto(wal, state, seq);
+    // The durable writes that came during the fsync wait in the open group ([`write_grouped`]):
+    // commit it, so that its members go on to the next fsync.
+    if state.syncing.swap(false, SeqCst) {
+        drop(lock_writer(state));
+    }
+    synced
+}
+
+/// [`group_sync`]'s fsync, unless an earlier one covered commit `seq`.
+fn fsync_upto(wal: &Path, state: &FileState, seq: u64) -> rusqlite::Result<()> {
     let io_error = |why: String| {
         rusqlite::Error::SqliteFailure(
             rusqlite::ffi::Error::new(rusqlite::ffi::SQLITE_IOERR),
@@ -77,9 +378,9 @@ fn group_sync(conn: &Connection, state: &FileState, seq: u64) -> rusqlite::Resul
         return Ok(());
     }
     let upto = state.committed.load(SeqCst);
-    let wal = wal_path(Path::new(conn.path().unwrap_or_default()));
     state.fsyncs.fetch_add(1, SeqCst);
-    let file = match std::fs::File::open(&wal) {
+    state.syncing.store(true, SeqCst);
+    let file = match std::fs::File::open(wal) {
         Ok(file) => Some(file),
         // Checkpointed and removed as the last other connection closed: the commit is in the
         // database file, which that checkpoint fsynced.
@@ -101,10 +402,10 @@ fn group_sync(conn: &Connection, state: &FileState, seq: u64) -> rusqlite::Resul
     Ok(())
 }
 
-/// Runs `f` in an IMMEDIATE transaction (the write lock is taken up front, so two writers
-/// never deadlock upgrading a read lock) and commits it when `f` succeeds; with
-/// `--sqlite-sync full` (the default) it returns once the commit is on disk ([`group_sync`]).
-/// Must not be nested.
+/// Runs `f` in an IMMEDIATE transaction of its own on `conn`, outside any group (the open
+/// group is committed first), and commits it when `f` succeeds; with `--sqlite-sync full`
+/// (the default) it returns once the commit is on disk ([`group_sync`]). The store's writes
+/// go through [`write_grouped`]; this is the health probe's. Must not be nested.
 pub fn write_tx<T, E>(
     conn: &mut Connection,
     f: impl FnOnce(&rusqlite::Transaction<'_>) -> Result<T, E>,
@@ -112,29 +413,17 @@ pub fn write_tx<T, E>(
 where
     E: From<rusqlite::Error>,
 {
-    write_tx_synced(conn, true, f)
-}
-
-/// [`write_tx`]; `wait_for_disk: false` returns right after the commit, whose frames the next
-/// group fsync covers (`Store::write_unsynced_dyn`).
-fn write_tx_synced<T, E>(
-    conn: &mut Connection,
-    wait_for_disk: bool,
-    f: impl FnOnce(&rusqlite::Transaction<'_>) -> Result<T, E>,
-) -> Result<T, E>
-where
-    E: From<rusqlite::Error>,
-{
     let state = file_state(conn);
+    let wal = wal_path(Path::new(conn.path().unwrap_or_default()));
     let (seq, out) = {
-        let _queued = state.writer.lock().unwrap_or_else(|e| e.into_inner());
+        let _queued = lock_writer(&state);
         let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
         let out = f(&tx)?;
         tx.commit()?;
         (state.committed.fetch_add(1, SeqCst) + 1, out)
     };
-    if wait_for_disk && state.durable_commits.load(SeqCst) {
-        group_sync(conn, &state, seq)?;
+    if state.durable_commits.load(SeqCst) {
+        group_sync(&wal, &state, seq)?;
     }
     Ok(out)
 }
@@ -234,16 +523,14 @@ impl crate::store::Store for SqliteStore {
         &self,
         f: &mut dyn FnMut(&mut dyn crate::store::Tx) -> Result<(), StoreError>,
     ) -> Result<(), StoreError> {
-        let mut conn = self.pool.get()?;
-        write_tx(&mut conn, |tx| f(&mut SqliteTx(tx)))
+        write_grouped(self.pool.get()?, true, |tx| f(&mut SqliteTx(tx)))
     }
 
     fn write_unsynced_dyn(
         &self,
         f: &mut dyn FnMut(&mut dyn crate::store::Tx) -> Result<(), StoreError>,
     ) -> Result<(), StoreError> {
-        let mut conn = self.pool.get()?;
-        write_tx_synced(&mut conn, false, |tx| f(&mut SqliteTx(tx)))
+        write_grouped(self.pool.get()?, false, |tx| f(&mut SqliteTx(tx)))
     }
 
     fn quick_check(&self) -> Result<(), StoreError> {
@@ -378,6 +665,88 @@ mod tests {
         );
         assert_eq!(store.read(|tx| tx.rescue_expired_leases(0)).unwrap(), 0);
         assert_eq!(store.backend(), "sqlite");
+    }
+
+    /// Writers queued on the lock while another writes are committed as one group: one
+    /// commit for all of them, each answered after it; one that fails inside the group has
+    /// its own changes rolled back and leaves the others' in.
+    #[test]
+    fn queued_writes_commit_as_one_group_and_a_failed_one_only_undoes_its_own() {
+        #[derive(Debug, PartialEq)]
+        enum Mine {
+            Refused,
+            Store(String),
+        }
+        impl From<StoreError> for Mine {
+            fn from(e: StoreError) -> Self {
+                Mine::Store(e.to_string())
+            }
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let db = dir.path().join("t.sqlite");
+        let store = crate::store::open(db.to_str().unwrap(), 10).unwrap();
+        let state = file_state(&Connection::open(&db).unwrap());
+        let writers = 8;
+        let held = lock_writer(&state);
+        let before = state.committed.load(SeqCst);
+        let results = std::thread::scope(|s| {
+            let handles: Vec<_> = (0..writers)
+                .map(|i| {
+                    let store = &store;
+                    s.spawn(move || {
+                        store.write(|tx| {
+                            tx.create_key(&format!("app{i}"), "k", 1)?;
+                            if i == 3 { Err(Mine::Refused) } else { Ok(i) }
+                        })
+                    })
+                })
+                .collect();
+            while state.queued.load(SeqCst) < writers {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            drop(held);
+            handles
+                .into_iter()
+                .map(|h| h.join().unwrap())
+                .collect::<Vec<_>>()
+        });
+        for (i, result) in results.into_iter().enumerate() {
+            let expected = if i == 3 { Err(Mine::Refused) } else { Ok(i) };
+            assert_eq!(result, expected);
+        }
+        assert_eq!(state.committed.load(SeqCst) - before, 1, "one commit");
+        assert_eq!(
+            store.read(|tx| tx.count_keys()).unwrap(),
+            writers as i64 - 1
+        );
+        assert!(lock(&state.outcomes).0.is_empty(), "every outcome was read");
+        // The group's connection went back to the pool: a write of its own still works.
+        assert_eq!(
+            store.write(|tx| tx.count_keys()).unwrap(),
+            writers as i64 - 1
+        );
+    }
+
+    /// A write whose closure panics leaves neither its changes nor an open transaction
+    /// behind: the next write takes the file's write lock and commits.
+    #[test]
+    fn a_panicking_write_is_rolled_back_and_the_next_one_commits() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = dir.path().join("t.sqlite");
+        let store = crate::store::open(db.to_str().unwrap(), 1).unwrap();
+        let panicked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            store.write(|tx| {
+                tx.create_key("app1", "k", 1)?;
+                if tx.count_keys()? == 1 {
+                    panic!("midway");
+                }
+                Ok::<_, StoreError>(())
+            })
+        }));
+        assert!(panicked.is_err());
+        assert_eq!(store.read(|tx| tx.count_keys()).unwrap(), 0);
+        store.write(|tx| tx.create_key("app1", "k", 1)).unwrap();
+        assert_eq!(store.read(|tx| tx.count_keys()).unwrap(), 1);
     }
 
     /// A stored word outside its set (a task status here) is an error of the read, never a

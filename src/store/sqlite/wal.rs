@@ -3,7 +3,7 @@
 //! or delivery round pays for a checkpoint; this thread copies committed WAL pages back into
 //! the database file and keeps the `-wal` file under `--wal-limit-mb` (BENCHMARKS.md).
 
-use super::store::file_state;
+use super::store::{file_state, lock_writer};
 use super::{Conn, Pool};
 use rusqlite::Connection;
 use std::path::{Path, PathBuf};
@@ -65,7 +65,7 @@ pub fn wal_path(db: &Path) -> std::path::PathBuf {
 /// file system.
 fn checkpoint_rewind(conn: &Connection, wait: Duration, mode: &str) -> rusqlite::Result<WalState> {
     let state = file_state(conn);
-    let _queued = state.writer.lock().unwrap_or_else(|e| e.into_inner());
+    let _queued = lock_writer(&state);
     READERS_DEADLINE.set(Some(std::time::Instant::now() + wait));
     conn.busy_handler(Some(wait_for_readers))?;
     let state = wal_checkpoint(conn, mode);
