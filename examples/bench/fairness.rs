@@ -262,12 +262,16 @@ pub fn isolation(bench: &mut Bench) -> anyhow::Result<()> {
     } else {
         (3_000, 500, 100.0, &[1, 4, 16, 100])
     };
-    let mut cases = vec![("none", 0)];
-    for &n in counts {
-        cases.push(("other_app", n));
-    }
-    for &n in counts {
-        cases.push(("same_app", n));
+    let selected = !bench.settings.hanging.is_empty() || bench.settings.place.is_some();
+    let counts = match bench.settings.hanging.as_slice() {
+        [] => counts.to_vec(),
+        chosen => chosen.to_vec(),
+    };
+    let mut cases = if selected { vec![] } else { vec![("none", 0)] };
+    for place in ["other_app", "same_app"] {
+        if bench.settings.place.as_deref().is_none_or(|p| p == place) {
+            cases.extend(counts.iter().map(|&n| (place, n)));
+        }
     }
     for (place, n) in cases {
         let target = bench.target(|_| Ok(()))?;

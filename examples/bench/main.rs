@@ -110,6 +110,13 @@ struct Args {
     /// Delivery workers of the webhookd the harness starts (default: webhookd's default).
     #[arg(long)]
     workers: Option<usize>,
+    /// `isolation`: only these counts of hanging endpoints (comma-separated; default 1, 4, 16,
+    /// 100), and without the case of none.
+    #[arg(long, value_delimiter = ',')]
+    hanging: Vec<usize>,
+    /// `isolation`: only the hanging endpoints in this place (default both).
+    #[arg(long, value_parser = ["other_app", "same_app"])]
+    place: Option<String>,
     /// The database of the webhookd the harness starts: a SQLite file path, or a
     /// `postgres://` URL on whose server each scenario gets a fresh database (default: a fresh
     /// temporary SQLite file per scenario).
@@ -152,6 +159,10 @@ pub struct Settings {
     pub fill: bool,
     tasks: Option<u64>,
     pub workers: Option<usize>,
+    /// `--hanging`: the `isolation` cases to run (empty: all).
+    pub hanging: Vec<usize>,
+    /// `--place`: `other_app` or `same_app` only.
+    pub place: Option<String>,
     /// `--db`: a SQLite path or a PostgreSQL URL (None: a temporary SQLite file).
     pub db: Option<String>,
     /// `serve` processes on the one database.
@@ -316,6 +327,8 @@ fn run(args: Args) -> anyhow::Result<Vec<Report>> {
         fill: args.fill,
         tasks: args.tasks,
         workers: args.workers,
+        hanging: args.hanging,
+        place: args.place,
         db: args.db,
         nodes: args.nodes,
         spawn: args.spawn,
