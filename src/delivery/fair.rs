@@ -105,6 +105,10 @@ const DEFAULT_QUEUE_FACTOR: usize = 4;
 /// claims; one that hangs never does, and holds no more than its sends.
 const ANSWERING_MS: i64 = 1_000;
 
+/// Endpoints with pending tasks read in one statement of the walk: a round over a few hundred
+/// costs a few statements, whether they have room or not.
+const PAGE: usize = 128;
+
 /// Idle endpoint state (nothing in flight, no claim this long) is dropped; a rate limit's slot
 /// is never longer than 100 s (0.01/s), so nothing is lost by forgetting it.
 const FORGET_AFTER_MS: i64 = 200_000;
@@ -179,24 +183,35 @@ impl Gate {
         let start = self.cursor;
         let mut after = start;
         let mut wrapped = false;
+        // The endpoints after `after`, read a page at a time; `at_end`: the last page read was
+        // short, so none follow it.
+        let mut page = Vec::new().into_iter();
+        let mut at_end = false;
         loop {
-            let Some((endpoint_id, earliest_due)) = tx.next_endpoint_with_pending(after)? else {
+            let Some(pending) = page.next() else {
+                if !at_end {
+                    let read = tx.endpoints_with_pending(after, PAGE)?;
+                    at_end = read.len() < PAGE;
+                    page = read.into_iter();
+                    continue;
+                }
                 if wrapped || start == 0 {
                     break;
                 }
                 wrapped = true;
-                after = 0;
+                (after, at_end) = (0, false);
                 continue;
             };
+            let endpoint_id = pending.endpoint_id;
             if wrapped && endpoint_id > start {
                 break; // every endpoint had its turn
             }
             after = endpoint_id;
-            if earliest_due > now_ms {
-                wake(&mut walk.wake_at, earliest_due);
+            if pending.earliest_due > now_ms {
+                wake(&mut walk.wake_at, pending.earliest_due);
                 continue;
             }
-            let Some(limits) = tx.endpoint_limits_any(endpoint_id)? else {
+            let Some(limits) = pending.limits else {
                 continue; // deleted: its tasks are canceled in the delete's transaction
             };
             if !limits.enabled {
