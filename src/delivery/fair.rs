@@ -514,6 +514,135 @@ mod tests {
         assert_eq!(gate.apps[&Arc::from("a")].busy_endpoints, 1);
     }
 
+    /// Endpoints of app `a` on a fresh SQLite store, each with `tasks` pending tasks due at 0;
+    /// the store (kept in its directory) and their ids.
+    fn store_with_endpoints(
+        n: usize,
+        tasks: usize,
+    ) -> (tempfile::TempDir, Arc<dyn crate::store::Store>, Vec<i64>) {
+        use crate::store::endpoints::Endpoint;
+        use crate::store::tasks::{NewTask, TaskKind};
+        let dir = tempfile::tempdir().unwrap();
+        let store = crate::store::open(dir.path().join("t.sqlite").to_str().unwrap(), 2).unwrap();
+        let ids = store
+            .write(|tx| {
+                let mut ids = Vec::new();
+                for i in 0..n {
+                    let endpoint = tx.insert_endpoint(&Endpoint {
+                        id: 0,
+                        app_id: "a".into(),
+                        name: format!("e{i}"),
+                        url: "http://127.0.0.1:9/".into(),
+                        method: "POST".into(),
+                        headers: serde_json::Map::new(),
+                        secret: None,
+                        timeout_ms: 1_000,
+                        retry_policy_id: None,
+                        filter_events: None,
+                        filter_payload: None,
+                        status: "enabled".into(),
+                        rate_limit_per_sec: None,
+                        max_in_flight: None,
+                        previous_secret: None,
+                        previous_secret_expires_at: None,
+                        created_at: 0,
+                        updated_at: 0,
+                        disabled_reason: None,
+                        last_success_at: None,
+                        last_failure_at: None,
+                        consecutive_failures: 0,
+                    })?;
+                    for _ in 0..tasks {
+                        tx.insert_task(&NewTask {
+                            app_id: "a",
+                            schedule_id: None,
+                            event_id: None,
+                            endpoint_id: endpoint.id,
+                            task_type: TaskKind::Manual,
+                            payload: "{}",
+                            run_at: 0,
+                            max_attempts: 3,
+                            now_ms: 0,
+                            trace: crate::trace::TaskTrace::under(
+                                &crate::trace::SpanContext::new_root(),
+                            ),
+                        })?;
+                    }
+                    ids.push(endpoint.id);
+                }
+                Ok::<_, StoreError>(ids)
+            })
+            .unwrap();
+        (dir, store, ids)
+    }
+
+    /// The walk reads endpoints a page at a time: past a page of full endpoints it still reaches
+    /// the ones with room, every endpoint gets its turn from the rotating cursor, and a disabled
+    /// one is passed over.
+    #[test]
+    fn the_walk_pages_past_full_endpoints_and_gives_each_its_turn() {
+        let clock = Arc::new(ManualClock::new(
+            chrono::Utc.timestamp_opt(1_700_000_000, 0).unwrap(),
+        ));
+        let n = PAGE * 2 + 3;
+        let (_dir, store, ids) = store_with_endpoints(n, 8);
+        let mut gate = Gate::new(clock, 4, 4 * n);
+        // Releases at 10 and walks at `LATER`: not answering, so each holds its sends only.
+        const LATER: i64 = 10 + ANSWERING_MS;
+        let walk = |gate: &mut Gate, free| {
+            let walk = store.write(|tx| gate.walk(tx, LATER, free)).unwrap();
+            let mut per_endpoint = std::collections::BTreeMap::new();
+            for task in &walk.claimed {
+                *per_endpoint.entry(task.endpoint_id).or_insert(0) += 1;
+            }
+            (per_endpoint, walk.out_of_room)
+        };
+        // Every endpoint its sends (4, not answering yet): 4 * n claimed in one walk.
+        let (first, out_of_room) = walk(&mut gate, usize::MAX);
+        assert_eq!(first.len(), n);
+        assert!(first.values().all(|&c| c == 4), "{first:?}");
+        assert!(!out_of_room);
+        // All full now: nothing, though each still has 4 pending.
+        assert_eq!(walk(&mut gate, usize::MAX).0.len(), 0);
+        // The last three get room: reached past two pages of full endpoints.
+        for &id in &ids[PAGE * 2..] {
+            gate.release(id, 10);
+        }
+        let (freed, _) = walk(&mut gate, usize::MAX);
+        let expected: std::collections::BTreeMap<_, _> =
+            ids[PAGE * 2..].iter().map(|&id| (id, 1)).collect();
+        assert_eq!(freed, expected, "one each: their own released place");
+        // The cursor is at the last endpoint claimed from: with room everywhere and one claim
+        // per walk, the next walk starts at the first endpoint again (wrapped).
+        for &id in &ids {
+            gate.release(id, 10);
+        }
+        assert_eq!(
+            walk(&mut gate, 1).0.keys().copied().collect::<Vec<_>>(),
+            [ids[0]]
+        );
+        assert_eq!(
+            walk(&mut gate, 1).0.keys().copied().collect::<Vec<_>>(),
+            [ids[1]]
+        );
+        // A disabled endpoint is passed over.
+        store
+            .write(|tx| {
+                tx.set_endpoint_status(
+                    "a",
+                    ids[2],
+                    false,
+                    crate::store::endpoints::DisabledReason::Manual,
+                    10,
+                )
+            })
+            .unwrap();
+        assert_eq!(
+            walk(&mut gate, 1).0.keys().copied().collect::<Vec<_>>(),
+            [ids[3]]
+        );
+    }
+
     #[test]
     fn the_limiter_spaces_starts_by_the_period_with_a_burst_of_one() {
         let clock = Arc::new(ManualClock::new(
