@@ -79,7 +79,8 @@ struct Args {
     /// Load threads (default: 16 for publish and schedules, 32 for api).
     #[arg(long)]
     clients: Option<usize>,
-    /// Events per publish run (default: 20,000 at fan-out 1, 5,000 at fan-out 10).
+    /// Events per publish run (default: 20,000 at fan-out 1, 5,000 at fan-out 10; `isolation`:
+    /// the healthy endpoint's unpaced run, default 3,000).
     #[arg(long)]
     events: Option<u64>,
     /// Endpoints each event goes to (`publish`; `all` runs 1 and 10).
@@ -114,8 +115,9 @@ struct Args {
     /// 100), and without the case of none.
     #[arg(long, value_delimiter = ',')]
     hanging: Vec<usize>,
-    /// `isolation`: only the hanging endpoints in this place (default both).
-    #[arg(long, value_parser = ["other_app", "same_app"])]
+    /// `isolation`: only the hanging endpoints in this place (default both); `same_app_idle`:
+    /// the control, as many endpoints of the same app with no task at all.
+    #[arg(long, value_parser = ["other_app", "same_app", "same_app_idle"])]
     place: Option<String>,
     /// The database of the webhookd the harness starts: a SQLite file path, or a
     /// `postgres://` URL on whose server each scenario gets a fresh database (default: a fresh
@@ -150,7 +152,7 @@ pub struct Settings {
     pub quick: bool,
     json: bool,
     clients: Option<usize>,
-    events: Option<u64>,
+    pub events: Option<u64>,
     duration: Option<f64>,
     pub rate: Option<f64>,
     schedules: Option<u64>,
