@@ -59,6 +59,28 @@ struct EndpointState {
     last_answer_ms: i64,
     /// Its app, loaded once.
     app: Option<Arc<str>>,
+    /// Its limits as the walk last read them, and when (epoch ms): while they are fresh
+    /// ([`LIMITS_FRESH_MS`]) and it is full under them, the walk passes it over unread.
+    limits: Option<(Limits, i64)>,
+}
+
+impl EndpointState {
+    /// Until when (epoch ms) the walk may pass it over without reading it: while its limits
+    /// read at most [`LIMITS_FRESH_MS`] ago leave it no room for one more claim. `None`: read
+    /// it.
+    fn full_until(&self, default_cap: usize, now_ms: i64) -> Option<i64> {
+        let (limits, read_ms) = self.limits?;
+        let fresh_until = read_ms.saturating_add(LIMITS_FRESH_MS);
+        let rate_limited = limits.rate_limit_per_sec.is_some();
+        let (_, claim_cap) = caps(
+            default_cap,
+            limits.max_in_flight,
+            rate_limited,
+            self,
+            now_ms,
+        );
+        (now_ms < fresh_until && self.in_flight >= claim_cap).then_some(fresh_until)
+    }
 }
 
 /// What the dispatcher counts of one app.
@@ -108,6 +130,12 @@ const ANSWERING_MS: i64 = 1_000;
 /// Endpoints with pending tasks read in one statement of the walk: a round over a few hundred
 /// costs a few statements, whether they have room or not.
 const PAGE: usize = 128;
+
+/// How long an endpoint's limits, as the walk read them, are trusted to say it is full: until
+/// then the walk passes it over without reading it again. A cap raised by `PATCH` (on this node
+/// or another) is therefore used within this long, and a hanging endpoint costs the walk one
+/// read per this long instead of one per round.
+const LIMITS_FRESH_MS: i64 = 1_000;
 
 /// Idle endpoint state (nothing in flight, no claim this long) is dropped; a rate limit's slot
 /// is never longer than 100 s (0.01/s), so nothing is lost by forgetting it.
@@ -180,26 +208,51 @@ impl Gate {
             walk.out_of_room = true;
             return Ok(walk);
         }
+        // Endpoints known to be full are passed over without a look at the store; the walk reads
+        // the gaps between them, a page at a time.
+        let mut full: Vec<(i64, i64)> = self
+            .endpoints
+            .iter()
+            .filter_map(|(&id, s)| Some((id, s.full_until(self.default_cap, now_ms)?)))
+            .collect();
+        full.sort_unstable();
         let start = self.cursor;
         let mut after = start;
         let mut wrapped = false;
-        // The endpoints after `after`, read a page at a time; `at_end`: the last page read was
-        // short, so none follow it.
         let mut page = Vec::new().into_iter();
-        let mut at_end = false;
+        // The first full endpoint after an id, and until when it is passed over (`i64::MAX`:
+        // none).
+        let next_full = |after: i64| {
+            let i = full.partition_point(|&(id, _)| id <= after);
+            full.get(i).copied().unwrap_or((i64::MAX, 0))
+        };
+        // The gap being read ends before `gap_end`; `gap_read`: its last page was read.
+        let ((mut gap_end, mut full_until), mut gap_read) = (next_full(start), false);
         loop {
             let Some(pending) = page.next() else {
-                if !at_end {
-                    let read = tx.endpoints_with_pending(after, PAGE)?;
-                    at_end = read.len() < PAGE;
+                if !gap_read {
+                    // An empty gap (two full endpoints with consecutive ids) is not read.
+                    let read = match gap_end.saturating_sub(after) > 1 {
+                        true => tx.endpoints_with_pending(after, gap_end, PAGE)?,
+                        false => Vec::new(),
+                    };
+                    gap_read = read.len() < PAGE;
                     page = read.into_iter();
                     continue;
                 }
-                if wrapped || start == 0 {
+                if gap_end < i64::MAX {
+                    if wrapped && gap_end > start {
+                        break; // every endpoint had its turn
+                    }
+                    // Passed over: looked at again once its limits are no longer fresh.
+                    wake(&mut walk.wake_at, full_until);
+                    after = gap_end;
+                } else if wrapped || start == 0 {
                     break;
+                } else {
+                    (wrapped, after) = (true, 0);
                 }
-                wrapped = true;
-                (after, at_end) = (0, false);
+                ((gap_end, full_until), gap_read) = (next_full(after), false);
                 continue;
             };
             let endpoint_id = pending.endpoint_id;
@@ -243,6 +296,7 @@ impl Gate {
     ) -> Result<usize, StoreError> {
         let clock = self.clock.clone();
         let state = self.endpoints.entry(endpoint_id).or_default();
+        state.limits = Some((*limits, now_ms));
         if state.app.is_none() {
             let Some(endpoint) = tx.get_endpoint_any(endpoint_id)? else {
                 return Ok(0);

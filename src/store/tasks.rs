@@ -212,14 +212,16 @@ pub trait TaskQueries {
         f: &TaskFilter,
         page: Page,
     ) -> Result<(i64, Vec<Task>), StoreError>;
-    /// Up to `limit` endpoints after `after` (by id) that have pending tasks, in id order, each
-    /// with when its earliest pending task is due and its limits. One statement: a seek in
-    /// `tasks_endpoint_due` and a look-up of the endpoint per endpoint, however many tasks each
-    /// holds; fewer than `limit` means there are no more. The dispatcher's walk reads a round's
-    /// endpoints a page at a time, so endpoints it finds full cost no round trip of their own.
+    /// Up to `limit` endpoints with ids between `after` and `before` (both excluded) that have
+    /// pending tasks, in id order, each with when its earliest pending task is due and its
+    /// limits. One statement: a seek in `tasks_endpoint_due` and a look-up of the endpoint per
+    /// endpoint, however many tasks each holds; fewer than `limit` means there are no more. The
+    /// dispatcher's walk reads the gaps between the endpoints it knows to be full a page at a
+    /// time (`delivery::fair`).
     fn endpoints_with_pending(
         &mut self,
         after: i64,
+        before: i64,
         limit: usize,
     ) -> Result<Vec<PendingEndpoint>, StoreError>;
     /// The head of an in-order endpoint: its pending task that became due first (ties by id), and

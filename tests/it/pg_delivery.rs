@@ -854,7 +854,7 @@ fn task_round_trips() {
     // a page at a time.
     let walk = |c: &mut Client, after, limit| {
         PgTx::new(c, "test")
-            .endpoints_with_pending(after, limit)
+            .endpoints_with_pending(after, i64::MAX, limit)
             .unwrap()
             .iter()
             .map(|p| (p.endpoint_id, p.earliest_due, p.limits.map(|l| l.enabled)))
@@ -867,6 +867,13 @@ fn task_round_trips() {
     assert_eq!(walk(&mut c, 0, 1), [(e1, NOW, Some(true))]);
     assert_eq!(walk(&mut c, e1, 10), [(e2, NOW - 10, Some(true))]);
     assert_eq!(walk(&mut c, e2, 10), []);
+    let below_e2 = PgTx::new(&mut c, "test")
+        .endpoints_with_pending(0, e2, 10)
+        .unwrap();
+    assert_eq!(
+        below_e2.iter().map(|p| p.endpoint_id).collect::<Vec<_>>(),
+        [e1]
+    );
     let claimed = PgTx::new(&mut c, "n")
         .claim_endpoint_tasks(e2, NOW + 10, 5)
         .unwrap();

@@ -196,26 +196,28 @@ impl<C: GenericClient> TaskQueries for PgTx<'_, C> {
     fn endpoints_with_pending(
         &mut self,
         after: i64,
+        before: i64,
         limit: usize,
     ) -> Result<Vec<PendingEndpoint>, StoreError> {
         let c = &mut *self.c;
         Ok(c.query(
             "WITH RECURSIVE pending AS (
                  (SELECT endpoint_id, next_attempt_at FROM tasks
-                   WHERE status = 'pending' AND endpoint_id > $1 AND next_attempt_at IS NOT NULL
+                   WHERE status = 'pending' AND endpoint_id > $1 AND endpoint_id < $3
+                     AND next_attempt_at IS NOT NULL
                    ORDER BY endpoint_id, next_attempt_at LIMIT 1)
                  UNION ALL
                  SELECT n.endpoint_id, n.next_attempt_at FROM pending p CROSS JOIN LATERAL (
                      SELECT endpoint_id, next_attempt_at FROM tasks
                       WHERE status = 'pending' AND endpoint_id > p.endpoint_id
-                        AND next_attempt_at IS NOT NULL
+                        AND endpoint_id < $3 AND next_attempt_at IS NOT NULL
                       ORDER BY endpoint_id, next_attempt_at LIMIT 1) n)
              SELECT p.endpoint_id, p.next_attempt_at, e.id IS NOT NULL, e.status = 'enabled',
                     e.rate_limit_per_sec, e.max_in_flight
                FROM (SELECT * FROM pending LIMIT $2) p
                LEFT JOIN endpoints e ON e.id = p.endpoint_id
               ORDER BY p.endpoint_id",
-            &[&after, &limit_of(limit)],
+            &[&after, &limit_of(limit), &before],
         )?
         .iter()
         .map(|r| {

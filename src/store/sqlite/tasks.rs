@@ -143,6 +143,7 @@ impl TaskQueries for SqliteTx<'_> {
     fn endpoints_with_pending(
         &mut self,
         after: i64,
+        before: i64,
         limit: usize,
     ) -> Result<Vec<PendingEndpoint>, StoreError> {
         let conn = self.0;
@@ -154,7 +155,7 @@ impl TaskQueries for SqliteTx<'_> {
                      UNION ALL
                      SELECT (SELECT t.endpoint_id FROM tasks t INDEXED BY tasks_endpoint_due
                               WHERE t.status = 'pending' AND t.endpoint_id > pending.endpoint_id
-                                AND t.next_attempt_at IS NOT NULL
+                                AND t.endpoint_id < ?3 AND t.next_attempt_at IS NOT NULL
                               ORDER BY t.endpoint_id, t.next_attempt_at LIMIT 1)
                        FROM pending WHERE pending.endpoint_id IS NOT NULL
                      LIMIT ?2 + 1)
@@ -169,7 +170,7 @@ impl TaskQueries for SqliteTx<'_> {
                   WHERE p.endpoint_id > ?1
                   ORDER BY p.endpoint_id",
             )?
-            .query_map(params![after, limit], |r| {
+            .query_map(params![after, limit, before], |r| {
                 let exists: bool = r.get(2)?;
                 Ok(PendingEndpoint {
                     endpoint_id: r.get(0)?,
