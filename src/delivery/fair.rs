@@ -247,6 +247,9 @@ impl Gate {
                     // Passed over: looked at again once its limits are no longer fresh.
                     wake(&mut walk.wake_at, full_until);
                     after = gap_end;
+                    if wrapped && after == start {
+                        break;
+                    }
                 } else if wrapped || start == 0 {
                     break;
                 } else {
@@ -694,6 +697,52 @@ mod tests {
         assert_eq!(
             walk(&mut gate, 1).0.keys().copied().collect::<Vec<_>>(),
             [ids[3]]
+        );
+    }
+
+    /// An endpoint full under limits read less than [`LIMITS_FRESH_MS`] ago is passed over
+    /// unread (a raised cap waits until they are stale, and the walk asks to be woken then); one
+    /// with room again after a release is read at once.
+    #[test]
+    fn a_full_endpoint_is_passed_over_until_its_limits_are_stale() {
+        let clock = Arc::new(ManualClock::new(
+            chrono::Utc.timestamp_opt(1_700_000_000, 0).unwrap(),
+        ));
+        let (_dir, store, ids) = store_with_endpoints(2, 12);
+        let (e1, e2) = (ids[0], ids[1]);
+        let mut gate = Gate::new(clock, 4, 512);
+        let walk = |gate: &mut Gate, at| {
+            let walk = store.write(|tx| gate.walk(tx, at, usize::MAX)).unwrap();
+            let count = |id| walk.claimed.iter().filter(|t| t.endpoint_id == id).count();
+            (count(e1), count(e2), walk.wake_at)
+        };
+        assert_eq!(
+            walk(&mut gate, 5_000),
+            (4, 4, None),
+            "their sends: full now"
+        );
+        store
+            .write(|tx| {
+                let mut raised = tx.get_endpoint_any(e1)?.unwrap();
+                raised.max_in_flight = Some(8);
+                tx.update_endpoint(&raised)
+            })
+            .unwrap();
+        assert_eq!(
+            walk(&mut gate, 5_999),
+            (0, 0, Some(5_000 + LIMITS_FRESH_MS)),
+            "passed over unread: the raised cap is not seen yet"
+        );
+        assert_eq!(
+            walk(&mut gate, 6_000),
+            (4, 0, None),
+            "read again: 8 at once"
+        );
+        gate.release(e2, 6_100);
+        assert_eq!(
+            walk(&mut gate, 6_100),
+            (0, 8, Some(6_000 + LIMITS_FRESH_MS)),
+            "room again: read at once"
         );
     }
 
