@@ -32,6 +32,16 @@
 //! saw; a full endpoint is woken by a sender's result). A slow endpoint therefore waits in the
 //! database, never in a sender, and never delays others. Test deliveries
 //! (`POST /endpoints/{id}/test`) are admitted through the same accounting ([`Gate::admit`]).
+//!
+//! The walk reads the endpoints with pending tasks and their limits a page at a time (one
+//! statement, [`TaskQueries::endpoints_with_pending`](crate::store::TaskQueries::endpoints_with_pending)),
+//! and does not read at all the ones it knows to be **full**: its own claims of them at their
+//! claim cap under limits it read less than [`LIMITS_FRESH_MS`] ago. It reads only the gaps
+//! between them (none between consecutive ids), so endpoints that hang cost a round nothing
+//! while they stay full, instead of look-ups each in every round. A cap raised by `PATCH`,
+//! here or on another node, is used once those limits are stale
+//! (the walk asks to be woken then); a full endpoint that was disabled or deleted meanwhile is
+//! not claimed from either way. Each node counts only its own claims, as before.
 
 use crate::clock::{Clock, GovernorClock};
 use crate::store::{StoreError, Tx, endpoints::Limits, tasks::Claimed};
