@@ -664,6 +664,15 @@ mod tests {
             }
             (per_endpoint, walk.out_of_room)
         };
+        // The store's page: ids strictly between the bounds, at most `limit`, in id order.
+        let between = |after, before, limit| {
+            let page = store.read(|tx| tx.endpoints_with_pending(after, before, limit));
+            let page = page.unwrap().into_iter();
+            page.map(|p| p.endpoint_id).collect::<Vec<_>>()
+        };
+        assert_eq!(between(ids[0], ids[3], 10), ids[1..3]);
+        assert_eq!(between(0, i64::MAX, 2), ids[..2]);
+        assert_eq!(between(ids[n - 2], i64::MAX, 10), ids[n - 1..]);
         // Every endpoint its sends (4, not answering yet): 4 * n claimed in one walk.
         let (first, out_of_room) = walk(&mut gate, usize::MAX);
         assert_eq!(first.len(), n);
