@@ -262,12 +262,23 @@ pub fn isolation(bench: &mut Bench) -> anyhow::Result<()> {
     } else {
         (3_000, 500, 100.0, &[1, 4, 16, 100])
     };
-    let mut cases = vec![("none", 0)];
-    for &n in counts {
-        cases.push(("other_app", n));
+    let events = bench.settings.events.unwrap_or(events);
+    let selected = !bench.settings.hanging.is_empty() || bench.settings.place.is_some();
+    let counts = match bench.settings.hanging.as_slice() {
+        [] => counts.to_vec(),
+        chosen => chosen.to_vec(),
+    };
+    let mut cases = if selected { vec![] } else { vec![("none", 0)] };
+    for place in ["other_app", "same_app"] {
+        if bench.settings.place.as_deref().is_none_or(|p| p == place) {
+            cases.extend(counts.iter().map(|&n| (place, n)));
+        }
     }
-    for &n in counts {
-        cases.push(("same_app", n));
+    // The control, only when asked for: as many endpoints of the same app, subscribed to an
+    // event never published (no task, nothing hanging): what an app's endpoint count alone
+    // costs its publishes.
+    if bench.settings.place.as_deref() == Some("same_app_idle") {
+        cases.extend(counts.iter().map(|&n| ("same_app_idle", n)));
     }
     for (place, n) in cases {
         let target = bench.target(|_| Ok(()))?;
@@ -286,9 +297,16 @@ pub fn isolation(bench: &mut Bench) -> anyhow::Result<()> {
             bench.progress(&format!(
                 "isolation: {n} hanging endpoints in the {place}, 20 tasks each"
             ));
-            hang_endpoints(&noisy[0], &noisy, &hanging.url, n, 20)?;
+            let idle = place == "same_app_idle";
+            hang_endpoints(
+                &noisy[0],
+                &noisy,
+                &hanging.url,
+                n,
+                if idle { 0 } else { 20 },
+            )?;
             // Until the hanging endpoints hold what they may (at most 10 s).
-            let until = Instant::now() + Duration::from_secs(10);
+            let until = Instant::now() + Duration::from_secs(if idle { 0 } else { 10 });
             let mut last = usize::MAX;
             while Instant::now() < until {
                 std::thread::sleep(Duration::from_millis(500));

@@ -79,7 +79,8 @@ struct Args {
     /// Load threads (default: 16 for publish and schedules, 32 for api).
     #[arg(long)]
     clients: Option<usize>,
-    /// Events per publish run (default: 20,000 at fan-out 1, 5,000 at fan-out 10).
+    /// Events per publish run (default: 20,000 at fan-out 1, 5,000 at fan-out 10; `isolation`:
+    /// the healthy endpoint's unpaced run, default 3,000).
     #[arg(long)]
     events: Option<u64>,
     /// Endpoints each event goes to (`publish`; `all` runs 1 and 10).
@@ -110,6 +111,14 @@ struct Args {
     /// Delivery workers of the webhookd the harness starts (default: webhookd's default).
     #[arg(long)]
     workers: Option<usize>,
+    /// `isolation`: only these counts of hanging endpoints (comma-separated; default 1, 4, 16,
+    /// 100), and without the case of none.
+    #[arg(long, value_delimiter = ',')]
+    hanging: Vec<usize>,
+    /// `isolation`: only the hanging endpoints in this place (default both); `same_app_idle`:
+    /// the control, as many endpoints of the same app with no task at all.
+    #[arg(long, value_parser = ["other_app", "same_app", "same_app_idle"])]
+    place: Option<String>,
     /// The database of the webhookd the harness starts: a SQLite file path, or a
     /// `postgres://` URL on whose server each scenario gets a fresh database (default: a fresh
     /// temporary SQLite file per scenario).
@@ -143,7 +152,7 @@ pub struct Settings {
     pub quick: bool,
     json: bool,
     clients: Option<usize>,
-    events: Option<u64>,
+    pub events: Option<u64>,
     duration: Option<f64>,
     pub rate: Option<f64>,
     schedules: Option<u64>,
@@ -152,6 +161,10 @@ pub struct Settings {
     pub fill: bool,
     tasks: Option<u64>,
     pub workers: Option<usize>,
+    /// `--hanging`: the `isolation` cases to run (empty: all).
+    pub hanging: Vec<usize>,
+    /// `--place`: `other_app` or `same_app` only.
+    pub place: Option<String>,
     /// `--db`: a SQLite path or a PostgreSQL URL (None: a temporary SQLite file).
     pub db: Option<String>,
     /// `serve` processes on the one database.
@@ -318,6 +331,8 @@ fn run(args: Args) -> anyhow::Result<Vec<Report>> {
         fill: args.fill,
         tasks: args.tasks,
         workers: args.workers,
+        hanging: args.hanging,
+        place: args.place,
         db: args.db,
         nodes: args.nodes,
         spawn: args.spawn,

@@ -32,6 +32,16 @@
 //! saw; a full endpoint is woken by a sender's result). A slow endpoint therefore waits in the
 //! database, never in a sender, and never delays others. Test deliveries
 //! (`POST /endpoints/{id}/test`) are admitted through the same accounting ([`Gate::admit`]).
+//!
+//! The walk reads the endpoints with pending tasks and their limits a page at a time (one
+//! statement, [`TaskQueries::endpoints_with_pending`](crate::store::TaskQueries::endpoints_with_pending)),
+//! and does not read at all the ones it knows to be **full**: its own claims of them at their
+//! claim cap under limits it read less than [`LIMITS_FRESH_MS`] ago. It reads only the gaps
+//! between them (none between consecutive ids), so endpoints that hang cost a round nothing
+//! while they stay full, instead of look-ups each in every round. A cap raised by `PATCH`,
+//! here or on another node, is used once those limits are stale
+//! (the walk asks to be woken then); a full endpoint that was disabled or deleted meanwhile is
+//! not claimed from either way. Each node counts only its own claims, as before.
 
 use crate::clock::{Clock, GovernorClock};
 use crate::store::{StoreError, Tx, endpoints::Limits, tasks::Claimed};
@@ -59,6 +69,28 @@ struct EndpointState {
     last_answer_ms: i64,
     /// Its app, loaded once.
     app: Option<Arc<str>>,
+    /// Its limits as the walk last read them, and when (epoch ms): while they are fresh
+    /// ([`LIMITS_FRESH_MS`]) and it is full under them, the walk passes it over unread.
+    limits: Option<(Limits, i64)>,
+}
+
+impl EndpointState {
+    /// Until when (epoch ms) the walk may pass it over without reading it: while its limits
+    /// read at most [`LIMITS_FRESH_MS`] ago leave it no room for one more claim. `None`: read
+    /// it.
+    fn full_until(&self, default_cap: usize, now_ms: i64) -> Option<i64> {
+        let (limits, read_ms) = self.limits?;
+        let fresh_until = read_ms.saturating_add(LIMITS_FRESH_MS);
+        let rate_limited = limits.rate_limit_per_sec.is_some();
+        let (_, claim_cap) = caps(
+            default_cap,
+            limits.max_in_flight,
+            rate_limited,
+            self,
+            now_ms,
+        );
+        (now_ms < fresh_until && self.in_flight >= claim_cap).then_some(fresh_until)
+    }
 }
 
 /// What the dispatcher counts of one app.
@@ -104,6 +136,16 @@ const DEFAULT_QUEUE_FACTOR: usize = 4;
 /// ([`DEFAULT_QUEUE_FACTOR`]) claimed. A fast receiver answers within milliseconds of its first
 /// claims; one that hangs never does, and holds no more than its sends.
 const ANSWERING_MS: i64 = 1_000;
+
+/// Endpoints with pending tasks read in one statement of the walk: a round over a few hundred
+/// costs a few statements, whether they have room or not.
+const PAGE: usize = 128;
+
+/// How long an endpoint's limits, as the walk read them, are trusted to say it is full: until
+/// then the walk passes it over without reading it again. A cap raised by `PATCH` (on this node
+/// or another) is therefore used within this long, and a hanging endpoint costs the walk one
+/// read per this long instead of one per round.
+const LIMITS_FRESH_MS: i64 = 1_000;
 
 /// Idle endpoint state (nothing in flight, no claim this long) is dropped; a rate limit's slot
 /// is never longer than 100 s (0.01/s), so nothing is lost by forgetting it.
@@ -176,27 +218,66 @@ impl Gate {
             walk.out_of_room = true;
             return Ok(walk);
         }
+        // Endpoints known to be full are passed over without a look at the store; the walk reads
+        // the gaps between them, a page at a time.
+        let mut full: Vec<(i64, i64)> = self
+            .endpoints
+            .iter()
+            .filter_map(|(&id, s)| Some((id, s.full_until(self.default_cap, now_ms)?)))
+            .collect();
+        full.sort_unstable();
         let start = self.cursor;
         let mut after = start;
         let mut wrapped = false;
+        let mut page = Vec::new().into_iter();
+        // The first full endpoint after an id, and until when it is passed over (`i64::MAX`:
+        // none).
+        let next_full = |after: i64| {
+            let i = full.partition_point(|&(id, _)| id <= after);
+            full.get(i).copied().unwrap_or((i64::MAX, 0))
+        };
+        // The gap being read ends before `gap_end`; `gap_read`: its last page was read.
+        let ((mut gap_end, mut full_until), mut gap_read) = (next_full(start), false);
         loop {
-            let Some((endpoint_id, earliest_due)) = tx.next_endpoint_with_pending(after)? else {
-                if wrapped || start == 0 {
-                    break;
+            let Some(pending) = page.next() else {
+                if !gap_read {
+                    // An empty gap (two full endpoints with consecutive ids) is not read.
+                    let read = match gap_end.saturating_sub(after) > 1 {
+                        true => tx.endpoints_with_pending(after, gap_end, PAGE)?,
+                        false => Vec::new(),
+                    };
+                    gap_read = read.len() < PAGE;
+                    page = read.into_iter();
+                    continue;
                 }
-                wrapped = true;
-                after = 0;
+                if gap_end < i64::MAX {
+                    if wrapped && gap_end > start {
+                        break; // every endpoint had its turn
+                    }
+                    // Passed over: looked at again once its limits are no longer fresh.
+                    wake(&mut walk.wake_at, full_until);
+                    after = gap_end;
+                    if wrapped && after == start {
+                        break;
+                    }
+                } else if wrapped || start == 0 {
+                    break;
+                } else {
+                    (wrapped, after) = (true, 0);
+                }
+                ((gap_end, full_until), gap_read) = (next_full(after), false);
                 continue;
             };
+            let endpoint_id = pending.endpoint_id;
             if wrapped && endpoint_id > start {
                 break; // every endpoint had its turn
             }
             after = endpoint_id;
-            if earliest_due > now_ms {
-                wake(&mut walk.wake_at, earliest_due);
+            if pending.earliest_due > now_ms {
+                wake(&mut walk.wake_at, pending.earliest_due);
                 continue;
             }
-            let Some(limits) = tx.endpoint_limits_any(endpoint_id)? else {
+            let Some(limits) = pending.limits else {
                 continue; // deleted: its tasks are canceled in the delete's transaction
             };
             if !limits.enabled {
@@ -228,6 +309,7 @@ impl Gate {
     ) -> Result<usize, StoreError> {
         let clock = self.clock.clone();
         let state = self.endpoints.entry(endpoint_id).or_default();
+        state.limits = Some((*limits, now_ms));
         if state.app.is_none() {
             let Some(endpoint) = tx.get_endpoint_any(endpoint_id)? else {
                 return Ok(0);
@@ -497,6 +579,190 @@ mod tests {
         assert_eq!(gate.apps[&Arc::from("a")].in_flight, 1, "released once");
         assert_eq!(gate.endpoints[&2].in_flight, 0);
         assert_eq!(gate.apps[&Arc::from("a")].busy_endpoints, 1);
+    }
+
+    /// Endpoints of app `a` on a fresh SQLite store, each with `tasks` pending tasks due at 0;
+    /// the store (kept in its directory) and their ids.
+    fn store_with_endpoints(
+        n: usize,
+        tasks: usize,
+    ) -> (tempfile::TempDir, Arc<dyn crate::store::Store>, Vec<i64>) {
+        use crate::store::endpoints::Endpoint;
+        use crate::store::tasks::{NewTask, TaskKind};
+        let dir = tempfile::tempdir().unwrap();
+        let store = crate::store::open(dir.path().join("t.sqlite").to_str().unwrap(), 2).unwrap();
+        let ids = store
+            .write(|tx| {
+                let mut ids = Vec::new();
+                for i in 0..n {
+                    let endpoint = tx.insert_endpoint(&Endpoint {
+                        id: 0,
+                        app_id: "a".into(),
+                        name: format!("e{i}"),
+                        url: "http://127.0.0.1:9/".into(),
+                        method: "POST".into(),
+                        headers: serde_json::Map::new(),
+                        secret: None,
+                        timeout_ms: 1_000,
+                        retry_policy_id: None,
+                        filter_events: None,
+                        filter_payload: None,
+                        status: "enabled".into(),
+                        rate_limit_per_sec: None,
+                        max_in_flight: None,
+                        previous_secret: None,
+                        previous_secret_expires_at: None,
+                        created_at: 0,
+                        updated_at: 0,
+                        disabled_reason: None,
+                        last_success_at: None,
+                        last_failure_at: None,
+                        consecutive_failures: 0,
+                    })?;
+                    for _ in 0..tasks {
+                        tx.insert_task(&NewTask {
+                            app_id: "a",
+                            schedule_id: None,
+                            event_id: None,
+                            endpoint_id: endpoint.id,
+                            task_type: TaskKind::Manual,
+                            payload: "{}",
+                            run_at: 0,
+                            max_attempts: 3,
+                            now_ms: 0,
+                            trace: crate::trace::TaskTrace::under(
+                                &crate::trace::SpanContext::new_root(),
+                            ),
+                        })?;
+                    }
+                    ids.push(endpoint.id);
+                }
+                Ok::<_, StoreError>(ids)
+            })
+            .unwrap();
+        (dir, store, ids)
+    }
+
+    /// The walk reads endpoints a page at a time: past a page of full endpoints it still reaches
+    /// the ones with room, every endpoint gets its turn from the rotating cursor, and a disabled
+    /// one is passed over.
+    #[test]
+    fn the_walk_pages_past_full_endpoints_and_gives_each_its_turn() {
+        let clock = Arc::new(ManualClock::new(
+            chrono::Utc.timestamp_opt(1_700_000_000, 0).unwrap(),
+        ));
+        let n = PAGE * 2 + 3;
+        let (_dir, store, ids) = store_with_endpoints(n, 8);
+        let mut gate = Gate::new(clock, 4, 4 * n);
+        // Releases at 10 and walks at `LATER`: not answering, so each holds its sends only.
+        const LATER: i64 = 10 + ANSWERING_MS;
+        let walk = |gate: &mut Gate, free| {
+            let walk = store.write(|tx| gate.walk(tx, LATER, free)).unwrap();
+            let mut per_endpoint = std::collections::BTreeMap::new();
+            for task in &walk.claimed {
+                *per_endpoint.entry(task.endpoint_id).or_insert(0) += 1;
+            }
+            (per_endpoint, walk.out_of_room)
+        };
+        // The store's page: ids strictly between the bounds, at most `limit`, in id order.
+        let between = |after, before, limit| {
+            let page = store.read(|tx| tx.endpoints_with_pending(after, before, limit));
+            let page = page.unwrap().into_iter();
+            page.map(|p| p.endpoint_id).collect::<Vec<_>>()
+        };
+        assert_eq!(between(ids[0], ids[3], 10), ids[1..3]);
+        assert_eq!(between(0, i64::MAX, 2), ids[..2]);
+        assert_eq!(between(ids[n - 2], i64::MAX, 10), ids[n - 1..]);
+        // Every endpoint its sends (4, not answering yet): 4 * n claimed in one walk.
+        let (first, out_of_room) = walk(&mut gate, usize::MAX);
+        assert_eq!(first.len(), n);
+        assert!(first.values().all(|&c| c == 4), "{first:?}");
+        assert!(!out_of_room);
+        // All full now: nothing, though each still has 4 pending.
+        assert_eq!(walk(&mut gate, usize::MAX).0.len(), 0);
+        // The last three get room: reached past two pages of full endpoints.
+        for &id in &ids[PAGE * 2..] {
+            gate.release(id, 10);
+        }
+        let (freed, _) = walk(&mut gate, usize::MAX);
+        let expected: std::collections::BTreeMap<_, _> =
+            ids[PAGE * 2..].iter().map(|&id| (id, 1)).collect();
+        assert_eq!(freed, expected, "one each: their own released place");
+        // The cursor is at the last endpoint claimed from: with room everywhere and one claim
+        // per walk, the next walk starts at the first endpoint again (wrapped).
+        for &id in &ids {
+            gate.release(id, 10);
+        }
+        assert_eq!(
+            walk(&mut gate, 1).0.keys().copied().collect::<Vec<_>>(),
+            [ids[0]]
+        );
+        assert_eq!(
+            walk(&mut gate, 1).0.keys().copied().collect::<Vec<_>>(),
+            [ids[1]]
+        );
+        // A disabled endpoint is passed over.
+        store
+            .write(|tx| {
+                tx.set_endpoint_status(
+                    "a",
+                    ids[2],
+                    false,
+                    crate::store::endpoints::DisabledReason::Manual,
+                    10,
+                )
+            })
+            .unwrap();
+        assert_eq!(
+            walk(&mut gate, 1).0.keys().copied().collect::<Vec<_>>(),
+            [ids[3]]
+        );
+    }
+
+    /// An endpoint full under limits read less than [`LIMITS_FRESH_MS`] ago is passed over
+    /// unread (a raised cap waits until they are stale, and the walk asks to be woken then); one
+    /// with room again after a release is read at once.
+    #[test]
+    fn a_full_endpoint_is_passed_over_until_its_limits_are_stale() {
+        let clock = Arc::new(ManualClock::new(
+            chrono::Utc.timestamp_opt(1_700_000_000, 0).unwrap(),
+        ));
+        let (_dir, store, ids) = store_with_endpoints(2, 12);
+        let (e1, e2) = (ids[0], ids[1]);
+        let mut gate = Gate::new(clock, 4, 512);
+        let walk = |gate: &mut Gate, at| {
+            let walk = store.write(|tx| gate.walk(tx, at, usize::MAX)).unwrap();
+            let count = |id| walk.claimed.iter().filter(|t| t.endpoint_id == id).count();
+            (count(e1), count(e2), walk.wake_at)
+        };
+        assert_eq!(
+            walk(&mut gate, 5_000),
+            (4, 4, None),
+            "their sends: full now"
+        );
+        store
+            .write(|tx| {
+                let mut raised = tx.get_endpoint_any(e1)?.unwrap();
+                raised.max_in_flight = Some(8);
+                tx.update_endpoint(&raised)
+            })
+            .unwrap();
+        assert_eq!(
+            walk(&mut gate, 5_999),
+            (0, 0, Some(5_000 + LIMITS_FRESH_MS)),
+            "passed over unread: the raised cap is not seen yet"
+        );
+        assert_eq!(
+            walk(&mut gate, 6_000),
+            (4, 0, None),
+            "read again: 8 at once"
+        );
+        gate.release(e2, 6_100);
+        assert_eq!(
+            walk(&mut gate, 6_100),
+            (0, 8, Some(6_000 + LIMITS_FRESH_MS)),
+            "room again: read at once"
+        );
     }
 
     #[test]

@@ -97,6 +97,17 @@ pub struct TaskFilter {
     pub task_type: Option<String>,
 }
 
+/// An endpoint with pending tasks, as the dispatcher's walk reads it
+/// ([`TaskQueries::endpoints_with_pending`]).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct PendingEndpoint {
+    pub endpoint_id: i64,
+    /// Epoch ms when its earliest pending task is due.
+    pub earliest_due: i64,
+    /// `None`: the endpoint is gone (its tasks are canceled in the delete's transaction).
+    pub limits: Option<crate::store::endpoints::Limits>,
+}
+
 /// A task the delivery pool claimed, with what sending it needs.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Claimed {
@@ -201,10 +212,18 @@ pub trait TaskQueries {
         f: &TaskFilter,
         page: Page,
     ) -> Result<(i64, Vec<Task>), StoreError>;
-    /// The first endpoint after `after` (by id) that has pending tasks, and when its earliest one
-    /// is due: one seek in `tasks_endpoint_due`, so walking every endpoint with pending work costs
-    /// one seek per endpoint, however many tasks each holds.
-    fn next_endpoint_with_pending(&mut self, after: i64) -> Result<Option<(i64, i64)>, StoreError>;
+    /// Up to `limit` endpoints with ids between `after` and `before` (both excluded) that have
+    /// pending tasks, in id order, each with when its earliest pending task is due and its
+    /// limits. One statement: a seek in `tasks_endpoint_due` and a look-up of the endpoint per
+    /// endpoint, however many tasks each holds; fewer than `limit` means there are no more. The
+    /// dispatcher's walk reads the gaps between the endpoints it knows to be full a page at a
+    /// time (`delivery::fair`).
+    fn endpoints_with_pending(
+        &mut self,
+        after: i64,
+        before: i64,
+        limit: usize,
+    ) -> Result<Vec<PendingEndpoint>, StoreError>;
     /// The head of an in-order endpoint: its pending task that became due first (ties by id), and
     /// when it is due now (later than the others when it waits to retry).
     fn in_order_head(&mut self, endpoint_id: i64) -> Result<Option<(i64, i64)>, StoreError>;

@@ -850,24 +850,29 @@ fn task_round_trips() {
         Some("app")
     );
 
-    // The dispatcher's walk: endpoints in id order with their earliest due task.
+    // The dispatcher's walk: endpoints in id order with their earliest due task and limits,
+    // a page at a time.
+    let walk = |c: &mut Client, after, limit| {
+        PgTx::new(c, "test")
+            .endpoints_with_pending(after, i64::MAX, limit)
+            .unwrap()
+            .iter()
+            .map(|p| (p.endpoint_id, p.earliest_due, p.limits.map(|l| l.enabled)))
+            .collect::<Vec<_>>()
+    };
     assert_eq!(
-        PgTx::new(&mut c, "test")
-            .next_endpoint_with_pending(0)
-            .unwrap(),
-        Some((e1, NOW))
+        walk(&mut c, 0, 10),
+        [(e1, NOW, Some(true)), (e2, NOW - 10, Some(true))]
     );
+    assert_eq!(walk(&mut c, 0, 1), [(e1, NOW, Some(true))]);
+    assert_eq!(walk(&mut c, e1, 10), [(e2, NOW - 10, Some(true))]);
+    assert_eq!(walk(&mut c, e2, 10), []);
+    let below_e2 = PgTx::new(&mut c, "test")
+        .endpoints_with_pending(0, e2, 10)
+        .unwrap();
     assert_eq!(
-        PgTx::new(&mut c, "test")
-            .next_endpoint_with_pending(e1)
-            .unwrap(),
-        Some((e2, NOW - 10))
-    );
-    assert_eq!(
-        PgTx::new(&mut c, "test")
-            .next_endpoint_with_pending(e2)
-            .unwrap(),
-        None
+        below_e2.iter().map(|p| p.endpoint_id).collect::<Vec<_>>(),
+        [e1]
     );
     let claimed = PgTx::new(&mut c, "n")
         .claim_endpoint_tasks(e2, NOW + 10, 5)

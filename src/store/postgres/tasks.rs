@@ -9,9 +9,10 @@
 
 use super::list::{Filters, list_page};
 use crate::store::Page;
+use crate::store::endpoints::Limits;
 use crate::store::postgres::{Backing, PgTx, Sql};
 use crate::store::tasks::{
-    AfterAttempt, Claimed, Finish, NewTask, RetryFilter, STATUSES, TASK_TYPES,
+    AfterAttempt, Claimed, Finish, NewTask, PendingEndpoint, RetryFilter, STATUSES, TASK_TYPES,
 };
 use crate::store::tasks::{Task, TaskFilter};
 use crate::store::{StoreError, TaskQueries};
@@ -155,16 +156,52 @@ impl<C: GenericClient> TaskQueries for PgTx<'_, C> {
         Ok(list_page(c, "tasks", COLUMNS, &filters, page, from_row)?)
     }
 
-    fn next_endpoint_with_pending(&mut self, after: i64) -> Result<Option<(i64, i64)>, StoreError> {
+    /// A recursive CTE steps from endpoint to endpoint, one index seek each, in one round trip;
+    /// the outer `LIMIT` stops the recursion.
+    fn endpoints_with_pending(
+        &mut self,
+        after: i64,
+        before: i64,
+        limit: usize,
+    ) -> Result<Vec<PendingEndpoint>, StoreError> {
         let c = &mut *self.c;
-        Ok(c.query_opt(
-            "SELECT endpoint_id, next_attempt_at FROM tasks
-                 WHERE status = 'pending' AND endpoint_id > $1 AND next_attempt_at IS NOT NULL
-                 ORDER BY endpoint_id, next_attempt_at LIMIT 1",
-            &[&after],
+        Ok(c.query(
+            "WITH RECURSIVE pending AS (
+                 (SELECT endpoint_id, next_attempt_at FROM tasks
+                   WHERE status = 'pending' AND endpoint_id > $1 AND endpoint_id < $3
+                     AND next_attempt_at IS NOT NULL
+                   ORDER BY endpoint_id, next_attempt_at LIMIT 1)
+                 UNION ALL
+                 SELECT n.endpoint_id, n.next_attempt_at FROM pending p CROSS JOIN LATERAL (
+                     SELECT endpoint_id, next_attempt_at FROM tasks
+                      WHERE status = 'pending' AND endpoint_id > p.endpoint_id
+                        AND endpoint_id < $3 AND next_attempt_at IS NOT NULL
+                      ORDER BY endpoint_id, next_attempt_at LIMIT 1) n)
+             SELECT p.endpoint_id, p.next_attempt_at, e.id IS NOT NULL, e.status = 'enabled',
+                    e.rate_limit_per_sec, e.max_in_flight
+               FROM (SELECT * FROM pending LIMIT $2) p
+               LEFT JOIN endpoints e ON e.id = p.endpoint_id
+              ORDER BY p.endpoint_id",
+            &[&after, &limit_of(limit), &before],
         )?
-        .map(|r| Ok::<_, postgres::Error>((r.try_get(0)?, r.try_get(1)?)))
-        .transpose()?)
+        .iter()
+        .map(|r| {
+            let exists: bool = r.try_get(2)?;
+            Ok::<_, postgres::Error>(PendingEndpoint {
+                endpoint_id: r.try_get(0)?,
+                earliest_due: r.try_get(1)?,
+                limits: exists
+                    .then(|| {
+                        Ok::<_, postgres::Error>(Limits {
+                            enabled: r.try_get(3)?,
+                            rate_limit_per_sec: r.try_get(4)?,
+                            max_in_flight: r.try_get(5)?,
+                        })
+                    })
+                    .transpose()?,
+            })
+        })
+        .collect::<Result<_, _>>()?)
     }
 
     fn in_order_head(&mut self, endpoint_id: i64) -> Result<Option<(i64, i64)>, StoreError> {

@@ -1,6 +1,7 @@
 //! [`TaskQueries`] on SQLite: the SQL of the `tasks` table (records in `store::tasks`).
 
 use crate::store::Page;
+use crate::store::endpoints::Limits;
 use crate::store::sqlite::SqliteTx;
 use crate::store::sqlite::list::{Filters, list_page, page_of};
 use crate::store::sqlite::rows;
@@ -161,16 +162,55 @@ impl TaskQueries for SqliteTx<'_> {
         ))
     }
 
-    fn next_endpoint_with_pending(&mut self, after: i64) -> Result<Option<(i64, i64)>, StoreError> {
+    /// A recursive CTE steps from endpoint to endpoint, one seek each in `tasks_endpoint_due`
+    /// (the seed row `?1` and the final NULL are filtered out, hence `LIMIT ?2 + 1`).
+    fn endpoints_with_pending(
+        &mut self,
+        after: i64,
+        before: i64,
+        limit: usize,
+    ) -> Result<Vec<PendingEndpoint>, StoreError> {
         let conn = self.0;
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX - 1);
         Ok(conn
             .prepare_cached(
-                "SELECT endpoint_id, next_attempt_at FROM tasks INDEXED BY tasks_endpoint_due
-             WHERE status = 'pending' AND endpoint_id > ?1 AND next_attempt_at IS NOT NULL
-             ORDER BY endpoint_id, next_attempt_at LIMIT 1",
+                "WITH RECURSIVE pending(endpoint_id) AS (
+                     SELECT ?1
+                     UNION ALL
+                     SELECT (SELECT t.endpoint_id FROM tasks t INDEXED BY tasks_endpoint_due
+                              WHERE t.status = 'pending' AND t.endpoint_id > pending.endpoint_id
+                                AND t.endpoint_id < ?3 AND t.next_attempt_at IS NOT NULL
+                              ORDER BY t.endpoint_id, t.next_attempt_at LIMIT 1)
+                       FROM pending WHERE pending.endpoint_id IS NOT NULL
+                     LIMIT ?2 + 1)
+                 SELECT p.endpoint_id,
+                        (SELECT t.next_attempt_at FROM tasks t INDEXED BY tasks_endpoint_due
+                          WHERE t.status = 'pending' AND t.endpoint_id = p.endpoint_id
+                            AND t.next_attempt_at IS NOT NULL
+                          ORDER BY t.next_attempt_at LIMIT 1),
+                        e.id IS NOT NULL, e.status = 'enabled', e.rate_limit_per_sec,
+                        e.max_in_flight
+                   FROM pending p LEFT JOIN endpoints e ON e.id = p.endpoint_id
+                  WHERE p.endpoint_id > ?1
+                  ORDER BY p.endpoint_id",
             )?
-            .query_row(params![after], |r| Ok((r.get(0)?, r.get(1)?)))
-            .optional()?)
+            .query_map(params![after, limit, before], |r| {
+                let exists: bool = r.get(2)?;
+                Ok(PendingEndpoint {
+                    endpoint_id: r.get(0)?,
+                    earliest_due: r.get(1)?,
+                    limits: exists
+                        .then(|| {
+                            Ok::<_, rusqlite::Error>(Limits {
+                                enabled: r.get(3)?,
+                                rate_limit_per_sec: r.get(4)?,
+                                max_in_flight: r.get(5)?,
+                            })
+                        })
+                        .transpose()?,
+                })
+            })?
+            .collect::<rusqlite::Result<_>>()?)
     }
 
     fn in_order_head(&mut self, endpoint_id: i64) -> Result<Option<(i64, i64)>, StoreError> {
