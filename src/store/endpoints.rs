@@ -135,8 +135,6 @@ pub trait EndpointQueries {
     fn get_endpoint(&mut self, app_id: &str, id: i64) -> Result<Option<Endpoint>, StoreError>;
     /// Any endpoint by id, whatever its app (for the delivery pool).
     fn get_endpoint_any(&mut self, id: i64) -> Result<Option<Endpoint>, StoreError>;
-    /// The limits of any endpoint by id, whatever its app; `None` when it is gone.
-    fn endpoint_limits_any(&mut self, id: i64) -> Result<Option<Limits>, StoreError>;
     /// `POST /endpoints/{id}/enable` and `/disable`: enabling clears `disabled_reason` and resets
     /// the failure streak (so auto-disable starts counting afresh); disabling records `reason`.
     /// Returns false when the endpoint already had that status (nothing changes then).

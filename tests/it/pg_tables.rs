@@ -447,22 +447,22 @@ fn endpoints_round_trip_and_their_status_and_health_statements() {
     );
 
     let limits = PgTx::new(&mut c, "test")
-        .endpoint_limits_any(e2.id)
+        .get_endpoint_any(e2.id)
         .unwrap()
         .unwrap();
     assert_eq!(
         (
-            limits.enabled,
+            limits.status.as_str(),
             limits.rate_limit_per_sec,
             limits.max_in_flight
         ),
-        (true, Some(2.5), Some(3))
+        ("enabled", Some(2.5), Some(3))
     );
-    assert_eq!(
+    assert!(
         PgTx::new(&mut c, "test")
-            .endpoint_limits_any(999_999)
-            .unwrap(),
-        None
+            .get_endpoint_any(999_999)
+            .unwrap()
+            .is_none()
     );
 
     // enable / disable
@@ -488,12 +488,14 @@ fn endpoints_round_trip_and_their_status_and_health_statements() {
         ),
         ("disabled", Some("manual"), 3_000)
     );
-    assert!(
-        !PgTx::new(&mut c, "test")
-            .endpoint_limits_any(e2.id)
+    assert_eq!(
+        PgTx::new(&mut c, "test")
+            .get_endpoint_any(e2.id)
             .unwrap()
             .unwrap()
-            .enabled
+            .status
+            .as_str(),
+        "disabled"
     );
     let (total, items) = PgTx::new(&mut c, "test")
         .list_endpoints("a", Some("disabled"), page(1, 10))

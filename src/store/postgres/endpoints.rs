@@ -3,8 +3,7 @@
 use super::list::{Filters, list_page};
 use crate::store::Page;
 use crate::store::endpoints::{
-    DisabledReason, Endpoint, HealthDelta, Limits, Target, filter_payload_from_text,
-    filter_payload_text,
+    DisabledReason, Endpoint, HealthDelta, Target, filter_payload_from_text, filter_payload_text,
 };
 use crate::store::postgres::PgTx;
 use crate::store::{EndpointQueries, StoreError};
@@ -127,22 +126,6 @@ impl<C: GenericClient> EndpointQueries for PgTx<'_, C> {
         )?
         .as_ref()
         .map(from_row)
-        .transpose()?)
-    }
-
-    fn endpoint_limits_any(&mut self, id: i64) -> Result<Option<Limits>, StoreError> {
-        let c = &mut *self.c;
-        Ok(c.query_opt(
-            "SELECT status = 'enabled', rate_limit_per_sec, max_in_flight FROM endpoints WHERE id = $1",
-            &[&id],
-        )?
-        .map(|r| {
-            Ok::<_, Error>(Limits {
-                enabled: r.try_get(0)?,
-                rate_limit_per_sec: r.try_get(1)?,
-                max_in_flight: r.try_get(2)?,
-            })
-        })
         .transpose()?)
     }
 

@@ -123,21 +123,6 @@ impl EndpointQueries for SqliteTx<'_> {
             .optional()?)
     }
 
-    fn endpoint_limits_any(&mut self, id: i64) -> Result<Option<Limits>, StoreError> {
-        let conn = self.0;
-        Ok(conn.prepare_cached(
-            "SELECT status = 'enabled', rate_limit_per_sec, max_in_flight FROM endpoints WHERE id = ?1",
-        )?
-        .query_row(params![id], |r| {
-            Ok(Limits {
-                enabled: r.get(0)?,
-                rate_limit_per_sec: r.get(1)?,
-                max_in_flight: r.get(2)?,
-            })
-        })
-        .optional()?)
-    }
-
     fn set_endpoint_status(
         &mut self,
         app_id: &str,
