@@ -628,6 +628,19 @@ mod tests {
         rusqlite::Error::SqliteFailure(rusqlite::ffi::Error::new(code), None)
     }
 
+    /// A caller's own error type, as `Store::write` closures return them.
+    #[derive(Debug, PartialEq)]
+    enum Mine {
+        Refused,
+        Store(String),
+    }
+
+    impl From<StoreError> for Mine {
+        fn from(e: StoreError) -> Self {
+            Mine::Store(e.to_string())
+        }
+    }
+
     /// `Store::write` commits when its closure succeeds, rolls back and returns the caller's
     /// own error when it fails; `read` sees only what was committed.
     #[test]
@@ -635,16 +648,6 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let db = dir.path().join("t.sqlite");
         let store = crate::store::open(db.to_str().unwrap(), 2).unwrap();
-        #[derive(Debug, PartialEq)]
-        enum Mine {
-            Refused,
-            Store(String),
-        }
-        impl From<StoreError> for Mine {
-            fn from(e: StoreError) -> Self {
-                Mine::Store(e.to_string())
-            }
-        }
         let refused = store.write(|tx| {
             tx.create_key("app1", "k", 1)?;
             Err::<(), _>(Mine::Refused)
@@ -672,16 +675,6 @@ mod tests {
     /// its own changes rolled back and leaves the others' in.
     #[test]
     fn queued_writes_commit_as_one_group_and_a_failed_one_only_undoes_its_own() {
-        #[derive(Debug, PartialEq)]
-        enum Mine {
-            Refused,
-            Store(String),
-        }
-        impl From<StoreError> for Mine {
-            fn from(e: StoreError) -> Self {
-                Mine::Store(e.to_string())
-            }
-        }
         let dir = tempfile::tempdir().unwrap();
         let db = dir.path().join("t.sqlite");
         let store = crate::store::open(db.to_str().unwrap(), 10).unwrap();
