@@ -23,6 +23,7 @@
 #      SCHEDULES (10000), SYNC (on), WORKERS (webhookd's default when unset),
 #      BENCH_ARGS (more harness arguments for every run: `--binary PATH` runs another build
 #      for an A/B, `--fill` fills the schedules straight into the database),
+#      PG_CONF_EXTRA (lines appended to the server's postgresql.conf, e.g. autovacuum settings),
 #      ROUNDTRIPS=1 (PostgreSQL configs through scripts/pg-roundtrips.py, which counts the
 #      round trips; slower, so its rates are not comparable),
 #      BINS="main=/tmp/webhookd-main new=target/release/webhookd" (A/B: each run is made with
@@ -115,6 +116,7 @@ synchronous_commit = $SYNC
 shared_preload_libraries = 'pg_stat_statements'
 pg_stat_statements.track = all
 pg_stat_statements.max = 10000
+${PG_CONF_EXTRA:-}
 EOF
 "${RUN[@]}" "$PGBIN/pg_ctl" -D "$PGDIR/data" -l "$PGDIR/server.log" -w -t 60 start >/dev/null
 "${RUN[@]}" "$PGBIN/psql" -h "$PGDIR" -p "$PORT" -U webhookd -d postgres -qc 'CREATE DATABASE bench'
