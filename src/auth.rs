@@ -423,7 +423,8 @@ impl RequestGuard {
     }
 
     /// Runs `f` in `run`'s transaction after the guard, while the pair is pending; the state
-    /// moves only once the transaction committed (or was refused by the guard).
+    /// moves only once the transaction committed (or was refused by the guard). Once the pair
+    /// is settled, `f` runs in `run` alone.
     fn guarded(
         &self,
         f: &mut dyn FnMut(&mut dyn Tx) -> Result<(), StoreError>,
@@ -431,6 +432,9 @@ impl RequestGuard {
             &mut dyn FnMut(&mut dyn Tx) -> Result<(), StoreError>,
         ) -> Result<(), StoreError>,
     ) -> Result<(), StoreError> {
+        if self.state() != Guarded::Pending {
+            return run(f);
+        }
         let mut outcome = Guarded::Pending;
         let result = run(&mut |tx| {
             outcome = self.record_in(tx)?;
@@ -548,9 +552,6 @@ impl Store for RequestGuard {
         &self,
         f: &mut dyn FnMut(&mut dyn Tx) -> Result<(), StoreError>,
     ) -> Result<(), StoreError> {
-        if self.state() != Guarded::Pending {
-            return self.store.write_dyn(f);
-        }
         self.guarded(f, |g| self.store.write_dyn(g))
     }
 
@@ -558,9 +559,6 @@ impl Store for RequestGuard {
         &self,
         f: &mut dyn FnMut(&mut dyn Tx) -> Result<(), StoreError>,
     ) -> Result<(), StoreError> {
-        if self.state() != Guarded::Pending {
-            return self.store.write_unsynced_dyn(f);
-        }
         self.guarded(f, |g| self.store.write_unsynced_dyn(g))
     }
 
