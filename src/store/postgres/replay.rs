@@ -5,6 +5,26 @@ use crate::store::postgres::PgTx;
 use crate::store::{ReplayQueries, StoreError};
 use postgres::GenericClient;
 
+/// Records a (key, signature) pair ($1, $2) until $3, or takes over one that expired before
+/// $4; a replay changes no row. A macro, so that the statements below build on it as literals.
+macro_rules! record_pair {
+    () => {
+        "INSERT INTO replay_guard (key_id, signature, expires_at) VALUES ($1, $2, $3)
+         ON CONFLICT (key_id, signature) DO UPDATE SET expires_at = excluded.expires_at
+         WHERE replay_guard.expires_at < $4"
+    };
+}
+
+/// [`record_pair!`] returning the key generation for the row it changed.
+macro_rules! record_pair_at_generation {
+    () => {
+        concat!(
+            record_pair!(),
+            " RETURNING coalesce((SELECT generation FROM key_generation WHERE id = 1), 0)"
+        )
+    };
+}
+
 impl<C: GenericClient> ReplayQueries for PgTx<'_, C> {
     fn first_use_of_signature(
         &mut self,
@@ -14,12 +34,7 @@ impl<C: GenericClient> ReplayQueries for PgTx<'_, C> {
         now_ms: i64,
     ) -> Result<bool, StoreError> {
         let c = &mut *self.c;
-        let changed = c.execute(
-            "INSERT INTO replay_guard (key_id, signature, expires_at) VALUES ($1, $2, $3)
-             ON CONFLICT (key_id, signature) DO UPDATE SET expires_at = excluded.expires_at
-             WHERE replay_guard.expires_at < $4",
-            &[&key_id, &signature, &expires_ms, &now_ms],
-        )?;
+        let changed = c.execute(record_pair!(), &[&key_id, &signature, &expires_ms, &now_ms])?;
         Ok(changed == 1)
     }
 
@@ -35,17 +50,11 @@ impl<C: GenericClient> ReplayQueries for PgTx<'_, C> {
         expires_ms: i64,
         now_ms: i64,
     ) -> Result<Option<i64>, StoreError> {
-        const SYNCED: &str =
-            "INSERT INTO replay_guard (key_id, signature, expires_at) VALUES ($1, $2, $3)
-             ON CONFLICT (key_id, signature) DO UPDATE SET expires_at = excluded.expires_at
-             WHERE replay_guard.expires_at < $4
-             RETURNING coalesce((SELECT generation FROM key_generation WHERE id = 1), 0)";
-        const UNSYNCED: &str =
-            "INSERT INTO replay_guard (key_id, signature, expires_at) VALUES ($1, $2, $3)
-             ON CONFLICT (key_id, signature) DO UPDATE SET expires_at = excluded.expires_at
-             WHERE replay_guard.expires_at < $4
-             RETURNING coalesce((SELECT generation FROM key_generation WHERE id = 1), 0),
-                       set_config('synchronous_commit', 'off', true)";
+        const SYNCED: &str = record_pair_at_generation!();
+        const UNSYNCED: &str = concat!(
+            record_pair_at_generation!(),
+            ", set_config('synchronous_commit', 'off', true)"
+        );
         let sql = if self.unsynced { UNSYNCED } else { SYNCED };
         let c = &mut *self.c;
         let row = c.query_opt(sql, &[&key_id, &signature, &expires_ms, &now_ms])?;
