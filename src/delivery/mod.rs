@@ -18,8 +18,12 @@
 //!
 //! Durability: a claimed task is `running` in the database until its result is committed. A
 //! crash leaves it `running`; the next start hands it back to `pending` before claiming, so its
-//! attempt is made again (at least once, never lost). Shutdown stops claiming, hands unsent
-//! claims back, and gives in-flight sends `shutdown_grace_secs` to finish.
+//! attempt is made again (at least once, never lost). The rounds' commits do not wait for the
+//! disk (`Store::write_redoable`): a crash of the machine may undo the last claims and results,
+//! which leaves their tasks `pending` to be sent again, never a task lost (what put the task
+//! there, a publish or a firing, was itself on disk before it was answered). Shutdown stops
+//! claiming, hands unsent claims back, and gives in-flight sends `shutdown_grace_secs` to
+//! finish.
 
 pub mod fair;
 pub mod health;
@@ -369,7 +373,10 @@ fn still_ours(app: &App, job: &Job) -> bool {
     if now - job.claimed_at < RENEW_AFTER_MS {
         return true;
     }
-    match app.store.write(|tx| tx.renew_leases(&[job.task.id], now)) {
+    match app
+        .store
+        .write_redoable(|tx| tx.renew_leases(&[job.task.id], now))
+    {
         Ok(held) => held.contains(&job.task.id),
         Err(e) => {
             tracing::warn!(
@@ -591,7 +598,8 @@ fn dispatch(shared: &Arc<Shared>) {
         let tests = admit_tests(app, &mut gate, now, &mut free);
         hand_out(shared, tests);
         let rescue = rescue_every_ms.is_some() && now >= next_rescue_ms;
-        let round = app.store.write(|tx| {
+        // Redoable: a claim or result a crash loses only sends its task again.
+        let round = app.store.write_redoable(|tx| {
             record(tx, &done, &rules)?;
             if rescue {
                 // Tasks of another node that died mid-delivery.

@@ -105,6 +105,20 @@ pub trait Store: Send + Sync + 'static {
         self.write_dyn(f)
     }
 
+    /// [`Store::write_dyn`] for a write that is redone when a crash loses it: one transaction,
+    /// committed and seen by every reader when it returns, but its return does not wait for
+    /// the commit to reach the disk. A crash of the machine (or of the database server) can
+    /// lose it, and only with the commits after it: the log is written in order, and the next
+    /// durable write's sync covers this one too. Used for the delivery dispatcher's round (its
+    /// claims and results): losing one means a task is sent again, which at-least-once
+    /// delivery allows (docs/dev/storage.md, "Writes a crash may undo").
+    fn write_redoable_dyn(
+        &self,
+        f: &mut dyn FnMut(&mut dyn Tx) -> Result<(), StoreError>,
+    ) -> Result<(), StoreError> {
+        self.write_dyn(f)
+    }
+
     /// The cheap check run before every API write: is the database the store opened still
     /// there to write to? Err: writes would be lost, answer 503.
     fn quick_check(&self) -> Result<(), StoreError>;
@@ -161,6 +175,15 @@ impl dyn Store {
         f: impl FnOnce(&mut dyn Tx) -> Result<T, E>,
     ) -> Result<T, E> {
         run(f, |g| self.write_unsynced_dyn(g))
+    }
+
+    /// [`Store::write`] for a write that a crash may undo and that is then done again
+    /// ([`Store::write_redoable_dyn`]).
+    pub fn write_redoable<T, E: From<StoreError>>(
+        &self,
+        f: impl FnOnce(&mut dyn Tx) -> Result<T, E>,
+    ) -> Result<T, E> {
+        run(f, |g| self.write_redoable_dyn(g))
     }
 }
 

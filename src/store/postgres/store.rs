@@ -113,6 +113,31 @@ impl PgStore {
         let mut conn = self.client_within(Some(super::HEALTH_WAIT))?;
         Ok(super::health::probe(&mut **conn, now_ms)?)
     }
+
+    /// One `READ COMMITTED` transaction running `f`, committed when it succeeds; `redoable`:
+    /// with `synchronous_commit` off for it alone ([`Store::write_redoable_dyn`]). Changes that
+    /// make work due for other nodes are announced to them (`pg_notify`) right after the
+    /// commit ([`announce`]), never for a rollback.
+    fn write_tx(
+        &self,
+        redoable: bool,
+        f: &mut dyn FnMut(&mut dyn Tx) -> Result<(), StoreError>,
+    ) -> Result<(), StoreError> {
+        let mut conn = self.client()?;
+        let (client, statements) = conn.split();
+        let mut tx = client.transaction()?;
+        if redoable {
+            tx.batch_execute("SET LOCAL synchronous_commit = off")?;
+        }
+        let wake = {
+            let mut pg = PgTx::cached(&mut tx, statements, &self.node);
+            f(&mut pg)?;
+            pg.wake
+        };
+        tx.commit()?;
+        announce(client, statements, wake);
+        Ok(())
+    }
 }
 
 /// Tells the other nodes, after a commit, what it made due: one `pg_notify` per channel, each
@@ -164,24 +189,23 @@ impl Store for PgStore {
         f(&mut PgTx::cached(client, statements, &self.node))
     }
 
-    /// One `READ COMMITTED` transaction. Changes that make work due for other nodes are
-    /// announced to them (`pg_notify`) right after the commit ([`announce`]), never for a
-    /// rollback.
+    /// One `READ COMMITTED` transaction ([`PgStore::write_tx`]).
     fn write_dyn(
         &self,
         f: &mut dyn FnMut(&mut dyn Tx) -> Result<(), StoreError>,
     ) -> Result<(), StoreError> {
-        let mut conn = self.client()?;
-        let (client, statements) = conn.split();
-        let mut tx = client.transaction()?;
-        let wake = {
-            let mut pg = PgTx::cached(&mut tx, statements, &self.node);
-            f(&mut pg)?;
-            pg.wake
-        };
-        tx.commit()?;
-        announce(client, statements, wake);
-        Ok(())
+        self.write_tx(false, f)
+    }
+
+    /// [`PgStore::write_dyn`]'s transaction with `synchronous_commit` off for it alone
+    /// (`SET LOCAL`): still atomic and seen by every node at its commit, which does not wait
+    /// for PostgreSQL's WAL flush. A crash of the server may lose it with the commits after
+    /// it, never one before (the WAL is flushed in order).
+    fn write_redoable_dyn(
+        &self,
+        f: &mut dyn FnMut(&mut dyn Tx) -> Result<(), StoreError>,
+    ) -> Result<(), StoreError> {
+        self.write_tx(true, f)
     }
 
     /// The replay record of a signed request (the only use of `write_unsynced`): no
