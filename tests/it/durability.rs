@@ -348,3 +348,27 @@ fn random_sigkills_under_load_lose_nothing_and_fire_nothing_twice() {
     );
     drop(server);
 }
+
+/// The delivery rounds' `Store::write_redoable` is one transaction on both stores: a write that
+/// fails midway leaves none of its changes, one that succeeds is seen by the next read (on
+/// PostgreSQL it commits with `synchronous_commit` off, still as one transaction).
+#[test]
+fn a_redoable_write_commits_all_of_it_or_nothing() {
+    use webhookd::store::StoreError;
+    let dir = tempfile::tempdir().unwrap();
+    let store = webhookd::store::open(&crate::support::test_db(dir.path()), 2).unwrap();
+    let failed = store.write_redoable(|tx| {
+        tx.create_key("app1", "first", 1)?;
+        tx.create_key("app1", "second", 1)?;
+        Err::<(), _>(StoreError::Other(anyhow::anyhow!("refused midway")))
+    });
+    assert!(failed.is_err());
+    assert_eq!(store.read(|tx| tx.count_keys()).unwrap(), 0, "nothing kept");
+    store
+        .write_redoable(|tx| {
+            tx.create_key("app1", "first", 1)?;
+            tx.create_key("app1", "second", 1)
+        })
+        .unwrap();
+    assert_eq!(store.read(|tx| tx.count_keys()).unwrap(), 2);
+}

@@ -844,6 +844,26 @@ mod tests {
         );
     }
 
+    /// A redoable write (the delivery rounds) commits without an fsync of its own, even with
+    /// `--sqlite-sync full`; the next durable write's fsync covers its commit too.
+    #[test]
+    fn a_redoable_write_waits_for_no_fsync_and_the_next_durable_one_covers_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = dir.path().join("t.sqlite");
+        let store = crate::store::open(db.to_str().unwrap(), 2).unwrap();
+        let state = file_state(&Connection::open(&db).unwrap());
+        assert!(state.durable_commits.load(SeqCst));
+        let fsyncs = state.fsyncs.load(SeqCst);
+        store
+            .write_redoable(|tx| tx.create_key("app1", "k", 1))
+            .unwrap();
+        assert_eq!(state.fsyncs.load(SeqCst), fsyncs, "no fsync waited for");
+        assert!(*lock(&state.synced) < state.committed.load(SeqCst));
+        assert_eq!(store.read(|tx| tx.count_keys()).unwrap(), 1, "committed");
+        store.write(|tx| tx.create_key("app1", "k2", 1)).unwrap();
+        assert_eq!(*lock(&state.synced), state.committed.load(SeqCst));
+    }
+
     #[test]
     fn unwritable_database_errors_map_to_their_causes() {
         let full = StoreError::from(sqlite(rusqlite::ffi::SQLITE_FULL));
