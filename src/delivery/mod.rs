@@ -21,7 +21,8 @@
 //! attempt is made again (at least once, never lost). The rounds' commits do not wait for the
 //! disk (`Store::write_redoable`): a crash of the machine may undo the last claims and results,
 //! which leaves their tasks `pending` to be sent again, never a task lost (what put the task
-//! there, a publish or a firing, was itself on disk before it was answered). Shutdown stops
+//! there, a publish or a firing, was itself on disk before it was answered). A round whose
+//! results may publish an operator event waits for the disk ([`Done::may_publish`]). Shutdown stops
 //! claiming, hands unsent claims back, and gives in-flight sends `shutdown_grace_secs` to
 //! finish.
 
@@ -90,6 +91,14 @@ pub(crate) struct Done {
     /// No operator event may come of this attempt: it delivered an operator event itself (no
     /// storm), or it is a test delivery whose caller sees the result.
     pub quiet: bool,
+}
+
+impl Done {
+    /// Recording it may publish an operator event (`webhookd.task.failed`,
+    /// `webhookd.endpoint.disabled`): only a failed attempt that is not quiet can.
+    fn may_publish(&self) -> bool {
+        self.verdict.after != store::tasks::AfterAttempt::Success && !self.quiet
+    }
 }
 
 /// The claimed tasks of one endpoint, and its sends under way.
@@ -598,8 +607,7 @@ fn dispatch(shared: &Arc<Shared>) {
         let tests = admit_tests(app, &mut gate, now, &mut free);
         hand_out(shared, tests);
         let rescue = rescue_every_ms.is_some() && now >= next_rescue_ms;
-        // Redoable: a claim or result a crash loses only sends its task again.
-        let round = app.store.write_redoable(|tx| {
+        let round = |tx: &mut dyn Tx| {
             record(tx, &done, &rules)?;
             if rescue {
                 // Tasks of another node that died mid-delivery.
@@ -614,7 +622,15 @@ fn dispatch(shared: &Arc<Shared>) {
             let walk = gate.walk(tx, now, free)?;
             let jobs = targets(tx, walk.claimed, &walk.caps, now)?;
             Ok::<_, StoreError>((jobs, walk.out_of_room, walk.wake_at))
-        });
+        };
+        // Redoable: a claim or result a crash loses only sends its task again. Not a round
+        // that may publish an operator event: the event's id and its tasks' ids go out to
+        // receivers (the payload, `webhook-id`), and a crash must not hand them out again.
+        let round = if done.iter().any(Done::may_publish) {
+            app.store.write(round)
+        } else {
+            app.store.write_redoable(round)
+        };
         let (claimed, out_of_room, wake_at) = match round {
             Ok(round) => {
                 if let (true, Some(every)) = (rescue, rescue_every_ms) {
@@ -1018,6 +1034,41 @@ mod tests {
             target: Arc::new(target),
             cap,
             reply: None,
+        }
+    }
+
+    /// Only a failed attempt that is not quiet can publish an operator event, so only its
+    /// round waits for the disk.
+    #[test]
+    fn only_a_failure_that_is_not_quiet_may_publish() {
+        use crate::store::tasks::AfterAttempt;
+        let done = |after: AfterAttempt, quiet: bool| Done {
+            task: job(1, 1, 1).task,
+            trace_id: [0; 16],
+            endpoint_id: 1,
+            sent: Sent::default(),
+            verdict: Verdict {
+                after,
+                disable_endpoint: false,
+                error: None,
+            },
+            at: 0,
+            quiet,
+        };
+        let cases = [
+            (AfterAttempt::Success, false, false),
+            (AfterAttempt::Success, true, false),
+            (AfterAttempt::RetryAt(5), false, true),
+            (AfterAttempt::RetryAt(5), true, false),
+            (AfterAttempt::Failed, false, true),
+            (AfterAttempt::Failed, true, false),
+        ];
+        for (after, quiet, expected) in cases {
+            assert_eq!(
+                done(after, quiet).may_publish(),
+                expected,
+                "{after:?} {quiet}"
+            );
         }
     }
 
