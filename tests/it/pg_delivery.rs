@@ -231,6 +231,60 @@ fn an_expired_lease_is_rescued_and_the_late_node_records_nothing() {
     assert!(!record(&mut c, "node-b"));
 }
 
+/// A node's claim starts at its floor for the endpoint (a second behind the latest due time
+/// it claimed): a task due further back waits for the next full search, which a hand-back by
+/// this node makes at once (docs/dev/storage.md, "The claim's floor").
+#[test]
+fn a_claim_starts_at_its_floor_and_a_hand_back_searches_from_the_start_again() {
+    let Some((server, url)) = database("floors") else {
+        return;
+    };
+    let mut c = server.client(&url);
+    let e = endpoint(&mut c, 1_000, None);
+    let first: Vec<i64> = (0..3).map(|i| task(&mut c, e, NOW + i * 10_000)).collect();
+    // No full search again within the test: only the hand-back may bring one.
+    let floors = pgstore::tasks::ClaimFloors::new(std::time::Duration::from_secs(3600));
+    let claim = |c: &mut Client, node: &str, at: i64, limit: usize| -> Vec<i64> {
+        PgTx::new(c, node)
+            .with_floors(&floors)
+            .claim_endpoint_tasks(e, at, limit)
+            .unwrap()
+            .iter()
+            .map(|t| t.id)
+            .collect()
+    };
+    let at = NOW + 60_000;
+    assert_eq!(
+        claim(&mut c, "node-a", at, 2),
+        first[..2],
+        "a full search first"
+    );
+    // Another node hands back a task below A's floor (NOW + 10 s - 1 s) and one is made there.
+    let late = task(&mut c, e, NOW + 5_000);
+    assert_eq!(
+        claim(&mut c, "node-a", at, 10),
+        [first[2]],
+        "from the floor: the task at NOW + 5 s lies below it"
+    );
+    assert_eq!(state(&mut c, late).0, "pending");
+    // A task due within the lag of the floor is found.
+    let close = task(&mut c, e, NOW + 9_500);
+    assert_eq!(claim(&mut c, "node-a", at, 10), [close]);
+    // This node's hand-back resets the floors: the next claim takes the late task.
+    assert_eq!(
+        PgTx::new(&mut c, "node-a")
+            .with_floors(&floors)
+            .requeue_running_tasks(at)
+            .unwrap(),
+        4
+    );
+    assert_eq!(
+        claim(&mut c, "node-a", at, 10),
+        [first[0], late, close, first[1], first[2]],
+        "earliest due first again, from the first entry"
+    );
+}
+
 #[test]
 fn requeue_running_hands_back_only_this_nodes_tasks_and_expired_leases() {
     let Some((server, url)) = database("requeue") else {
