@@ -285,6 +285,63 @@ fn a_claim_starts_at_its_floor_and_a_hand_back_searches_from_the_start_again() {
     );
 }
 
+/// The dispatcher's walk looks at an endpoint with a fresh floor from that floor, at the others
+/// from their first entry, and goes on past a floored endpoint with nothing above its floor.
+#[test]
+fn the_walk_looks_at_endpoints_with_a_floor_from_their_floor() {
+    let Some((server, url)) = database("walk_floors") else {
+        return;
+    };
+    let mut c = server.client(&url);
+    let e: Vec<i64> = (0..4).map(|_| endpoint(&mut c, 1_000, None)).collect();
+    let floors = pgstore::tasks::ClaimFloors::new(std::time::Duration::from_secs(3600));
+    // e0: no floor. e1: a floor at NOW + 19 s, one task below it, one above. e2: a floor,
+    // nothing above it. e3: no floor, after e2.
+    task(&mut c, e[0], NOW + 1_000);
+    for (endpoint, due) in [(e[1], NOW + 20_000), (e[2], NOW + 20_000)] {
+        task(&mut c, endpoint, due);
+        let claimed = PgTx::new(&mut c, "node-a")
+            .with_floors(&floors)
+            .claim_endpoint_tasks(endpoint, NOW + 60_000, 1)
+            .unwrap();
+        assert_eq!(claimed.len(), 1);
+    }
+    task(&mut c, e[1], NOW + 5_000);
+    task(&mut c, e[1], NOW + 30_000);
+    task(&mut c, e[2], NOW + 2_000);
+    task(&mut c, e[3], NOW + 3_000);
+    let walk = |c: &mut Client, floors: Option<&pgstore::tasks::ClaimFloors>| -> Vec<(i64, i64)> {
+        let tx = PgTx::new(c, "node-a");
+        let mut tx = match floors {
+            Some(f) => tx.with_floors(f),
+            None => tx,
+        };
+        tx.endpoints_with_pending(0, i64::MAX, 10)
+            .unwrap()
+            .iter()
+            .map(|p| (p.endpoint_id, p.earliest_due))
+            .collect()
+    };
+    assert_eq!(
+        walk(&mut c, Some(&floors)),
+        [
+            (e[0], NOW + 1_000),
+            (e[1], NOW + 30_000),
+            (e[3], NOW + 3_000)
+        ]
+    );
+    assert_eq!(
+        walk(&mut c, None),
+        [
+            (e[0], NOW + 1_000),
+            (e[1], NOW + 5_000),
+            (e[2], NOW + 2_000),
+            (e[3], NOW + 3_000)
+        ],
+        "without floors, every pending task counts"
+    );
+}
+
 #[test]
 fn requeue_running_hands_back_only_this_nodes_tasks_and_expired_leases() {
     let Some((server, url)) = database("requeue") else {
