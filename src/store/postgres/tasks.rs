@@ -636,7 +636,8 @@ const FLOORS_KEPT: usize = 4096;
 /// `tasks_endpoint_due` until VACUUM removes it; the entries of an endpoint's claimed tasks
 /// sort before its pending ones, and a claim that seeks to the endpoint's first entry steps
 /// over all of them. Under a backlog the claim grew with every task claimed since the last
-/// VACUUM (4.7 ms to claim 8 tasks behind 45,000 claimed ones, 0.05 ms from a floor).
+/// VACUUM (the index scan of a claim of 8 behind 45,000 claimed tasks read 236 buffers,
+/// 20 from a floor: BENCHMARKS.md, "The claim's floor on PostgreSQL").
 /// Starting at the latest due time claimed minus [`FLOOR_LAG_MS`] bounds that to the tasks
 /// claimed in the last second. What is due below the floor waits for the next full search,
 /// at most [`FULL_SCAN_EVERY`] later (at once after this node hands tasks back or retries
