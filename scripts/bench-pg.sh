@@ -199,8 +199,10 @@ for config in $CONFIGS; do
             others="dbid NOT IN (SELECT oid FROM pg_database WHERE datname IN ('bench', 'postgres'))"
             stmts=$(q "SELECT coalesce(sum(calls), 0) FROM pg_stat_statements WHERE $others AND query NOT IN ('BEGIN', 'START TRANSACTION', 'COMMIT', 'ROLLBACK')")
             utility=$(q "SELECT coalesce(sum(calls), 0) FROM pg_stat_statements WHERE $others AND query IN ('BEGIN', 'START TRANSACTION', 'COMMIT', 'ROLLBACK')")
-            # calls | rows | total execution ms | statement: where PostgreSQL's time goes.
-            q "SELECT calls, rows, round(total_exec_time::numeric, 1), left(regexp_replace(query, '\s+', ' ', 'g'), 160) FROM pg_stat_statements WHERE $others ORDER BY calls DESC LIMIT 40" >"$OUT/$name.statements"
+            # calls | rows | total execution ms | buffers read per call (shared blocks hit and
+            # read: what a statement touched, whatever the load) | statement: where
+            # PostgreSQL's time goes.
+            q "SELECT calls, rows, round(total_exec_time::numeric, 1), round((shared_blks_hit + shared_blks_read)::numeric / greatest(calls, 1), 1), left(regexp_replace(query, '\s+', ' ', 'g'), 160) FROM pg_stat_statements WHERE $others ORDER BY calls DESC LIMIT 40" >"$OUT/$name.statements"
             trips1=$(cat "$OUT/roundtrips.json" 2>/dev/null || echo '{}')
             jq -n --argjson wal "$wal" --argjson stmts "$stmts" --argjson utility "$utility" \
                 --argjson xacts "$xacts" --argjson peak "$peak" --argjson t0 "$trips0" --argjson t1 "$trips1" \

@@ -231,6 +231,117 @@ fn an_expired_lease_is_rescued_and_the_late_node_records_nothing() {
     assert!(!record(&mut c, "node-b"));
 }
 
+/// A node's claim starts at its floor for the endpoint (a second behind the latest due time
+/// it claimed): a task due further back waits for the next full search, which a hand-back by
+/// this node makes at once (docs/dev/storage.md, "The claim's floor").
+#[test]
+fn a_claim_starts_at_its_floor_and_a_hand_back_searches_from_the_start_again() {
+    let Some((server, url)) = database("floors") else {
+        return;
+    };
+    let mut c = server.client(&url);
+    let e = endpoint(&mut c, 1_000, None);
+    let first: Vec<i64> = (0..3).map(|i| task(&mut c, e, NOW + i * 10_000)).collect();
+    // No full search again within the test: only the hand-back may bring one.
+    let floors = pgstore::tasks::ClaimFloors::new(std::time::Duration::from_secs(3600));
+    let claim = |c: &mut Client, node: &str, at: i64, limit: usize| -> Vec<i64> {
+        PgTx::new(c, node)
+            .with_floors(&floors)
+            .claim_endpoint_tasks(e, at, limit)
+            .unwrap()
+            .iter()
+            .map(|t| t.id)
+            .collect()
+    };
+    let at = NOW + 60_000;
+    assert_eq!(
+        claim(&mut c, "node-a", at, 2),
+        first[..2],
+        "a full search first"
+    );
+    // Another node hands back a task below A's floor (NOW + 10 s - 1 s) and one is made there.
+    let late = task(&mut c, e, NOW + 5_000);
+    assert_eq!(
+        claim(&mut c, "node-a", at, 10),
+        [first[2]],
+        "from the floor: the task at NOW + 5 s lies below it"
+    );
+    assert_eq!(state(&mut c, late).0, "pending");
+    // A task due within the lag of the floor (now NOW + 20 s - 1 s) is found.
+    let close = task(&mut c, e, NOW + 19_500);
+    assert_eq!(claim(&mut c, "node-a", at, 10), [close]);
+    // This node's hand-back resets the floors: the next claim takes the late task.
+    assert_eq!(
+        PgTx::new(&mut c, "node-a")
+            .with_floors(&floors)
+            .requeue_running_tasks(at)
+            .unwrap(),
+        4
+    );
+    assert_eq!(
+        claim(&mut c, "node-a", at, 10),
+        [first[0], late, first[1], close, first[2]],
+        "earliest due first again, from the first entry"
+    );
+}
+
+/// The dispatcher's walk looks at an endpoint with a fresh floor from that floor, at the others
+/// from their first entry, and goes on past a floored endpoint with nothing above its floor.
+#[test]
+fn the_walk_looks_at_endpoints_with_a_floor_from_their_floor() {
+    let Some((server, url)) = database("walk_floors") else {
+        return;
+    };
+    let mut c = server.client(&url);
+    let e: Vec<i64> = (0..4).map(|_| endpoint(&mut c, 1_000, None)).collect();
+    let floors = pgstore::tasks::ClaimFloors::new(std::time::Duration::from_secs(3600));
+    // e0: no floor. e1: a floor at NOW + 19 s, one task below it, one above. e2: a floor,
+    // nothing above it. e3: no floor, after e2.
+    task(&mut c, e[0], NOW + 1_000);
+    for (endpoint, due) in [(e[1], NOW + 20_000), (e[2], NOW + 20_000)] {
+        task(&mut c, endpoint, due);
+        let claimed = PgTx::new(&mut c, "node-a")
+            .with_floors(&floors)
+            .claim_endpoint_tasks(endpoint, NOW + 60_000, 1)
+            .unwrap();
+        assert_eq!(claimed.len(), 1);
+    }
+    task(&mut c, e[1], NOW + 5_000);
+    task(&mut c, e[1], NOW + 30_000);
+    task(&mut c, e[2], NOW + 2_000);
+    task(&mut c, e[3], NOW + 3_000);
+    let walk = |c: &mut Client, floors: Option<&pgstore::tasks::ClaimFloors>| -> Vec<(i64, i64)> {
+        let tx = PgTx::new(c, "node-a");
+        let mut tx = match floors {
+            Some(f) => tx.with_floors(f),
+            None => tx,
+        };
+        tx.endpoints_with_pending(0, i64::MAX, 10)
+            .unwrap()
+            .iter()
+            .map(|p| (p.endpoint_id, p.earliest_due))
+            .collect()
+    };
+    assert_eq!(
+        walk(&mut c, Some(&floors)),
+        [
+            (e[0], NOW + 1_000),
+            (e[1], NOW + 30_000),
+            (e[3], NOW + 3_000)
+        ]
+    );
+    assert_eq!(
+        walk(&mut c, None),
+        [
+            (e[0], NOW + 1_000),
+            (e[1], NOW + 5_000),
+            (e[2], NOW + 2_000),
+            (e[3], NOW + 3_000)
+        ],
+        "without floors, every pending task counts"
+    );
+}
+
 #[test]
 fn requeue_running_hands_back_only_this_nodes_tasks_and_expired_leases() {
     let Some((server, url)) = database("requeue") else {

@@ -3,6 +3,7 @@
 //! share the database: every node has its own [`PgStore::node`] id, written into the tasks it
 //! claims (the lease).
 
+use super::tasks::ClaimFloors;
 use super::{Conn, Link, PgPool, PgSettings, PgUrl, Sql, Statements};
 use crate::store::{IdleCap, Store, StoreError, Tx, Watcher};
 use postgres::GenericClient;
@@ -27,6 +28,8 @@ pub struct PgStore {
     node: String,
     /// The last `/healthz` probe: when it ran and whether it failed (and why).
     last_probe: Mutex<Option<(i64, Option<String>)>>,
+    /// Where this node's claims of each endpoint's tasks start.
+    floors: ClaimFloors,
 }
 
 impl Drop for PgStore {
@@ -71,6 +74,7 @@ impl PgStore {
             url: parsed,
             node: node_id(),
             last_probe: Mutex::new(None),
+            floors: ClaimFloors::default(),
         })
     }
 
@@ -131,6 +135,7 @@ impl PgStore {
         }
         let wake = {
             let mut pg = PgTx::cached(&mut tx, statements, &self.node);
+            pg.floors = Some(&self.floors);
             f(&mut pg)?;
             pg.wake
         };
@@ -377,6 +382,9 @@ pub struct PgTx<'c, C: GenericClient> {
     /// This node's id, written into the tasks it claims (the lease).
     pub(super) node: &'c str,
     wake: Wake,
+    /// Where this node's claims start (`tasks.rs`); `None` outside the store's write
+    /// transactions: claims search each endpoint from its first entry.
+    pub(super) floors: Option<&'c ClaimFloors>,
     /// `write_unsynced`: the replay pair's statement turns `synchronous_commit` off for its
     /// transaction, so that its commit does not wait for its WAL flush.
     pub(super) unsynced: bool,
@@ -389,6 +397,7 @@ impl<'c, C: GenericClient> PgTx<'c, C> {
             c: Conn(Sql::new(c, None)),
             node,
             wake: Wake::default(),
+            floors: None,
             unsynced: false,
         }
     }
@@ -399,8 +408,15 @@ impl<'c, C: GenericClient> PgTx<'c, C> {
             c: Conn(Sql::new(c, Some(statements))),
             node,
             wake: Wake::default(),
+            floors: None,
             unsynced: false,
         }
+    }
+
+    /// Claims start at `floors`' floors, as in the store's write transactions (tests).
+    pub fn with_floors(mut self, floors: &'c ClaimFloors) -> Self {
+        self.floors = Some(floors);
+        self
     }
 
     /// Tells the other nodes' delivery pools, on commit, that a task became due.

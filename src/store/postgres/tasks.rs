@@ -20,6 +20,9 @@ use crate::trace::TaskTrace;
 use postgres::GenericClient;
 use postgres::Row;
 use postgres::types::ToSql;
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
 
 /// What a lease adds to the endpoint's timeout (ms): a live node has given up on its request
 /// (and recorded it) well before its lease ends, so no other node rescues a task that is still
@@ -157,32 +160,52 @@ impl<C: GenericClient> TaskQueries for PgTx<'_, C> {
     }
 
     /// A recursive CTE steps from endpoint to endpoint, one index seek each, in one round trip;
-    /// the outer `LIMIT` stops the recursion.
+    /// the outer `LIMIT` stops the recursion. An endpoint with a fresh claim floor (in a store's
+    /// write transaction) is looked at from its floor, like its claim ([`ClaimFloors`]): each
+    /// step takes the first pending entry before the next such endpoint, or else that
+    /// endpoint's first entry at or above its floor (a row with `found` false when it has
+    /// none, so the walk goes on past it).
     fn endpoints_with_pending(
         &mut self,
         after: i64,
         before: i64,
         limit: usize,
     ) -> Result<Vec<PendingEndpoint>, StoreError> {
+        let (known, floors) = self
+            .floors
+            .map(|f| f.fresh(after, before))
+            .unwrap_or_default();
         let c = &mut *self.c;
         Ok(c.query(
-            "WITH RECURSIVE pending AS (
-                 (SELECT endpoint_id, next_attempt_at FROM tasks
-                   WHERE status = 'pending' AND endpoint_id > $1 AND endpoint_id < $3
-                     AND next_attempt_at IS NOT NULL
-                   ORDER BY endpoint_id, next_attempt_at LIMIT 1)
+            "WITH RECURSIVE known AS (
+                 SELECT k.id, k.floor FROM unnest($4::int8[], $5::int8[]) AS k(id, floor)),
+             pending AS (
+                 SELECT $1::int8 AS endpoint_id, NULL::int8 AS next_attempt_at, false AS found
                  UNION ALL
-                 SELECT n.endpoint_id, n.next_attempt_at FROM pending p CROSS JOIN LATERAL (
-                     SELECT endpoint_id, next_attempt_at FROM tasks
-                      WHERE status = 'pending' AND endpoint_id > p.endpoint_id
-                        AND endpoint_id < $3 AND next_attempt_at IS NOT NULL
-                      ORDER BY endpoint_id, next_attempt_at LIMIT 1) n)
+                 SELECT n.endpoint_id, n.next_attempt_at, n.found FROM pending p CROSS JOIN LATERAL (
+                     SELECT * FROM (
+                         (SELECT endpoint_id, next_attempt_at, true AS found FROM tasks
+                           WHERE status = 'pending' AND endpoint_id > p.endpoint_id
+                             AND endpoint_id < $3 AND next_attempt_at IS NOT NULL
+                             AND endpoint_id < coalesce((SELECT min(k.id) FROM known k
+                                                          WHERE k.id > p.endpoint_id), $3)
+                           ORDER BY endpoint_id, next_attempt_at LIMIT 1)
+                         UNION ALL
+                         (SELECT k.id, d.next_attempt_at, d.next_attempt_at IS NOT NULL
+                            FROM known k LEFT JOIN LATERAL (
+                                SELECT t.next_attempt_at FROM tasks t
+                                 WHERE t.status = 'pending' AND t.endpoint_id = k.id
+                                   AND t.next_attempt_at >= k.floor
+                                 ORDER BY t.next_attempt_at LIMIT 1) d ON true
+                           WHERE k.id > p.endpoint_id AND k.id < $3
+                           ORDER BY k.id LIMIT 1)) s
+                      ORDER BY s.endpoint_id LIMIT 1) n)
              SELECT p.endpoint_id, p.next_attempt_at, e.id IS NOT NULL, e.status = 'enabled',
                     e.rate_limit_per_sec, e.max_in_flight
-               FROM (SELECT * FROM pending LIMIT $2) p
+               FROM (SELECT * FROM pending WHERE found LIMIT $2) p
                LEFT JOIN endpoints e ON e.id = p.endpoint_id
               ORDER BY p.endpoint_id",
-            &[&after, &limit_of(limit), &before],
+            &[&after, &limit_of(limit), &before, &known, &floors],
         )?
         .iter()
         .map(|r| {
@@ -219,7 +242,9 @@ impl<C: GenericClient> TaskQueries for PgTx<'_, C> {
     }
 
     /// Claims for `node` up to `limit` due tasks of one endpoint, earliest due first (ties by id).
-    /// Rows another node is claiming right now are skipped, not waited for.
+    /// Rows another node is claiming right now are skipped, not waited for. In a store's write
+    /// transaction the search starts at the endpoint's [`ClaimFloors`] floor, not at its first
+    /// index entry.
     fn claim_endpoint_tasks(
         &mut self,
         endpoint_id: i64,
@@ -228,10 +253,12 @@ impl<C: GenericClient> TaskQueries for PgTx<'_, C> {
     ) -> Result<Vec<Claimed>, StoreError> {
         let c = &mut *self.c;
         let node = self.node;
+        let floor = self.floors.and_then(|f| f.floor(endpoint_id));
         let sql = format!(
             "WITH due AS (
                  SELECT id FROM tasks
                   WHERE status = 'pending' AND endpoint_id = $1 AND next_attempt_at <= $2
+                    AND next_attempt_at >= $5
                   ORDER BY next_attempt_at, id LIMIT $3
                   FOR UPDATE SKIP LOCKED)
              UPDATE tasks t SET {}
@@ -240,11 +267,24 @@ impl<C: GenericClient> TaskQueries for PgTx<'_, C> {
             claim_set(4, 2)
         );
         let mut claimed: Vec<_> = c
-            .query(&sql, &[&endpoint_id, &now_ms, &limit_of(limit), &node])?
+            .query(
+                &sql,
+                &[
+                    &endpoint_id,
+                    &now_ms,
+                    &limit_of(limit),
+                    &node,
+                    &floor.unwrap_or(i64::MIN),
+                ],
+            )?
             .iter()
             .map(claimed_from)
             .collect::<Result<_, _>>()?;
         claimed.sort_by_key(|(due, c)| (*due, c.id));
+        if let Some(floors) = self.floors {
+            let latest = claimed.iter().filter_map(|(due, _)| *due).max();
+            floors.claimed(endpoint_id, floor.is_none(), latest);
+        }
         Ok(claimed.into_iter().map(|(_, c)| c).collect())
     }
 
@@ -414,6 +454,9 @@ impl<C: GenericClient> TaskQueries for PgTx<'_, C> {
         )?;
         if n > 0 {
             self.tasks_due();
+            if let Some(floors) = self.floors {
+                floors.reset();
+            }
         }
         Ok(n)
     }
@@ -444,6 +487,9 @@ impl<C: GenericClient> TaskQueries for PgTx<'_, C> {
         let n = hand_back(c, LEASE_OVER, &[&now_ms])?;
         if n > 0 {
             self.tasks_due();
+            if let Some(floors) = self.floors {
+                floors.reset();
+            }
         }
         Ok(n)
     }
@@ -500,6 +546,9 @@ impl<C: GenericClient> TaskQueries for PgTx<'_, C> {
             .collect::<Result<_, _>>()?;
         if !retried.is_empty() {
             self.tasks_due();
+            if let Some(floors) = self.floors {
+                floors.reset();
+            }
         }
         Ok(retried)
     }
@@ -562,6 +611,117 @@ impl<C: GenericClient> TaskQueries for PgTx<'_, C> {
                 .map(|r| Ok::<_, postgres::Error>((r.try_get(0)?, r.try_get(1)?)))
                 .collect::<Result<_, _>>()?,
         )
+    }
+}
+
+/// How far behind the latest due time it claimed a node's next claim of an endpoint starts
+/// looking (ms): a task whose transaction committed late (a publish that took its time
+/// between reading the clock and committing, another node's clock a little behind) is still
+/// found at once.
+const FLOOR_LAG_MS: i64 = 1_000;
+
+/// How often a node's claim of an endpoint searches from the endpoint's first index entry
+/// anyway: what lies below the floor (a task handed back by another node, a firing whose
+/// `run_at` is older than the floor) waits at most this long.
+const FULL_SCAN_EVERY: Duration = Duration::from_secs(1);
+
+/// Above this many endpoints, floors that would be searched in full anyway are forgotten.
+const FLOORS_KEPT: usize = 4096;
+
+/// Where this node's next claim of each endpoint starts looking, in `tasks_endpoint_due`
+/// order (docs/dev/storage.md, "The claim's floor").
+///
+/// A claim moves tasks from `pending` to `running` with a non-HOT update (`status` is in
+/// the indexes), so each claimed task leaves its entry in the pending-only
+/// `tasks_endpoint_due` until VACUUM removes it; the entries of an endpoint's claimed tasks
+/// sort before its pending ones, and a claim that seeks to the endpoint's first entry steps
+/// over all of them. Under a backlog the claim grew with every task claimed since the last
+/// VACUUM (the index scan of a claim of 8 behind 45,000 claimed tasks read 236 buffers,
+/// 20 from a floor: BENCHMARKS.md, "The claim's floor on PostgreSQL").
+/// Starting at the latest due time claimed minus [`FLOOR_LAG_MS`] bounds that to the tasks
+/// claimed in the last second. What is due below the floor waits for the next full search,
+/// at most [`FULL_SCAN_EVERY`] later (at once after this node hands tasks back or retries
+/// them, which [`ClaimFloors::reset`]s), so in that window a task may be claimed after one
+/// that became due later than it.
+pub struct ClaimFloors {
+    floors: Mutex<HashMap<i64, Floor>>,
+    /// [`FULL_SCAN_EVERY`], or what a test chose.
+    full_every: Duration,
+}
+
+impl Default for ClaimFloors {
+    fn default() -> Self {
+        ClaimFloors::new(FULL_SCAN_EVERY)
+    }
+}
+
+/// One endpoint's floor.
+struct Floor {
+    /// The lowest `next_attempt_at` the next claim looks at.
+    due: i64,
+    /// When a claim of the endpoint last searched from its first entry.
+    full_at: Instant,
+}
+
+impl ClaimFloors {
+    /// Floors whose claims search in full at least every `full_every`.
+    pub fn new(full_every: Duration) -> Self {
+        ClaimFloors {
+            floors: Mutex::new(HashMap::new()),
+            full_every,
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<i64, Floor>> {
+        self.floors.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Where the next claim of `endpoint_id` starts; `None`: from its first entry.
+    fn floor(&self, endpoint_id: i64) -> Option<i64> {
+        self.lock()
+            .get(&endpoint_id)
+            .filter(|f| f.full_at.elapsed() < self.full_every)
+            .map(|f| f.due)
+    }
+
+    /// After a claim of `endpoint_id` (`full`: it searched from the first entry) whose latest
+    /// claimed task was due at `latest`: the floor never moves down between full searches.
+    fn claimed(&self, endpoint_id: i64, full: bool, latest: Option<i64>) {
+        let mut floors = self.lock();
+        if full && floors.len() >= FLOORS_KEPT {
+            let every = self.full_every;
+            floors.retain(|_, f| f.full_at.elapsed() < every);
+        }
+        let now = Instant::now();
+        let floor = floors.entry(endpoint_id).or_insert(Floor {
+            due: i64::MIN,
+            full_at: now,
+        });
+        if full {
+            floor.full_at = now;
+        }
+        if let Some(latest) = latest {
+            floor.due = floor.due.max(latest.saturating_sub(FLOOR_LAG_MS));
+        }
+    }
+
+    /// The endpoints between `after` and `before` whose floors are fresh, in id order, and
+    /// their floors.
+    fn fresh(&self, after: i64, before: i64) -> (Vec<i64>, Vec<i64>) {
+        let floors = self.lock();
+        let mut fresh: Vec<(i64, i64)> = floors
+            .iter()
+            .filter(|&(&id, f)| id > after && id < before && f.full_at.elapsed() < self.full_every)
+            .map(|(&id, f)| (id, f.due))
+            .collect();
+        fresh.sort_unstable();
+        fresh.into_iter().unzip()
+    }
+
+    /// Every endpoint's next claim searches from its first entry: tasks went back to
+    /// `pending` below their floors.
+    fn reset(&self) {
+        self.lock().clear();
     }
 }
 
@@ -723,4 +883,43 @@ pub(super) fn insert_tasks_sql(first: usize, event_id: &str, more_from: &str) ->
          ORDER BY u.ord",
         p[0], p[1], p[2], p[3], p[4], p[5], p[6], p[7], p[8], p[9], p[10], p[11]
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_floor_trails_the_latest_claimed_due_time_and_never_moves_down_until_reset() {
+        let floors = ClaimFloors::new(Duration::from_secs(3600));
+        assert_eq!(
+            floors.floor(7),
+            None,
+            "an unknown endpoint is searched in full"
+        );
+        floors.claimed(7, true, Some(50_000));
+        assert_eq!(floors.floor(7), Some(50_000 - FLOOR_LAG_MS));
+        floors.claimed(7, false, Some(40_000));
+        assert_eq!(floors.floor(7), Some(50_000 - FLOOR_LAG_MS), "never down");
+        floors.claimed(7, false, None);
+        assert_eq!(floors.floor(7), Some(50_000 - FLOOR_LAG_MS));
+        floors.claimed(7, false, Some(52_500));
+        assert_eq!(floors.floor(7), Some(52_500 - FLOOR_LAG_MS));
+        assert_eq!(floors.floor(8), None, "floors are per endpoint");
+        floors.claimed(8, true, None);
+        assert_eq!(
+            floors.floor(8),
+            Some(i64::MIN),
+            "nothing claimed: from the start"
+        );
+        floors.reset();
+        assert_eq!(floors.floor(7), None);
+    }
+
+    #[test]
+    fn past_its_period_a_floor_is_searched_in_full_again() {
+        let floors = ClaimFloors::new(Duration::ZERO);
+        floors.claimed(7, true, Some(50_000));
+        assert_eq!(floors.floor(7), None);
+    }
 }
