@@ -102,7 +102,11 @@ pub fn open_limited(
 /// of them (24) held 36 MiB at the peak of a publish run where 10 hold 30 with the same rate
 /// (BENCHMARKS.md, "Peak RSS"; docs/operations.md, "Memory").
 pub fn connections_cap() -> u32 {
-    let cores = std::thread::available_parallelism().map_or(2, std::num::NonZero::get);
+    connections_for(std::thread::available_parallelism().map_or(2, std::num::NonZero::get))
+}
+
+/// [`connections_cap`] on `cores` cores.
+fn connections_for(cores: usize) -> u32 {
     u32::try_from(cores.saturating_mul(2).saturating_add(6)).unwrap_or(u32::MAX)
 }
 
@@ -196,3 +200,21 @@ macro_rules! stored_words {
 stored_words!(
     Backoff, Catchup, Jitter, Overlap, Scope, TaskKind, TaskStatus
 );
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_pool_holds_two_connections_per_core_and_six_at_most() {
+        assert_eq!(connections_for(1), 8);
+        assert_eq!(connections_for(2), 10);
+        assert_eq!(connections_for(16), 38);
+        assert_eq!(connections_for(usize::MAX), u32::MAX);
+        let dir = tempfile::tempdir().unwrap();
+        let db = dir.path().join("cap.sqlite");
+        // Asked for more than the cap: the cap; asked for fewer: what was asked.
+        assert_eq!(open(&db, 10_000).unwrap().max_size(), connections_cap());
+        assert_eq!(open(&db, 3).unwrap().max_size(), 3);
+    }
+}
