@@ -54,13 +54,14 @@ pub fn open(path: &Path, size: u32) -> anyhow::Result<Pool> {
 }
 
 /// [`open`] with `--wal-limit-mb` in bytes (what a rewound `-wal` file is cut back to) and
-/// `--sqlite-sync`.
+/// `--sqlite-sync`. The pool holds at most [`connections_cap`] connections, `size` or fewer.
 pub fn open_limited(
     path: &Path,
     size: u32,
     wal_limit_bytes: u64,
     sync: SqliteSync,
 ) -> anyhow::Result<Pool> {
+    let size = size.min(connections_cap());
     create_private_file(path)?;
     {
         let mut conn = Connection::open_with_flags(path, OpenFlags::SQLITE_OPEN_READ_WRITE)
@@ -91,6 +92,22 @@ pub fn open_limited(
         .connection_timeout(Duration::from_secs(30))
         .build(manager)
         .context("cannot build the database connection pool")
+}
+
+/// The most connections a SQLite pool holds: two per core, and six for the threads that each
+/// keep one for a moment (dispatcher, scheduler, checkpoints, health probe). A SQLite statement
+/// runs on the caller's thread against a file in memory, so more connections than the cores
+/// can run add no throughput, while each one keeps its last transaction's pages, its prepared
+/// statements and its copy of the schema (about 400 KiB under a publish load): `--workers` + 8
+/// of them (24) held 36 MiB at the peak of a publish run where 10 hold 30 with the same rate
+/// (BENCHMARKS.md, "Peak RSS"; docs/operations.md, "Memory").
+pub fn connections_cap() -> u32 {
+    connections_for(std::thread::available_parallelism().map_or(2, std::num::NonZero::get))
+}
+
+/// [`connections_cap`] on `cores` cores.
+fn connections_for(cores: usize) -> u32 {
+    u32::try_from(cores.saturating_mul(2).saturating_add(6)).unwrap_or(u32::MAX)
 }
 
 /// How long a statement waits for another process's lock before failing with "busy".
@@ -183,3 +200,21 @@ macro_rules! stored_words {
 stored_words!(
     Backoff, Catchup, Jitter, Overlap, Scope, TaskKind, TaskStatus
 );
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_pool_holds_two_connections_per_core_and_six_at_most() {
+        assert_eq!(connections_for(1), 8);
+        assert_eq!(connections_for(2), 10);
+        assert_eq!(connections_for(16), 38);
+        assert_eq!(connections_for(usize::MAX), u32::MAX);
+        let dir = tempfile::tempdir().unwrap();
+        let db = dir.path().join("cap.sqlite");
+        // Asked for more than the cap: the cap; asked for fewer: what was asked.
+        assert_eq!(open(&db, 10_000).unwrap().max_size(), connections_cap());
+        assert_eq!(open(&db, 3).unwrap().max_size(), 3);
+    }
+}

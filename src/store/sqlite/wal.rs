@@ -282,7 +282,7 @@ impl WalCheckpoints {
     /// After a load, gives memory back once writes have only trickled for
     /// [`QUIET_BEFORE_RELEASE`] (`written`: the WAL's frame count at this PASSIVE checkpoint):
     /// each idle connection drops its page cache (`PRAGMA shrink_memory`, up to `cache_size`
-    /// each, the pool holds `--workers` + 8) and its cached statements, then glibc's allocator
+    /// each, the pool holds up to `super::connections_cap`) and its cached statements, then glibc's allocator
     /// returns the freed pages to the system (`malloc_trim`; its per-thread arenas keep them
     /// otherwise). Without it, RSS stayed at 32 MiB after a publish run (13 MiB at start);
     /// docs/operations.md, "Memory".
@@ -313,12 +313,26 @@ impl WalCheckpoints {
         }
         let connections = idle.len();
         drop(idle);
-        #[cfg(all(target_os = "linux", target_env = "gnu"))]
-        // SAFETY: malloc_trim only walks and trims glibc's own heaps; it takes no pointer.
-        unsafe {
-            libc::malloc_trim(0);
-        }
+        trim_allocator();
         tracing::debug!(connections, "idle: database caches released");
+    }
+}
+
+/// How often the checkpoint thread hands the allocator's free pages back ([`trim_allocator`]).
+const TRIM_EVERY: Duration = Duration::from_secs(1);
+
+/// Gives the pages glibc's allocator holds free back to the system (`malloc_trim`). Under
+/// load every thread that touches the database frees page-cache pages and statements in its
+/// own arena (up to 8 per core), and glibc keeps what it freed in the middle of an arena: in
+/// a publish run the free part grew from 1.5 to 9 MiB of a 24 MiB heap, most of the resident
+/// set's growth after warm-up. A trim each second keeps it near what is in use; it costs a
+/// walk of the arenas and, later, a page fault per 4 KiB page taken again (BENCHMARKS.md,
+/// "Peak RSS"). The static musl build's allocator returns free pages by itself.
+fn trim_allocator() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: malloc_trim only walks and trims glibc's own heaps; it takes no pointer.
+    unsafe {
+        libc::malloc_trim(0);
     }
 }
 
@@ -353,6 +367,7 @@ impl Checkpointer {
             .name("wal-checkpoint".into())
             .spawn(move || {
                 let mut next_checkpoint = std::time::Instant::now();
+                let mut next_trim = next_checkpoint + TRIM_EVERY;
                 while !stopping.load(Ordering::SeqCst) {
                     std::thread::sleep(WAL_SIZE_EVERY);
                     let passive = std::time::Instant::now() >= next_checkpoint;
@@ -361,6 +376,10 @@ impl Checkpointer {
                     }
                     if let Err(e) = wal.tick(passive) {
                         tracing::warn!(error = %e, "WAL checkpoint failed; will retry");
+                    }
+                    if std::time::Instant::now() >= next_trim {
+                        next_trim += TRIM_EVERY;
+                        trim_allocator();
                     }
                 }
             })?;
