@@ -3,7 +3,8 @@
 use super::list::{Filters, list_page};
 use crate::store::Page;
 use crate::store::endpoints::{
-    DisabledReason, Endpoint, HealthDelta, Target, filter_payload_from_text, filter_payload_text,
+    DisabledReason, Endpoint, HealthDelta, Target, TargetsRead, filter_payload_from_text,
+    filter_payload_text, fresh_target_generation,
 };
 use crate::store::postgres::PgTx;
 use crate::store::{EndpointQueries, StoreError};
@@ -43,6 +44,56 @@ fn headers_json(ep: &Endpoint) -> String {
     serde_json::Value::Object(ep.headers.clone()).to_string()
 }
 
+/// Gives `app_id` a new target generation (`EndpointQueries::enabled_targets_since`).
+fn bump_target_generation<C: GenericClient>(
+    tx: &mut PgTx<'_, C>,
+    app_id: &str,
+) -> Result<(), StoreError> {
+    tx.c.execute(
+        "INSERT INTO target_generation (app_id, generation) VALUES ($1, $2)
+         ON CONFLICT (app_id) DO UPDATE SET generation = excluded.generation",
+        &[&app_id, &fresh_target_generation()],
+    )?;
+    Ok(())
+}
+
+/// `$update` (an `UPDATE endpoints` of one endpoint) with `RETURNING $returning` (which names
+/// `app_id`), and in the same statement, so in one round trip and in none more when nothing
+/// changed, a new target generation (the parameter `$generation`) for the app of the endpoint
+/// it changed; the statement returns what the update returned.
+macro_rules! disabling {
+    ($update:literal, $returning:literal, $generation:literal) => {
+        concat!(
+            "WITH changed AS (",
+            $update,
+            " RETURNING ",
+            $returning,
+            "), bumped AS (
+                 INSERT INTO target_generation (app_id, generation) SELECT app_id, ",
+            $generation,
+            " FROM changed
+                 ON CONFLICT (app_id) DO UPDATE SET generation = excluded.generation)
+             SELECT ",
+            $returning,
+            " FROM changed"
+        )
+    };
+}
+
+/// The columns of a [`Target`] from `e` (endpoints) and `p` (its retry policy; `$2` is the
+/// default policy's attempts), read by [`target_from_row`] from column `at` on.
+const TARGET_COLUMNS: &str =
+    "e.id, e.filter_events, coalesce(p.max_attempts, $2), e.filter_payload";
+
+fn target_from_row(r: &Row, at: usize) -> Result<Target, Error> {
+    Ok(Target {
+        id: r.try_get(at)?,
+        filter_events: r.try_get(at + 1)?,
+        max_attempts: r.try_get(at + 2)?,
+        filter_payload: r.try_get(at + 3)?,
+    })
+}
+
 impl<C: GenericClient> EndpointQueries for PgTx<'_, C> {
     fn insert_endpoint(&mut self, ep: &Endpoint) -> Result<Endpoint, StoreError> {
         let c = &mut *self.c;
@@ -72,6 +123,7 @@ impl<C: GenericClient> EndpointQueries for PgTx<'_, C> {
                 ],
             )?
             .try_get(0)?;
+        bump_target_generation(self, &ep.app_id)?;
         Ok(Endpoint { id, ..ep.clone() })
     }
 
@@ -103,6 +155,7 @@ impl<C: GenericClient> EndpointQueries for PgTx<'_, C> {
                 &filter_payload_text(ep),
             ],
         )?;
+        bump_target_generation(self, &ep.app_id)?;
         self.tasks_due();
         Ok(())
     }
@@ -153,6 +206,9 @@ impl<C: GenericClient> EndpointQueries for PgTx<'_, C> {
                 &[&app_id, &id, &reason.as_str(), &now_ms],
             )?
         };
+        if n == 1 {
+            bump_target_generation(self, app_id)?;
+        }
         if n == 1 && enabled {
             self.tasks_due();
         }
@@ -170,9 +226,13 @@ impl<C: GenericClient> EndpointQueries for PgTx<'_, C> {
     ) -> Result<Option<String>, StoreError> {
         let c = &mut *self.c;
         Ok(c.query_opt(
-            "UPDATE endpoints SET status = 'disabled', disabled_reason = $2, updated_at = $3
-             WHERE id = $1 AND status = 'enabled' RETURNING app_id",
-            &[&id, &reason.as_str(), &now_ms],
+            disabling!(
+                "UPDATE endpoints SET status = 'disabled', disabled_reason = $2, updated_at = $3
+                 WHERE id = $1 AND status = 'enabled'",
+                "app_id",
+                "$4"
+            ),
+            &[&id, &reason.as_str(), &now_ms, &fresh_target_generation()],
         )?
         .map(|r| r.try_get(0))
         .transpose()?)
@@ -216,11 +276,20 @@ impl<C: GenericClient> EndpointQueries for PgTx<'_, C> {
             return Ok(None);
         }
         Ok(c.query_opt(
-            "UPDATE endpoints SET status = 'disabled', disabled_reason = 'failing', updated_at = $4
-             WHERE id = $1 AND status = 'enabled' AND consecutive_failures >= $2
-               AND failing_since IS NOT NULL AND $4 - failing_since >= $3
-             RETURNING app_id, consecutive_failures",
-            &[&id, &min_failures, &after_ms, &now_ms],
+            disabling!(
+                "UPDATE endpoints SET status = 'disabled', disabled_reason = 'failing', updated_at = $4
+                 WHERE id = $1 AND status = 'enabled' AND consecutive_failures >= $2
+                   AND failing_since IS NOT NULL AND $4 - failing_since >= $3",
+                "app_id, consecutive_failures",
+                "$5"
+            ),
+            &[
+                &id,
+                &min_failures,
+                &after_ms,
+                &now_ms,
+                &fresh_target_generation(),
+            ],
         )?
         .map(|r| Ok::<_, Error>((r.try_get(0)?, r.try_get(1)?)))
         .transpose()?)
@@ -285,6 +354,8 @@ impl<C: GenericClient> EndpointQueries for PgTx<'_, C> {
         if deleted != 1 {
             return Ok(None);
         }
+        bump_target_generation(self, app_id)?;
+        let c = &mut *self.c;
         c.execute(
             "UPDATE tasks SET status = 'canceled', finished_at = $2, updated_at = $2, next_attempt_at = NULL,
              last_error = coalesce(last_error, 'endpoint deleted')
@@ -346,20 +417,57 @@ impl<C: GenericClient> EndpointQueries for PgTx<'_, C> {
         let c = &mut *self.c;
         let default_attempts = i64::from(crate::retry::RetryPolicy::DEFAULT.max_attempts);
         Ok(c.query(
-            "SELECT e.id, e.filter_events, coalesce(p.max_attempts, $2), e.filter_payload
-             FROM endpoints e LEFT JOIN retry_policies p ON p.id = e.retry_policy_id
-             WHERE e.app_id = $1 AND e.status = 'enabled' ORDER BY e.id",
+            &format!(
+                "SELECT {TARGET_COLUMNS}
+                 FROM endpoints e LEFT JOIN retry_policies p ON p.id = e.retry_policy_id
+                 WHERE e.app_id = $1 AND e.status = 'enabled' ORDER BY e.id"
+            ),
             &[&app_id, &default_attempts],
         )?
         .iter()
-        .map(|r| {
-            Ok::<_, Error>(Target {
-                id: r.try_get(0)?,
-                filter_events: r.try_get(1)?,
-                max_attempts: r.try_get(2)?,
-                filter_payload: r.try_get(3)?,
-            })
-        })
+        .map(|r| target_from_row(r, 0))
         .collect::<Result<_, _>>()?)
+    }
+
+    /// One statement, so one round trip and one snapshot: the generation comes in every row,
+    /// with no endpoint (one row) when it is `held`, else joined to each enabled endpoint.
+    fn enabled_targets_since(
+        &mut self,
+        app_id: &str,
+        held: Option<i64>,
+    ) -> Result<TargetsRead, StoreError> {
+        let c = &mut *self.c;
+        let default_attempts = i64::from(crate::retry::RetryPolicy::DEFAULT.max_attempts);
+        let rows = c.query(
+            &format!(
+                "WITH g AS (SELECT coalesce(
+                     (SELECT generation FROM target_generation WHERE app_id = $1), 0) AS generation)
+                 SELECT g.generation, {TARGET_COLUMNS}
+                 FROM g LEFT JOIN endpoints e
+                   ON g.generation IS DISTINCT FROM $3::bigint AND e.app_id = $1 AND e.status = 'enabled'
+                 LEFT JOIN retry_policies p ON p.id = e.retry_policy_id
+                 ORDER BY e.id"
+            ),
+            &[&app_id, &default_attempts, &held],
+        )?;
+        let Some(first) = rows.first() else {
+            return Err(StoreError::Other(anyhow::anyhow!(
+                "the target generation read returned no row"
+            )));
+        };
+        let generation: i64 = first.try_get(0)?;
+        if held == Some(generation) {
+            return Ok(TargetsRead::Unchanged);
+        }
+        let mut targets = Vec::with_capacity(rows.len());
+        for r in &rows {
+            if r.try_get::<_, Option<i64>>(1)?.is_some() {
+                targets.push(target_from_row(r, 1)?);
+            }
+        }
+        Ok(TargetsRead::Changed {
+            generation,
+            targets,
+        })
     }
 }

@@ -71,6 +71,12 @@ impl<C: GenericClient> PolicyQueries for PgTx<'_, C> {
                 &p.jitter,
             ],
         )?;
+        c.execute(
+            "INSERT INTO target_generation (app_id, generation)
+             SELECT DISTINCT app_id, $2::bigint FROM endpoints WHERE retry_policy_id = $1
+             ON CONFLICT (app_id) DO UPDATE SET generation = excluded.generation",
+            &[&p.id, &crate::store::endpoints::fresh_target_generation()],
+        )?;
         Ok(())
     }
 
