@@ -44,40 +44,34 @@ fn headers_json(ep: &Endpoint) -> String {
     serde_json::Value::Object(ep.headers.clone()).to_string()
 }
 
-/// Gives `app_id` a new target generation (`EndpointQueries::enabled_targets_since`).
-fn bump_target_generation<C: GenericClient>(
-    tx: &mut PgTx<'_, C>,
-    app_id: &str,
-) -> Result<(), StoreError> {
-    tx.c.execute(
-        "INSERT INTO target_generation (app_id, generation) VALUES ($1, $2)
-         ON CONFLICT (app_id) DO UPDATE SET generation = excluded.generation",
-        &[&app_id, &fresh_target_generation()],
-    )?;
-    Ok(())
-}
+impl<C: GenericClient> PgTx<'_, C> {
+    /// Notes that this transaction changed the targets of `app_id`: the app gets a new target
+    /// generation just before the transaction commits ([`PgTx::give_new_target_generations`]).
+    pub(super) fn target_changed(&mut self, app_id: &str) {
+        if !self.targets_changed.iter().any(|a| a == app_id) {
+            self.targets_changed.push(app_id.to_string());
+        }
+    }
 
-/// `$update` (an `UPDATE endpoints` of one endpoint) with `RETURNING $returning` (which names
-/// `app_id`), and in the same statement, so in one round trip and in none more when nothing
-/// changed, a new target generation (the parameter `$generation`) for the app of the endpoint
-/// it changed; the statement returns what the update returned.
-macro_rules! disabling {
-    ($update:literal, $returning:literal, $generation:literal) => {
-        concat!(
-            "WITH changed AS (",
-            $update,
-            " RETURNING ",
-            $returning,
-            "), bumped AS (
-                 INSERT INTO target_generation (app_id, generation) SELECT app_id, ",
-            $generation,
-            " FROM changed
-                 ON CONFLICT (app_id) DO UPDATE SET generation = excluded.generation)
-             SELECT ",
-            $returning,
-            " FROM changed"
-        )
-    };
+    /// Gives each app noted by [`PgTx::target_changed`] a new target generation, in one
+    /// statement, run by the store last in every write (`PgStore::write_dyn`). Last, and by app
+    /// id: every transaction locks the `target_generation` rows it writes after the endpoint
+    /// rows it changed, in one order, so that a delivery round disabling endpoints of several
+    /// apps and an API write to another endpoint of one of them cannot deadlock.
+    pub(super) fn give_new_target_generations(&mut self) -> Result<(), StoreError> {
+        if self.targets_changed.is_empty() {
+            return Ok(());
+        }
+        let mut apps = std::mem::take(&mut self.targets_changed);
+        apps.sort();
+        self.c.execute(
+            "INSERT INTO target_generation (app_id, generation)
+             SELECT app_id, $2::bigint FROM unnest($1::text[]) AS a (app_id) ORDER BY app_id
+             ON CONFLICT (app_id) DO UPDATE SET generation = excluded.generation",
+            &[&apps, &fresh_target_generation()],
+        )?;
+        Ok(())
+    }
 }
 
 /// The columns of a [`Target`] from `e` (endpoints) and `p` (its retry policy; `$2` is the
@@ -123,7 +117,7 @@ impl<C: GenericClient> EndpointQueries for PgTx<'_, C> {
                 ],
             )?
             .try_get(0)?;
-        bump_target_generation(self, &ep.app_id)?;
+        self.target_changed(&ep.app_id);
         Ok(Endpoint { id, ..ep.clone() })
     }
 
@@ -155,7 +149,7 @@ impl<C: GenericClient> EndpointQueries for PgTx<'_, C> {
                 &filter_payload_text(ep),
             ],
         )?;
-        bump_target_generation(self, &ep.app_id)?;
+        self.target_changed(&ep.app_id);
         self.tasks_due();
         Ok(())
     }
@@ -207,7 +201,7 @@ impl<C: GenericClient> EndpointQueries for PgTx<'_, C> {
             )?
         };
         if n == 1 {
-            bump_target_generation(self, app_id)?;
+            self.target_changed(app_id);
         }
         if n == 1 && enabled {
             self.tasks_due();
@@ -225,17 +219,18 @@ impl<C: GenericClient> EndpointQueries for PgTx<'_, C> {
         now_ms: i64,
     ) -> Result<Option<String>, StoreError> {
         let c = &mut *self.c;
-        Ok(c.query_opt(
-            disabling!(
+        let app_id: Option<String> = c
+            .query_opt(
                 "UPDATE endpoints SET status = 'disabled', disabled_reason = $2, updated_at = $3
-                 WHERE id = $1 AND status = 'enabled'",
-                "app_id",
-                "$4"
-            ),
-            &[&id, &reason.as_str(), &now_ms, &fresh_target_generation()],
-        )?
-        .map(|r| r.try_get(0))
-        .transpose()?)
+                 WHERE id = $1 AND status = 'enabled' RETURNING app_id",
+                &[&id, &reason.as_str(), &now_ms],
+            )?
+            .map(|r| r.try_get(0))
+            .transpose()?;
+        if let Some(app_id) = &app_id {
+            self.target_changed(app_id);
+        }
+        Ok(app_id)
     }
 
     /// Applies a round's [`HealthDelta`] to an endpoint in the result commit, and disables it with
@@ -275,24 +270,20 @@ impl<C: GenericClient> EndpointQueries for PgTx<'_, C> {
         if delta.failures == 0 {
             return Ok(None);
         }
-        Ok(c.query_opt(
-            disabling!(
+        let disabled: Option<(String, i64)> = c
+            .query_opt(
                 "UPDATE endpoints SET status = 'disabled', disabled_reason = 'failing', updated_at = $4
                  WHERE id = $1 AND status = 'enabled' AND consecutive_failures >= $2
-                   AND failing_since IS NOT NULL AND $4 - failing_since >= $3",
-                "app_id, consecutive_failures",
-                "$5"
-            ),
-            &[
-                &id,
-                &min_failures,
-                &after_ms,
-                &now_ms,
-                &fresh_target_generation(),
-            ],
-        )?
-        .map(|r| Ok::<_, Error>((r.try_get(0)?, r.try_get(1)?)))
-        .transpose()?)
+                   AND failing_since IS NOT NULL AND $4 - failing_since >= $3
+                 RETURNING app_id, consecutive_failures",
+                &[&id, &min_failures, &after_ms, &now_ms],
+            )?
+            .map(|r| Ok::<_, Error>((r.try_get(0)?, r.try_get(1)?)))
+            .transpose()?;
+        if let Some((app_id, _)) = &disabled {
+            self.target_changed(app_id);
+        }
+        Ok(disabled)
     }
 
     fn list_endpoints(
@@ -354,7 +345,7 @@ impl<C: GenericClient> EndpointQueries for PgTx<'_, C> {
         if deleted != 1 {
             return Ok(None);
         }
-        bump_target_generation(self, app_id)?;
+        self.target_changed(app_id);
         let c = &mut *self.c;
         c.execute(
             "UPDATE tasks SET status = 'canceled', finished_at = $2, updated_at = $2, next_attempt_at = NULL,

@@ -71,12 +71,14 @@ impl<C: GenericClient> PolicyQueries for PgTx<'_, C> {
                 &p.jitter,
             ],
         )?;
-        c.execute(
-            "INSERT INTO target_generation (app_id, generation)
-             SELECT DISTINCT app_id, $2::bigint FROM endpoints WHERE retry_policy_id = $1
-             ON CONFLICT (app_id) DO UPDATE SET generation = excluded.generation",
-            &[&p.id, &crate::store::endpoints::fresh_target_generation()],
+        let apps = c.query(
+            "SELECT DISTINCT app_id FROM endpoints WHERE retry_policy_id = $1",
+            &[&p.id],
         )?;
+        for row in &apps {
+            let app_id: String = row.try_get(0)?;
+            self.target_changed(&app_id);
+        }
         Ok(())
     }
 
