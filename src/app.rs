@@ -27,6 +27,8 @@ pub struct App {
     pub probes: crate::delivery::probe::Probes,
     /// The random delay of jittered schedule firings (replaceable by tests).
     pub jitter: crate::scheduler::Jitter,
+    /// Each app's enabled endpoints, held for publishes (`fanout::event`).
+    pub targets: crate::targets::TargetCache,
 }
 
 impl App {
@@ -43,6 +45,7 @@ impl App {
             spans: crate::spans::Spans::default(),
             probes: Default::default(),
             jitter: Default::default(),
+            targets: Default::default(),
             config,
         }
     }

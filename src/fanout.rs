@@ -9,6 +9,7 @@ use crate::store::events::Event;
 use crate::store::schedules::{Firing, Overlap};
 use crate::store::tasks::{NewTask, TaskKind};
 use crate::store::{StoreError, Tx};
+use crate::targets::TargetCache;
 use crate::trace::TaskTraces;
 use serde_json::Value;
 use std::collections::{HashMap, HashSet};
@@ -18,12 +19,14 @@ use std::collections::{HashMap, HashSet};
 /// Each task is in the trace `traces` hands out (the request's, or one of its own). Returns
 /// the event as stored and how many tasks it made.
 ///
-/// The payload is parsed only when some endpoint has a `filter_payload`, and each endpoint's
-/// filter once per publish, so publishing to endpoints without one costs what it did before.
+/// The app's endpoints come from `targets` (held in memory, checked against the store in
+/// `tx`): their `filter_payload`s are parsed when read, not per publish, and the payload is
+/// parsed only when an endpoint the name reaches has one.
 // The event's fields, the time and the traces: one each, nothing to group.
 #[allow(clippy::too_many_arguments)]
 pub fn event(
     tx: &mut dyn Tx,
+    targets: &TargetCache,
     app_id: &str,
     event_name: &str,
     event_key: Option<&str>,
@@ -31,45 +34,16 @@ pub fn event(
     now_ms: i64,
     traces: &mut TaskTraces,
 ) -> Result<(Event, usize), StoreError> {
+    let set = targets.current(tx, app_id)?;
     let mut parsed: Option<Value> = None;
+    let chosen = set
+        .subscribed(event_name)
+        .into_iter()
+        .filter(|target| target.takes_payload(payload, &mut parsed))
+        .map(|target| (target.id, target.max_attempts));
     publish(
-        tx,
-        app_id,
-        event_name,
-        event_key,
-        payload,
-        now_ms,
-        traces,
-        |target| {
-            if !crate::filter::matches(target.filter_events.as_deref(), event_name) {
-                return false;
-            }
-            let Some(text) = target.filter_payload.as_deref() else {
-                return true;
-            };
-            let value =
-                parsed.get_or_insert_with(|| serde_json::from_str(payload).unwrap_or(Value::Null));
-            match stored_filter(text) {
-                Some(filter) => filter.matches(value),
-                None => {
-                    tracing::warn!(
-                        endpoint_id = target.id,
-                        "the stored filter_payload is not a valid filter; no event reaches the endpoint until it is set again"
-                    );
-                    false
-                }
-            }
-        },
+        tx, app_id, event_name, event_key, payload, now_ms, traces, chosen,
     )
-}
-
-/// A `filter_payload` as its column stores it, parsed; `None` when the text is not a valid
-/// filter (the API never stores one, but a hand-edited row could hold one).
-fn stored_filter(text: &str) -> Option<PayloadFilter> {
-    match serde_json::from_str(text) {
-        Ok(Value::Object(map)) => PayloadFilter::parse(&map).ok(),
-        _ => None,
-    }
 }
 
 /// `POST /endpoints/{id}/filter-test`: whether an event would reach an endpoint with these
@@ -119,6 +93,11 @@ pub fn operator_event(
     now_ms: i64,
 ) -> Result<(i64, usize), StoreError> {
     let mut traces = TaskTraces::new(None, false);
+    let enabled = tx.list_enabled_targets(app_id)?;
+    let chosen = enabled
+        .iter()
+        .filter(|t| crate::filter::matches_prefixed(t.filter_events.as_deref(), prefix, event_name))
+        .map(|t| (t.id, t.max_attempts));
     publish(
         tx,
         app_id,
@@ -127,16 +106,15 @@ pub fn operator_event(
         payload,
         now_ms,
         &mut traces,
-        |target| {
-            crate::filter::matches_prefixed(target.filter_events.as_deref(), prefix, event_name)
-        },
+        chosen,
     )
     .map(|(event, tasks)| (event.id, tasks))
 }
 
-/// The event row and one `event` task per enabled endpoint `subscribed` accepts, written
-/// together (`insert_event_with_tasks`); returns the event as stored and how many tasks it
-/// made. Operator events ignore `filter_payload` (their subscription is by name only).
+/// The event row and one `event` task per endpoint of `chosen` (endpoint id, `max_attempts`;
+/// in id order), written together (`insert_event_with_tasks`); returns the event as stored and
+/// how many tasks it made. Operator events ignore `filter_payload` (their subscription is by
+/// name only).
 #[allow(clippy::too_many_arguments)]
 fn publish(
     tx: &mut dyn Tx,
@@ -146,21 +124,18 @@ fn publish(
     payload: &str,
     now_ms: i64,
     traces: &mut TaskTraces,
-    mut subscribed: impl FnMut(&Target) -> bool,
+    chosen: impl Iterator<Item = (i64, i64)>,
 ) -> Result<(Event, usize), StoreError> {
-    let mut tasks: Vec<_> = tx
-        .list_enabled_targets(app_id)?
-        .into_iter()
-        .filter(|t| subscribed(t))
-        .map(|target| NewTask {
+    let mut tasks: Vec<_> = chosen
+        .map(|(endpoint_id, max_attempts)| NewTask {
             app_id,
             schedule_id: None,
             event_id: None,
-            endpoint_id: target.id,
+            endpoint_id,
             task_type: TaskKind::Event,
             payload,
             run_at: now_ms,
-            max_attempts: target.max_attempts,
+            max_attempts,
             now_ms,
             trace: traces.for_task(),
         })

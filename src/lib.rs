@@ -15,6 +15,8 @@
 //! - `scheduler`: fires due schedules into tasks; `delivery`: the blocking worker pool that
 //!   sends tasks; `retry`, `signing`, `filter`: pure helpers of the delivery path;
 //!   `payload_filter`: endpoint conditions on an event's payload (pure).
+//! - `fanout`: which endpoints get a task for an event or a firing; `targets`: each app's enabled
+//!   endpoints held in memory for publishes, checked against the store's target generation.
 //! - `metrics`: the counters behind `GET /metrics`; `health`: whether the database can still be
 //!   written (`GET /healthz`, 503s to writes, the start-up check); `operator`: the events
 //!   webhookd publishes when it disables an endpoint, fails a task or pauses a schedule itself.
@@ -60,6 +62,7 @@ pub mod signing;
 pub mod spans;
 pub mod store;
 pub mod suggest;
+pub mod targets;
 pub mod trace;
 pub mod ui;
 pub mod wire;

@@ -61,6 +61,7 @@ pub fn publish(ctx: &mut Ctx<'_>, req: &Request) -> ApiResult<Data> {
         }
         let (event, tasks) = crate::fanout::event(
             tx,
+            &ctx.app.targets,
             app_id,
             &event_name,
             event_key.as_deref(),

@@ -121,6 +121,28 @@ pub struct Target {
     pub max_attempts: i64,
 }
 
+/// What [`EndpointQueries::enabled_targets_since`] found: the app's target generation is still
+/// the one the caller holds, or it moved and here are the enabled endpoints as stored now.
+#[derive(Debug)]
+pub enum TargetsRead {
+    /// The generation is the one given: the targets read at it are still current.
+    Unchanged,
+    /// The generation now, and every enabled endpoint of the app read at it (by id).
+    Changed {
+        generation: i64,
+        targets: Vec<Target>,
+    },
+}
+
+/// A new value for an app's target generation (`target_generation`, written by every change to
+/// the app's targets). Random rather than the old value plus one: a value written by a
+/// transaction that then rolled back (say a SQLite group commit that failed after a publish in
+/// it read the value) is never written again, so targets read at it can never pass for current.
+/// Odd, so never 0 (no row yet).
+pub fn fresh_target_generation() -> i64 {
+    rand::random::<i64>() | 1
+}
+
 /// The queries on endpoints, one body per backend (`store::sqlite::endpoints`,
 /// `store::postgres::endpoints`); part of [`crate::store::Tx`].
 pub trait EndpointQueries {
@@ -195,4 +217,15 @@ pub trait EndpointQueries {
     ) -> Result<Option<Vec<i64>>, StoreError>;
     /// Every enabled endpoint of an app with its task `max_attempts`, in one query.
     fn list_enabled_targets(&mut self, app_id: &str) -> Result<Vec<Target>, StoreError>;
+    /// The app's target generation and, unless it is `held` (the generation of the targets the
+    /// caller holds), its enabled endpoints as [`EndpointQueries::list_enabled_targets`] reads
+    /// them, both as of one moment. Every write above that changes which endpoints get tasks,
+    /// their filters or their attempts gives the app a new generation in its own transaction
+    /// (as does `PolicyQueries::update_policy` for the apps of the endpoints using the policy), so
+    /// targets read at one generation are current while it stays (`targets::TargetCache`).
+    fn enabled_targets_since(
+        &mut self,
+        app_id: &str,
+        held: Option<i64>,
+    ) -> Result<TargetsRead, StoreError>;
 }

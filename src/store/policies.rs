@@ -46,7 +46,10 @@ impl Policy {
 pub trait PolicyQueries {
     /// Inserts `p` (its `id` is ignored) and returns the stored record.
     fn insert_policy(&mut self, p: &Policy) -> Result<Policy, StoreError>;
-    /// Writes every field a PATCH may change back.
+    /// Writes every field a PATCH may change back, and gives every app with an endpoint using
+    /// the policy a new target generation (its tasks' `max_attempts` come from the policy,
+    /// `EndpointQueries::enabled_targets_since`). Deleting a policy needs none: one in use
+    /// cannot be deleted.
     fn update_policy(&mut self, p: &Policy) -> Result<(), StoreError>;
     /// A policy of an app.
     fn get_policy(&mut self, app_id: &str, id: i64) -> Result<Option<Policy>, StoreError>;

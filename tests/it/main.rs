@@ -43,6 +43,7 @@ mod schedules;
 mod shutdown;
 mod stranger;
 mod support;
+mod target_cache;
 mod task_totals;
 mod tasks;
 mod traces;

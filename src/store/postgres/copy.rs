@@ -17,6 +17,7 @@ use std::collections::BTreeSet;
 const ORDER: &[&str] = &[
     "api_keys",
     "key_generation",
+    "target_generation",
     "retry_policies",
     "endpoints",
     "schedules",

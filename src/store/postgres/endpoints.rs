@@ -3,7 +3,8 @@
 use super::list::{Filters, list_page};
 use crate::store::Page;
 use crate::store::endpoints::{
-    DisabledReason, Endpoint, HealthDelta, Target, filter_payload_from_text, filter_payload_text,
+    DisabledReason, Endpoint, HealthDelta, Target, TargetsRead, filter_payload_from_text,
+    filter_payload_text, fresh_target_generation,
 };
 use crate::store::postgres::PgTx;
 use crate::store::{EndpointQueries, StoreError};
@@ -43,6 +44,50 @@ fn headers_json(ep: &Endpoint) -> String {
     serde_json::Value::Object(ep.headers.clone()).to_string()
 }
 
+impl<C: GenericClient> PgTx<'_, C> {
+    /// Notes that this transaction changed the targets of `app_id`: the app gets a new target
+    /// generation just before the transaction commits ([`PgTx::give_new_target_generations`]).
+    pub(super) fn target_changed(&mut self, app_id: &str) {
+        if !self.targets_changed.iter().any(|a| a == app_id) {
+            self.targets_changed.push(app_id.to_string());
+        }
+    }
+
+    /// Gives each app noted by [`PgTx::target_changed`] a new target generation, in one
+    /// statement, run by the store last in every write (`PgStore::write_dyn`). Last, and by app
+    /// id: every transaction locks the `target_generation` rows it writes after the endpoint
+    /// rows it changed, in one order, so that a delivery round disabling endpoints of several
+    /// apps and an API write to another endpoint of one of them cannot deadlock.
+    pub(super) fn give_new_target_generations(&mut self) -> Result<(), StoreError> {
+        if self.targets_changed.is_empty() {
+            return Ok(());
+        }
+        let mut apps = std::mem::take(&mut self.targets_changed);
+        apps.sort();
+        self.c.execute(
+            "INSERT INTO target_generation (app_id, generation)
+             SELECT app_id, $2::bigint FROM unnest($1::text[]) AS a (app_id) ORDER BY app_id
+             ON CONFLICT (app_id) DO UPDATE SET generation = excluded.generation",
+            &[&apps, &fresh_target_generation()],
+        )?;
+        Ok(())
+    }
+}
+
+/// The columns of a [`Target`] from `e` (endpoints) and `p` (its retry policy; `$2` is the
+/// default policy's attempts), read by [`target_from_row`] from column `at` on.
+const TARGET_COLUMNS: &str =
+    "e.id, e.filter_events, coalesce(p.max_attempts, $2), e.filter_payload";
+
+fn target_from_row(r: &Row, at: usize) -> Result<Target, Error> {
+    Ok(Target {
+        id: r.try_get(at)?,
+        filter_events: r.try_get(at + 1)?,
+        max_attempts: r.try_get(at + 2)?,
+        filter_payload: r.try_get(at + 3)?,
+    })
+}
+
 impl<C: GenericClient> EndpointQueries for PgTx<'_, C> {
     fn insert_endpoint(&mut self, ep: &Endpoint) -> Result<Endpoint, StoreError> {
         let c = &mut *self.c;
@@ -72,6 +117,7 @@ impl<C: GenericClient> EndpointQueries for PgTx<'_, C> {
                 ],
             )?
             .try_get(0)?;
+        self.target_changed(&ep.app_id);
         Ok(Endpoint { id, ..ep.clone() })
     }
 
@@ -103,6 +149,7 @@ impl<C: GenericClient> EndpointQueries for PgTx<'_, C> {
                 &filter_payload_text(ep),
             ],
         )?;
+        self.target_changed(&ep.app_id);
         self.tasks_due();
         Ok(())
     }
@@ -153,6 +200,9 @@ impl<C: GenericClient> EndpointQueries for PgTx<'_, C> {
                 &[&app_id, &id, &reason.as_str(), &now_ms],
             )?
         };
+        if n == 1 {
+            self.target_changed(app_id);
+        }
         if n == 1 && enabled {
             self.tasks_due();
         }
@@ -169,13 +219,18 @@ impl<C: GenericClient> EndpointQueries for PgTx<'_, C> {
         now_ms: i64,
     ) -> Result<Option<String>, StoreError> {
         let c = &mut *self.c;
-        Ok(c.query_opt(
-            "UPDATE endpoints SET status = 'disabled', disabled_reason = $2, updated_at = $3
-             WHERE id = $1 AND status = 'enabled' RETURNING app_id",
-            &[&id, &reason.as_str(), &now_ms],
-        )?
-        .map(|r| r.try_get(0))
-        .transpose()?)
+        let app_id: Option<String> = c
+            .query_opt(
+                "UPDATE endpoints SET status = 'disabled', disabled_reason = $2, updated_at = $3
+                 WHERE id = $1 AND status = 'enabled' RETURNING app_id",
+                &[&id, &reason.as_str(), &now_ms],
+            )?
+            .map(|r| r.try_get(0))
+            .transpose()?;
+        if let Some(app_id) = &app_id {
+            self.target_changed(app_id);
+        }
+        Ok(app_id)
     }
 
     /// Applies a round's [`HealthDelta`] to an endpoint in the result commit, and disables it with
@@ -215,15 +270,20 @@ impl<C: GenericClient> EndpointQueries for PgTx<'_, C> {
         if delta.failures == 0 {
             return Ok(None);
         }
-        Ok(c.query_opt(
-            "UPDATE endpoints SET status = 'disabled', disabled_reason = 'failing', updated_at = $4
-             WHERE id = $1 AND status = 'enabled' AND consecutive_failures >= $2
-               AND failing_since IS NOT NULL AND $4 - failing_since >= $3
-             RETURNING app_id, consecutive_failures",
-            &[&id, &min_failures, &after_ms, &now_ms],
-        )?
-        .map(|r| Ok::<_, Error>((r.try_get(0)?, r.try_get(1)?)))
-        .transpose()?)
+        let disabled: Option<(String, i64)> = c
+            .query_opt(
+                "UPDATE endpoints SET status = 'disabled', disabled_reason = 'failing', updated_at = $4
+                 WHERE id = $1 AND status = 'enabled' AND consecutive_failures >= $2
+                   AND failing_since IS NOT NULL AND $4 - failing_since >= $3
+                 RETURNING app_id, consecutive_failures",
+                &[&id, &min_failures, &after_ms, &now_ms],
+            )?
+            .map(|r| Ok::<_, Error>((r.try_get(0)?, r.try_get(1)?)))
+            .transpose()?;
+        if let Some((app_id, _)) = &disabled {
+            self.target_changed(app_id);
+        }
+        Ok(disabled)
     }
 
     fn list_endpoints(
@@ -285,6 +345,8 @@ impl<C: GenericClient> EndpointQueries for PgTx<'_, C> {
         if deleted != 1 {
             return Ok(None);
         }
+        self.target_changed(app_id);
+        let c = &mut *self.c;
         c.execute(
             "UPDATE tasks SET status = 'canceled', finished_at = $2, updated_at = $2, next_attempt_at = NULL,
              last_error = coalesce(last_error, 'endpoint deleted')
@@ -346,20 +408,57 @@ impl<C: GenericClient> EndpointQueries for PgTx<'_, C> {
         let c = &mut *self.c;
         let default_attempts = i64::from(crate::retry::RetryPolicy::DEFAULT.max_attempts);
         Ok(c.query(
-            "SELECT e.id, e.filter_events, coalesce(p.max_attempts, $2), e.filter_payload
-             FROM endpoints e LEFT JOIN retry_policies p ON p.id = e.retry_policy_id
-             WHERE e.app_id = $1 AND e.status = 'enabled' ORDER BY e.id",
+            &format!(
+                "SELECT {TARGET_COLUMNS}
+                 FROM endpoints e LEFT JOIN retry_policies p ON p.id = e.retry_policy_id
+                 WHERE e.app_id = $1 AND e.status = 'enabled' ORDER BY e.id"
+            ),
             &[&app_id, &default_attempts],
         )?
         .iter()
-        .map(|r| {
-            Ok::<_, Error>(Target {
-                id: r.try_get(0)?,
-                filter_events: r.try_get(1)?,
-                max_attempts: r.try_get(2)?,
-                filter_payload: r.try_get(3)?,
-            })
-        })
+        .map(|r| target_from_row(r, 0))
         .collect::<Result<_, _>>()?)
+    }
+
+    /// One statement, so one round trip and one snapshot: the generation comes in every row,
+    /// with no endpoint (one row) when it is `held`, else joined to each enabled endpoint.
+    fn enabled_targets_since(
+        &mut self,
+        app_id: &str,
+        held: Option<i64>,
+    ) -> Result<TargetsRead, StoreError> {
+        let c = &mut *self.c;
+        let default_attempts = i64::from(crate::retry::RetryPolicy::DEFAULT.max_attempts);
+        let rows = c.query(
+            &format!(
+                "WITH g AS (SELECT coalesce(
+                     (SELECT generation FROM target_generation WHERE app_id = $1), 0) AS generation)
+                 SELECT g.generation, {TARGET_COLUMNS}
+                 FROM g LEFT JOIN endpoints e
+                   ON g.generation IS DISTINCT FROM $3::bigint AND e.app_id = $1 AND e.status = 'enabled'
+                 LEFT JOIN retry_policies p ON p.id = e.retry_policy_id
+                 ORDER BY e.id"
+            ),
+            &[&app_id, &default_attempts, &held],
+        )?;
+        let Some(first) = rows.first() else {
+            return Err(StoreError::Other(anyhow::anyhow!(
+                "the target generation read returned no row"
+            )));
+        };
+        let generation: i64 = first.try_get(0)?;
+        if held == Some(generation) {
+            return Ok(TargetsRead::Unchanged);
+        }
+        let mut targets = Vec::with_capacity(rows.len());
+        for r in &rows {
+            if r.try_get::<_, Option<i64>>(1)?.is_some() {
+                targets.push(target_from_row(r, 1)?);
+            }
+        }
+        Ok(TargetsRead::Changed {
+            generation,
+            targets,
+        })
     }
 }

@@ -71,6 +71,14 @@ impl<C: GenericClient> PolicyQueries for PgTx<'_, C> {
                 &p.jitter,
             ],
         )?;
+        let apps = c.query(
+            "SELECT DISTINCT app_id FROM endpoints WHERE retry_policy_id = $1",
+            &[&p.id],
+        )?;
+        for row in &apps {
+            let app_id: String = row.try_get(0)?;
+            self.target_changed(&app_id);
+        }
         Ok(())
     }
 

@@ -137,6 +137,7 @@ impl PgStore {
             let mut pg = PgTx::cached(&mut tx, statements, &self.node);
             pg.floors = Some(&self.floors);
             f(&mut pg)?;
+            pg.give_new_target_generations()?;
             pg.wake
         };
         tx.commit()?;
@@ -191,7 +192,9 @@ impl Store for PgStore {
     ) -> Result<(), StoreError> {
         let mut conn = self.client()?;
         let (client, statements) = conn.split();
-        f(&mut PgTx::cached(client, statements, &self.node))
+        let mut pg = PgTx::cached(client, statements, &self.node);
+        f(&mut pg)?;
+        pg.give_new_target_generations()
     }
 
     /// One `READ COMMITTED` transaction ([`PgStore::write_tx`]).
@@ -233,6 +236,7 @@ impl Store for PgStore {
             let mut pg = PgTx::cached(client, statements, &self.node);
             pg.unsynced = true;
             f(&mut pg)?;
+            pg.give_new_target_generations()?;
             pg.wake
         };
         announce(client, statements, wake);
@@ -388,6 +392,9 @@ pub struct PgTx<'c, C: GenericClient> {
     /// `write_unsynced`: the replay pair's statement turns `synchronous_commit` off for its
     /// transaction, so that its commit does not wait for its WAL flush.
     pub(super) unsynced: bool,
+    /// The apps whose targets this transaction changed: they get a new target generation just
+    /// before it commits (`endpoints.rs`, `give_new_target_generations`).
+    pub(super) targets_changed: Vec<String>,
 }
 
 impl<'c, C: GenericClient> PgTx<'c, C> {
@@ -399,6 +406,7 @@ impl<'c, C: GenericClient> PgTx<'c, C> {
             wake: Wake::default(),
             floors: None,
             unsynced: false,
+            targets_changed: Vec::new(),
         }
     }
 
@@ -410,6 +418,7 @@ impl<'c, C: GenericClient> PgTx<'c, C> {
             wake: Wake::default(),
             floors: None,
             unsynced: false,
+            targets_changed: Vec::new(),
         }
     }
 

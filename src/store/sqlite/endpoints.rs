@@ -42,6 +42,30 @@ fn headers_json(ep: &Endpoint) -> String {
     serde_json::Value::Object(ep.headers.clone()).to_string()
 }
 
+/// Gives `app_id` a new target generation (`EndpointQueries::enabled_targets_since`).
+fn bump_target_generation(conn: &rusqlite::Connection, app_id: &str) -> Result<(), StoreError> {
+    conn.prepare_cached(
+        "INSERT INTO target_generation (app_id, generation) VALUES (?1, ?2)
+         ON CONFLICT (app_id) DO UPDATE SET generation = excluded.generation",
+    )?
+    .execute(params![app_id, fresh_target_generation()])?;
+    Ok(())
+}
+
+/// The columns of a [`Target`] from `e` (endpoints) and `p` (its retry policy; `?2` is the
+/// default policy's attempts), read by [`target_from_row`].
+const TARGET_COLUMNS: &str =
+    "e.id, e.filter_events, coalesce(p.max_attempts, ?2), e.filter_payload";
+
+fn target_from_row(r: &Row<'_>) -> rusqlite::Result<Target> {
+    Ok(Target {
+        id: r.get(0)?,
+        filter_events: r.get(1)?,
+        max_attempts: r.get(2)?,
+        filter_payload: r.get(3)?,
+    })
+}
+
 impl EndpointQueries for SqliteTx<'_> {
     fn insert_endpoint(&mut self, ep: &Endpoint) -> Result<Endpoint, StoreError> {
         let conn = self.0;
@@ -69,10 +93,9 @@ impl EndpointQueries for SqliteTx<'_> {
             ep.previous_secret_expires_at,
             filter_payload_text(ep)
         ])?;
-        Ok(Endpoint {
-            id: conn.last_insert_rowid(),
-            ..ep.clone()
-        })
+        let id = conn.last_insert_rowid();
+        bump_target_generation(conn, &ep.app_id)?;
+        Ok(Endpoint { id, ..ep.clone() })
     }
 
     fn update_endpoint(&mut self, ep: &Endpoint) -> Result<(), StoreError> {
@@ -102,6 +125,7 @@ impl EndpointQueries for SqliteTx<'_> {
             ep.previous_secret_expires_at,
             filter_payload_text(ep)
         ])?;
+        bump_target_generation(conn, &ep.app_id)?;
         Ok(())
     }
 
@@ -146,6 +170,9 @@ impl EndpointQueries for SqliteTx<'_> {
             )?
             .execute(params![app_id, id, reason.as_str(), now_ms])?
         };
+        if n == 1 {
+            bump_target_generation(conn, app_id)?;
+        }
         Ok(n == 1)
     }
 
@@ -156,13 +183,17 @@ impl EndpointQueries for SqliteTx<'_> {
         now_ms: i64,
     ) -> Result<Option<String>, StoreError> {
         let conn = self.0;
-        Ok(conn
+        let app_id: Option<String> = conn
             .prepare_cached(
                 "UPDATE endpoints SET status = 'disabled', disabled_reason = ?2, updated_at = ?3
              WHERE id = ?1 AND status = 'enabled' RETURNING app_id",
             )?
             .query_row(params![id, reason.as_str(), now_ms], |r| r.get(0))
-            .optional()?)
+            .optional()?;
+        if let Some(app_id) = &app_id {
+            bump_target_generation(conn, app_id)?;
+        }
+        Ok(app_id)
     }
 
     fn record_endpoint_health(
@@ -197,16 +228,21 @@ impl EndpointQueries for SqliteTx<'_> {
         if delta.failures == 0 {
             return Ok(None);
         }
-        Ok(conn.prepare_cached(
-            "UPDATE endpoints SET status = 'disabled', disabled_reason = 'failing', updated_at = ?4
+        let disabled: Option<(String, i64)> = conn
+            .prepare_cached(
+                "UPDATE endpoints SET status = 'disabled', disabled_reason = 'failing', updated_at = ?4
              WHERE id = ?1 AND status = 'enabled' AND consecutive_failures >= ?2
                AND failing_since IS NOT NULL AND ?4 - failing_since >= ?3
              RETURNING app_id, consecutive_failures",
-        )?
-        .query_row(params![id, min_failures, after_ms, now_ms], |r| {
-            Ok((r.get(0)?, r.get(1)?))
-        })
-        .optional()?)
+            )?
+            .query_row(params![id, min_failures, after_ms, now_ms], |r| {
+                Ok((r.get(0)?, r.get(1)?))
+            })
+            .optional()?;
+        if let Some((app_id, _)) = &disabled {
+            bump_target_generation(conn, app_id)?;
+        }
+        Ok(disabled)
     }
 
     fn list_endpoints(
@@ -270,6 +306,7 @@ impl EndpointQueries for SqliteTx<'_> {
         if deleted != 1 {
             return Ok(None);
         }
+        bump_target_generation(conn, app_id)?;
         conn.execute(
             "UPDATE tasks SET status = 'canceled', finished_at = ?2, updated_at = ?2, next_attempt_at = NULL,
              last_error = coalesce(last_error, 'endpoint deleted')
@@ -318,19 +355,34 @@ impl EndpointQueries for SqliteTx<'_> {
         let conn = self.0;
         let default_attempts = i64::from(crate::retry::RetryPolicy::DEFAULT.max_attempts);
         Ok(conn
-            .prepare_cached(
-                "SELECT e.id, e.filter_events, coalesce(p.max_attempts, ?2), e.filter_payload
+            .prepare_cached(&format!(
+                "SELECT {TARGET_COLUMNS}
              FROM endpoints e LEFT JOIN retry_policies p ON p.id = e.retry_policy_id
-             WHERE e.app_id = ?1 AND e.status = 'enabled' ORDER BY e.id",
-            )?
-            .query_map(params![app_id, default_attempts], |r| {
-                Ok(Target {
-                    id: r.get(0)?,
-                    filter_events: r.get(1)?,
-                    max_attempts: r.get(2)?,
-                    filter_payload: r.get(3)?,
-                })
-            })?
+             WHERE e.app_id = ?1 AND e.status = 'enabled' ORDER BY e.id"
+            ))?
+            .query_map(params![app_id, default_attempts], target_from_row)?
             .collect::<Result<_, _>>()?)
+    }
+
+    /// Two statements, the generation first: in a write transaction (every publish's) both see
+    /// one state of the file, and anywhere the targets are at least as new as the generation.
+    fn enabled_targets_since(
+        &mut self,
+        app_id: &str,
+        held: Option<i64>,
+    ) -> Result<TargetsRead, StoreError> {
+        let generation: i64 = self
+            .0
+            .prepare_cached(
+                "SELECT coalesce((SELECT generation FROM target_generation WHERE app_id = ?1), 0)",
+            )?
+            .query_row([app_id], |r| r.get(0))?;
+        if held == Some(generation) {
+            return Ok(TargetsRead::Unchanged);
+        }
+        Ok(TargetsRead::Changed {
+            generation,
+            targets: self.list_enabled_targets(app_id)?,
+        })
     }
 }

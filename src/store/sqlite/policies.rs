@@ -73,6 +73,15 @@ impl PolicyQueries for SqliteTx<'_> {
             p.max_age_sec,
             p.jitter
         ])?;
+        conn.prepare_cached(
+            "INSERT INTO target_generation (app_id, generation)
+             SELECT DISTINCT app_id, ?2 FROM endpoints WHERE retry_policy_id = ?1
+             ON CONFLICT (app_id) DO UPDATE SET generation = excluded.generation",
+        )?
+        .execute(params![
+            p.id,
+            crate::store::endpoints::fresh_target_generation()
+        ])?;
         Ok(())
     }
 
