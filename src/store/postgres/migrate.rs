@@ -31,7 +31,6 @@ const UPGRADES: &[&str] = &[
     include_str!("../../../migrations/postgres/request_headers.sql"),
     include_str!("../../../migrations/postgres/task_counts.sql"),
     include_str!("../../../migrations/postgres/key_generation.sql"),
-    include_str!("../../../migrations/postgres/replay_guard_brin.sql"),
 ];
 
 /// The schema version this binary writes.

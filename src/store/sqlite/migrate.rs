@@ -25,7 +25,6 @@ const UPGRADES: &[&str] = &[
     include_str!("../../../migrations/request_headers.sql"),
     include_str!("../../../migrations/task_counts.sql"),
     include_str!("../../../migrations/key_generation.sql"),
-    include_str!("../../../migrations/replay_guard_brin.sql"),
 ];
 
 /// The schema version this binary writes.

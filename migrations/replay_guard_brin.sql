@@ -1,4 +1,0 @@
--- Nothing to change on SQLite: this step makes the replay guard's expiry index on PostgreSQL a
--- BRIN index (migrations/postgres/replay_guard_brin.sql); SQLite has one writer at a time and
--- no such index type, and its B-tree stays. The step is here so that schema version N means
--- the same on both stores.
