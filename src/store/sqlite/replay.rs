@@ -2,7 +2,7 @@
 //! the skew window, so that the replay check (docs/design.md §2) survives a restart or a crash.
 
 use crate::store::sqlite::SqliteTx;
-use crate::store::{ReplayQueries, StoreError};
+use crate::store::{KeyQueries, ReplayQueries, StoreError};
 use rusqlite::params;
 
 impl ReplayQueries for SqliteTx<'_> {
@@ -24,8 +24,7 @@ impl ReplayQueries for SqliteTx<'_> {
         Ok(changed == 1)
     }
 
-    /// One statement: the generation comes back with the inserted (or taken over) row, and no
-    /// row comes back for a replay (SQLite's `RETURNING` answers only for the rows it wrote).
+    /// Two statements: on SQLite each is a call into the library, no round trip.
     fn first_use_at_key_generation(
         &mut self,
         key_id: &str,
@@ -33,19 +32,10 @@ impl ReplayQueries for SqliteTx<'_> {
         expires_ms: i64,
         now_ms: i64,
     ) -> Result<Option<i64>, StoreError> {
-        let conn = self.0;
-        let mut statement = conn.prepare_cached(
-            "INSERT INTO replay_guard (key_id, signature, expires_at) VALUES (?1, ?2, ?3)
-             ON CONFLICT (key_id, signature) DO UPDATE SET expires_at = excluded.expires_at
-             WHERE replay_guard.expires_at < ?4
-             RETURNING coalesce((SELECT generation FROM key_generation WHERE id = 1), 0)",
-        )?;
-        let mut rows = statement.query(params![key_id, signature, expires_ms, now_ms])?;
-        let generation = match rows.next()? {
-            Some(row) => Some(row.get(0)?),
-            None => None,
-        };
-        Ok(generation)
+        if !self.first_use_of_signature(key_id, signature, expires_ms, now_ms)? {
+            return Ok(None);
+        }
+        Ok(Some(self.key_generation()?))
     }
 
     fn prune_replay(&mut self, now_ms: i64, limit: usize) -> Result<usize, StoreError> {
