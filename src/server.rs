@@ -161,9 +161,10 @@ fn serve_connection(
             state.head_received.store(true, Ordering::SeqCst);
         }
         let why = state.is_some().then_some(RESERVED_WHY);
-        let path = req.uri().path().to_string();
+        // A clone of the URI shares its bytes: no copy of the path per request.
+        let uri = req.uri().clone();
         async move {
-            let reply = with_allow(handle(shared, req, why).await, &path);
+            let reply = with_allow(handle(shared, req, why).await, uri.path());
             Ok::<_, std::convert::Infallible>(reply)
         }
     });
@@ -284,7 +285,8 @@ async fn handle(
     let app = shared.app.clone();
     let request_id = crate::request_id::next();
     let deadline = BodyDeadline::new(&app.config);
-    let path = req.uri().path().to_string();
+    let uri = req.uri().clone();
+    let path = uri.path();
     if let Some(why) = reserved {
         let probe = matches!(req.method(), &Method::GET | &Method::HEAD)
             && (path == "/healthz" || path == "/metrics");
@@ -297,7 +299,7 @@ async fn handle(
             return reply;
         }
     }
-    let early = match (req.method(), path.as_str()) {
+    let early = match (req.method(), path) {
         (&Method::GET | &Method::HEAD, "/healthz") => {
             Some(health(app.clone(), &request_id).await.into())
         }
@@ -306,13 +308,13 @@ async fn handle(
         }
         (&Method::GET, api::OPENAPI_PATH) => Some(openapi(&request_id).into()),
         (_, "/healthz" | api::OPENAPI_PATH) => {
-            Some(ApiError::method_not_allowed(req.method().as_str(), &path).into())
+            Some(ApiError::method_not_allowed(req.method().as_str(), path).into())
         }
         (_, "/metrics") if app.config.metrics => {
-            Some(ApiError::method_not_allowed(req.method().as_str(), &path).into())
+            Some(ApiError::method_not_allowed(req.method().as_str(), path).into())
         }
-        _ if crate::ui::owns(&path) => {
-            Some(crate::ui::serve(req.method(), &path, req.headers()).into())
+        _ if crate::ui::owns(path) => {
+            Some(crate::ui::serve(req.method(), path, req.headers()).into())
         }
         _ if !path.starts_with("/v1/") => {
             Some(ApiError::not_found(format!("no route {path}; API paths begin with /v1")).into())

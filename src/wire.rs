@@ -91,16 +91,24 @@ impl<T: AsyncWrite + Unpin> Enveloped<T> {
         n
     }
 
-    /// A complete head: queue it (or its replacement) and learn how long its body is.
+    /// A complete head: queue it (or its replacement) and learn how long its body is. Header
+    /// names are matched without regard to case, on the head as written (no lower-cased copy);
+    /// the head's buffer is kept for the next reply.
     fn finish_head(&mut self) {
         let head = std::mem::take(&mut self.head);
-        let text = String::from_utf8_lossy(&head).to_ascii_lowercase();
-        let no_body = self.head_request.load(Ordering::SeqCst);
-        if !text.starts_with("http/1.") {
+        self.queue_head(&head);
+        self.head = head;
+        self.head.clear();
+    }
+
+    fn queue_head(&mut self, head: &[u8]) {
+        let text = String::from_utf8_lossy(head);
+        if !starts_with_ignoring_case(&text, "http/1.") {
             self.blind = true;
-            self.out.extend_from_slice(&head);
+            self.out.extend_from_slice(head);
             return;
         }
+        let no_body = self.head_request.load(Ordering::SeqCst);
         let status = text.get(9..12).unwrap_or_default();
         if let Some(replacement) = protocol_error_reply(status, &text) {
             self.out.extend_from_slice(&replacement);
@@ -112,15 +120,26 @@ impl<T: AsyncWrite + Unpin> Enveloped<T> {
             None if header_value(&text, "transfer-encoding").is_some() => self.blind = true,
             None => {}
         }
-        self.out.extend_from_slice(&head);
+        self.out.extend_from_slice(head);
     }
 }
 
-/// The value of a header in a lower-cased head.
+fn starts_with_ignoring_case(text: &str, prefix: &str) -> bool {
+    text.as_bytes()
+        .get(..prefix.len())
+        .is_some_and(|start| start.eq_ignore_ascii_case(prefix.as_bytes()))
+}
+
+/// The value of a header in a head, the name (lower case) matched without regard to case.
 fn header_value<'t>(head: &'t str, name: &str) -> Option<&'t str> {
     head.split("\r\n")
         .skip(1)
-        .find_map(|line| line.strip_prefix(name)?.strip_prefix(':'))
+        .find_map(|line| {
+            let value = line.get(name.len()..)?;
+            starts_with_ignoring_case(line, name)
+                .then_some(value)?
+                .strip_prefix(':')
+        })
         .map(str::trim)
 }
 
@@ -255,6 +274,12 @@ mod tests {
         assert!(protocol_error_reply("400", ours).is_none());
         assert!(protocol_error_reply("404", "http/1.1 404 not found\r\n\r\n").is_none());
         assert_eq!(header_value(ours, "content-length"), Some("10"));
+        // Names in any case, matched on the head as written (its values keep their case).
+        let written = "HTTP/1.1 200 OK\r\nContent-Length: 7\r\nDate: Wed, 26 Nov\r\n\r\n";
+        assert_eq!(header_value(written, "content-length"), Some("7"));
+        assert_eq!(header_value(written, "date"), Some("Wed, 26 Nov"));
+        assert_eq!(header_value(written, "content-type"), None);
+        assert!(starts_with_ignoring_case(written, "http/1."));
     }
 
     /// A writer that records each write it is given.

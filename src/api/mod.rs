@@ -233,8 +233,7 @@ fn split_path(rest: &str) -> Vec<&str> {
 /// names the path (`tasks/retry`), a pattern that would need a non-integer `{id}` there
 /// (`tasks/{id}`) does not: `GET /tasks/retry` is a 405 whose `Allow` is `POST`, not a bad id.
 fn routes_naming(segments: &[&str]) -> Vec<&'static Route> {
-    let matching =
-        |r: &&Route| pattern_matches(&r.pattern.split('/').collect::<Vec<_>>(), segments);
+    let matching = |r: &&Route| pattern_matches(r.pattern, segments);
     let literal_named = ROUTES
         .iter()
         .filter(matching)
@@ -253,12 +252,15 @@ fn routes_naming(segments: &[&str]) -> Vec<&'static Route> {
         .collect()
 }
 
-fn pattern_matches(pattern: &[&str], segments: &[&str]) -> bool {
-    pattern.len() == segments.len()
-        && pattern
-            .iter()
-            .zip(segments)
-            .all(|(p, s)| *p == "{id}" || (*p == "{key_id}" && !s.is_empty()) || p == s)
+/// Whether `pattern` (segments joined by `/`) names the path `segments`. Walks both without
+/// collecting them: every signed request runs this against each route, twice.
+fn pattern_matches(pattern: &str, segments: &[&str]) -> bool {
+    let mut parts = pattern.split('/');
+    segments.iter().all(|s| {
+        parts
+            .next()
+            .is_some_and(|p| p == "{id}" || (p == "{key_id}" && !s.is_empty()) || p == *s)
+    }) && parts.next().is_none()
 }
 
 /// The methods a path answers to, for the `Allow` header of a 405 (RFC 9110 §15.5.6).
