@@ -533,14 +533,15 @@ impl crate::store::Store for SqliteStore {
         write_grouped(self.pool.get()?, false, |tx| f(&mut SqliteTx(tx)))
     }
 
-    /// The group commit of [`Store::write_dyn`] without the wait for an fsync: the commit is in
-    /// the `-wal` file (the OS holds it, so a kill of the process keeps it), and the next
-    /// durable write's fsync covers it, since the file is written in commit order.
+    /// On SQLite the same write as [`Store::write_unsynced_dyn`]: the group commit of
+    /// [`Store::write_dyn`] without the wait for an fsync. The commit is in the `-wal` file (the
+    /// OS holds it, so a kill of the process keeps it), and the next durable write's fsync
+    /// covers it, since the file is written in commit order.
     fn write_redoable_dyn(
         &self,
         f: &mut dyn FnMut(&mut dyn crate::store::Tx) -> Result<(), StoreError>,
     ) -> Result<(), StoreError> {
-        write_grouped(self.pool.get()?, false, |tx| f(&mut SqliteTx(tx)))
+        self.write_unsynced_dyn(f)
     }
 
     fn quick_check(&self) -> Result<(), StoreError> {
