@@ -124,7 +124,9 @@ impl CronSchedule {
     }
 
     /// The first fire instant strictly after `after`, or None if none within a reasonable
-    /// horizon (about 400 years; only instants in years 1–9999 are searched from).
+    /// horizon (about 400 years). Instants are searched from, and returned in, years 1–9999
+    /// both in UTC and on the schedule's wall clock: RFC 3339 has four-digit years, so an
+    /// instant in year 10000 could not be written in a reply.
     pub fn next_after(&self, after: DateTime<Utc>) -> Option<DateTime<Utc>> {
         if !(1..=9999).contains(&after.year()) {
             return None;
@@ -136,10 +138,11 @@ impl CronSchedule {
         } else {
             None
         };
-        match (first, second) {
+        let next = match (first, second) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
-        }
+        };
+        next.filter(|t| crate::clock::is_expressible(t) && t.with_timezone(&self.tz).year() <= 9999)
     }
 
     /// Convenience: up to `count` successive fire instants strictly after `after`.
@@ -1424,6 +1427,28 @@ mod tests {
                 assert!(s.upcoming(at("9999-12-31T00:00:00Z"), 10).len() <= 10);
             }
         }
+    }
+
+    /// Schemathesis found a schedule starting at 9999-12-31T23:59:58Z whose next run was
+    /// written as `+10000-01-01T00:00:00Z`, which is not RFC 3339.
+    #[test]
+    fn no_instant_past_year_9999_in_utc_or_on_the_wall_clock() {
+        for tz in ["UTC", "Pacific/Kiritimati", "Pacific/Pago_Pago"] {
+            for expr in ["*/5 * * * *", "0 0 1 1 *", "* * * * *"] {
+                let s = sched(expr, tz);
+                for after in ["9999-12-31T23:59:58Z", "9999-12-31T09:00:00Z"] {
+                    for t in s.upcoming(at(after), 2000) {
+                        assert!(t.year() <= 9999, "{expr} {tz}: {t}");
+                        let local = t.with_timezone(&s.timezone());
+                        assert!(local.year() <= 9999, "{expr} {tz}: {local}");
+                    }
+                }
+            }
+        }
+        assert_eq!(
+            sched("*/5 * * * *", "UTC").next_after(at("9999-12-31T23:59:58Z")),
+            None
+        );
     }
 
     /// docs/design.md §5's DST table, Europe/Berlin 2025: the clock goes 02:00 CET → 03:00 CEST on
