@@ -113,8 +113,10 @@ fn concurrent_claims_take_disjoint_tasks_covering_all() {
         }
         per_node.insert(node, mine.len());
     }
+    // Which node takes how many is up to the scheduler: on a loaded machine one thread may
+    // claim all 200 before the other first runs, so only the sum is asserted.
     assert_eq!(seen, all, "every due task claimed exactly once");
-    assert!(per_node.values().all(|&n| n > 0), "{per_node:?}");
+    assert_eq!(per_node.values().sum::<usize>(), 200, "{per_node:?}");
     let running: i64 = c
         .query_one(
             "SELECT count(*) FROM tasks WHERE status = 'running' AND lease_until = $1",
