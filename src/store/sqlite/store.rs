@@ -313,7 +313,10 @@ fn wait_for_group(state: &FileState, number: u64) -> Result<u64, Failure> {
             .wait_timeout(outcomes, GROUP_WAIT)
             .unwrap_or_else(|e| e.into_inner());
         outcomes = held;
-        if timeout.timed_out() {
+        // A writer queued for the lock joins or ends the group when it gets there (on a
+        // loaded machine that can take longer than `GROUP_WAIT`): only with nobody queued is
+        // the group left open with nobody to end it.
+        if timeout.timed_out() && state.queued.load(SeqCst) == 0 {
             drop(outcomes);
             let w = match state.writer.try_lock() {
                 Ok(w) => Some(w),
