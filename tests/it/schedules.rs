@@ -423,6 +423,52 @@ fn cron_preview_follows_daylight_saving_in_berlin() {
     );
 }
 
+/// The ids a trigger replies are the tasks it made, one per endpoint in the schedule's order,
+/// across every statement size the task insert cuts a batch into (41 = 32 + 8 + 1 rows).
+#[test]
+fn trigger_replies_the_ids_of_the_tasks_it_made_across_insert_chunks() {
+    let server = server_at(at(11, 59, 30));
+    let client = server.client();
+    let endpoints: Vec<i64> = (0..41)
+        .map(|i| endpoint(&client, &format!("e{i}")))
+        .collect();
+    let fired = id(&schedule(
+        &client,
+        json!({"name": "wide", "cron_expr": "0 0 1 1 *", "endpoint_ids": endpoints}),
+    ));
+    // Tasks before it, so that ids do not start at 1.
+    let other = id(&schedule(
+        &client,
+        json!({"name": "other", "cron_expr": "0 0 1 1 *", "endpoint_ids": [endpoints[0]]}),
+    ));
+    ok(
+        &client,
+        "POST",
+        &format!("/schedules/{other}/trigger"),
+        None,
+    );
+
+    let reply = ok(
+        &client,
+        "POST",
+        &format!("/schedules/{fired}/trigger"),
+        None,
+    );
+    let replied: Vec<i64> = reply["task_ids"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_i64().unwrap())
+        .collect();
+    let mut made: Vec<(i64, i64)> = tasks_of(&server, fired)
+        .iter()
+        .map(|t| (t.id, t.endpoint_id))
+        .collect();
+    made.sort_unstable();
+    assert_eq!(replied, made.iter().map(|m| m.0).collect::<Vec<_>>());
+    assert_eq!(endpoints, made.iter().map(|m| m.1).collect::<Vec<_>>());
+}
+
 #[test]
 fn trigger_fires_now_as_manual_tasks_for_enabled_targets() {
     let server = server_at(at(11, 59, 30));

@@ -58,7 +58,11 @@ impl TaskQueries for SqliteTx<'_> {
 
     /// A few multi-row statements (`rows::chunks`): row by row, each insert would set up the
     /// `task_counts` trigger and its statement journal again. Ids come back in `tasks`' order:
-    /// AUTOINCREMENT hands them out rising in the order the rows are inserted.
+    /// AUTOINCREMENT hands them out rising by one in the order the rows are inserted, and the
+    /// writer lock keeps any other insert out of a statement, so a chunk's ids are the
+    /// `range.len()` up to its last one (`last_insert_rowid`; the trigger's own insert into
+    /// `task_counts` does not change it once the trigger ends). Without `RETURNING`, which
+    /// SQLite runs through an ephemeral table per statement: see BENCHMARKS.md, "fanout1".
     fn insert_tasks(&mut self, tasks: &[NewTask<'_>]) -> Result<Vec<i64>, StoreError> {
         let conn = self.0;
         let traces: Vec<_> = tasks.iter().map(|t| t.trace.to_columns()).collect();
@@ -70,7 +74,7 @@ impl TaskQueries for SqliteTx<'_> {
                                     trace_id, trace_parent, trace_flags)",
                 "(?, ?, ?, ?, ?, ?, 'pending', ?, 0, ?, ?, ?, ?, ?, ?, ?)",
                 range.len(),
-                " RETURNING id",
+                "",
             );
             let mut args: Vec<&dyn ToSql> = Vec::with_capacity(range.len() * 14);
             for (t, (trace_id, trace_parent, trace_flags)) in
@@ -93,12 +97,10 @@ impl TaskQueries for SqliteTx<'_> {
                     trace_flags,
                 ]);
             }
-            let mut chunk = conn
-                .prepare_cached(&sql)?
-                .query_map(&*args, |r| r.get::<_, i64>(0))?
-                .collect::<Result<Vec<_>, _>>()?;
-            chunk.sort_unstable();
-            ids.extend(chunk);
+            let inserted = conn.prepare_cached(&sql)?.execute(&*args)?;
+            let last = conn.last_insert_rowid();
+            let first = last - i64::try_from(inserted).unwrap_or(i64::MAX) + 1;
+            ids.extend(first..=last);
         }
         Ok(ids)
     }
