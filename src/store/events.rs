@@ -49,8 +49,8 @@ pub trait EventQueries: TaskQueries {
         since_ms: i64,
     ) -> Result<Option<Event>, StoreError>;
     /// A published event with its tasks: inserts the event, then `tasks` (their `event_id` set
-    /// to the event's), and returns the event as stored (built from what was written, not read
-    /// back). PostgreSQL writes both and reads the event back in one statement.
+    /// to the event's), and returns the event as stored. PostgreSQL writes both and reads the
+    /// event back in one statement.
     #[allow(clippy::too_many_arguments)]
     fn insert_event_with_tasks(
         &mut self,
@@ -67,16 +67,10 @@ pub trait EventQueries: TaskQueries {
             task.event_id = Some(id);
         }
         self.insert_tasks(tasks)?;
-        // The row just written, without reading it back (what `get_event` would return).
-        Ok(Event {
-            id,
-            app_id: app_id.to_string(),
-            event_name: event_name.to_string(),
-            event_key: event_key.map(str::to_string),
-            payload: serde_json::from_str(payload).unwrap_or_default(),
-            status: "dispatched".to_string(),
-            task_count,
-            created_at: now_ms,
+        self.get_event(app_id, id)?.ok_or_else(|| {
+            StoreError::Other(anyhow::anyhow!(
+                "event {id} vanished inside its transaction"
+            ))
         })
     }
     /// An event of an app.
