@@ -371,10 +371,11 @@ impl<C: GenericClient> TaskQueries for PgTx<'_, C> {
     ///
     /// Each task is found by its primary key. `status = 'running'` as written would let the
     /// planner walk `tasks_leased` (partial on that predicate) instead and join the batch to
-    /// every entry, the dead ones of tasks finished since the last VACUUM included: about 500
-    /// buffers per batch of seven in `scripts/bench-pg.sh` publish1. The same test under
-    /// `COLLATE "C"` (equal text is equal under every deterministic collation) does not match
-    /// the index's predicate, so that plan is out (docs/dev/storage.md, "PostgreSQL round trips").
+    /// every entry, the dead ones of tasks finished since the last VACUUM included: 280–500
+    /// buffers per batch of about seven in `scripts/bench-pg.sh` publish1, twice what the
+    /// primary key costs. The same test under `COLLATE "C"` (equal text is equal under every
+    /// deterministic collation) does not match the index's predicate, so that plan is out
+    /// (docs/dev/storage.md, "PostgreSQL round trips").
     fn finish_attempts(&mut self, results: &[Finish<'_>]) -> Result<Vec<bool>, StoreError> {
         let ids: Vec<i64> = results.iter().map(|f| f.task_id).collect();
         let mut distinct = ids.clone();
