@@ -130,6 +130,9 @@ impl PgStore {
         let mut conn = self.client()?;
         let (client, statements) = conn.split();
         let mut tx = client.transaction()?;
+        if redoable {
+            tx.batch_execute("SET LOCAL synchronous_commit = off")?;
+        }
         let wake = {
             let mut pg = PgTx::cached(&mut tx, statements, &self.node);
             pg.floors = Some(&self.floors);
@@ -137,29 +140,10 @@ impl PgStore {
             pg.give_new_target_generations()?;
             pg.wake
         };
-        if redoable {
-            commit_unsynced(tx)?;
-        } else {
-            tx.commit()?;
-        }
+        tx.commit()?;
         announce(client, statements, wake);
         Ok(())
     }
-}
-
-/// Commits `tx` without waiting for its WAL flush: `SET LOCAL synchronous_commit = off` and
-/// `COMMIT` in one simple-query message, one round trip (a `SET LOCAL` of its own after `BEGIN`
-/// was one more per delivery round). The setting is read when the commit is made, so it holds
-/// for this commit although it comes last.
-///
-/// The driver's transaction must not send its own `ROLLBACK` once the `COMMIT` has run, so it
-/// is forgotten then (it owns no memory: a borrowed client and a flag). If the message fails
-/// before the commit, the transaction is dropped as usual and rolls back; if the `COMMIT`
-/// itself failed, that rollback finds no transaction, which PostgreSQL answers with a warning.
-fn commit_unsynced(mut tx: postgres::Transaction<'_>) -> Result<(), postgres::Error> {
-    tx.batch_execute("SET LOCAL synchronous_commit = off; COMMIT")?;
-    std::mem::forget(tx);
-    Ok(())
 }
 
 /// Tells the other nodes, after a commit, what it made due: one `pg_notify` per channel, each
@@ -222,10 +206,9 @@ impl Store for PgStore {
     }
 
     /// [`PgStore::write_dyn`]'s transaction with `synchronous_commit` off for it alone
-    /// (`SET LOCAL`, sent with its `COMMIT`: [`commit_unsynced`]): still atomic and seen by
-    /// every node at its commit, which does not wait for PostgreSQL's WAL flush. A crash of
-    /// the server may lose it with the commits after it, never one before (the WAL is flushed
-    /// in order).
+    /// (`SET LOCAL`): still atomic and seen by every node at its commit, which does not wait
+    /// for PostgreSQL's WAL flush. A crash of the server may lose it with the commits after
+    /// it, never one before (the WAL is flushed in order).
     fn write_redoable_dyn(
         &self,
         f: &mut dyn FnMut(&mut dyn Tx) -> Result<(), StoreError>,
