@@ -23,7 +23,9 @@
 #      SCHEDULES (10000), SYNC (on), WORKERS (webhookd's default when unset),
 #      BENCH_ARGS (more harness arguments for every run: `--binary PATH` runs another build
 #      for an A/B, `--fill` fills the schedules straight into the database),
-#      PG_CONF_EXTRA (lines appended to the server's postgresql.conf, e.g. autovacuum settings),
+#      PG_CONF_EXTRA (lines appended to the server's postgresql.conf, e.g. autovacuum settings, or
+#      "wal_writer_delay = 10ms" as docs/operations.md advises: left at the default here so the
+#      figures compare with earlier runs),
 #      ROUNDTRIPS=1 (PostgreSQL configs through scripts/pg-roundtrips.py, which counts the
 #      round trips; slower, so its rates are not comparable),
 #      BINS="main=/tmp/webhookd-main new=target/release/webhookd" (A/B: each run is made with

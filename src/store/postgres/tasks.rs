@@ -368,6 +368,14 @@ impl<C: GenericClient> TaskQueries for PgTx<'_, C> {
 
     /// One `UPDATE … FROM unnest(…)` for distinct tasks, with [`TaskQueries::finish_attempt`]'s
     /// rules row by row; the tasks it returns are the ones recorded.
+    ///
+    /// Each task is found by its primary key. `status = 'running'` as written would let the
+    /// planner walk `tasks_leased` (partial on that predicate) instead and join the batch to
+    /// every entry, the dead ones of tasks finished since the last VACUUM included: 280–500
+    /// buffers per batch of about seven in `scripts/bench-pg.sh` publish1, twice what the
+    /// primary key costs. The same test under `COLLATE "C"` (equal text is equal under every
+    /// deterministic collation) does not match the index's predicate, so that plan is out
+    /// (docs/dev/storage.md, "PostgreSQL round trips").
     fn finish_attempts(&mut self, results: &[Finish<'_>]) -> Result<Vec<bool>, StoreError> {
         let ids: Vec<i64> = results.iter().map(|f| f.task_id).collect();
         let mut distinct = ids.clone();
@@ -398,7 +406,8 @@ impl<C: GenericClient> TaskQueries for PgTx<'_, C> {
                    FROM unnest($1::bigint[], $2::text[], $3::bigint[], $4::bigint[], $5::bigint[],
                                $6::text[], $7::bigint[])
                         AS r(id, status, attempts, next_attempt_at, status_code, error, now)
-                  WHERE tasks.id = r.id AND tasks.status = 'running' AND tasks.claimed_by = $8
+                  WHERE tasks.id = r.id AND (tasks.status COLLATE \"C\") = 'running'
+                    AND tasks.claimed_by = $8
                  RETURNING tasks.id",
                 &[
                     &ids,
