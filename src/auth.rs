@@ -194,6 +194,8 @@ pub struct Caller {
     timestamp: String,
     /// Lower case: signatures are compared without regard to hex case.
     signature: String,
+    /// The signed time (`X-Timestamp`) in milliseconds: the first part of the replay record's key.
+    sent_ms: i64,
     /// When the signature leaves the skew window: its replay record is needed until then.
     expires_ms: i64,
 }
@@ -246,6 +248,7 @@ pub fn check_headers(
         generation,
         timestamp: timestamp.to_string(),
         signature: signature.to_ascii_lowercase(),
+        sent_ms,
         expires_ms: sent_ms.saturating_add(skew_ms),
     }))
 }
@@ -324,7 +327,8 @@ fn record_pair(
     now_ms: i64,
 ) -> Result<Guarded, StoreError> {
     let c = caller;
-    let first = tx.first_use_at_key_generation(&c.key_id, &c.signature, c.expires_ms, now_ms)?;
+    let first =
+        tx.first_use_at_key_generation(&c.key_id, &c.signature, c.sent_ms, c.expires_ms, now_ms)?;
     let Some(generation) = first else {
         return Ok(Guarded::Replay);
     };
@@ -784,6 +788,7 @@ mod tests {
             generation: 0,
             timestamp: String::new(),
             signature: String::new(),
+            sent_ms: 0,
             expires_ms: 0,
         };
         let refused = check_scope(&caller, "POST", "/v1/endpoints").unwrap_err();
