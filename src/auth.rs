@@ -12,6 +12,7 @@
 
 use crate::error::ApiError;
 use crate::error::ApiResult;
+use crate::replay_behind::{Hold, ReadReplays};
 use crate::signing;
 use crate::store::keys::{KeyAuth, Scope};
 use crate::store::{Store, StoreError, Tx, Wakers, Watcher};
@@ -379,6 +380,9 @@ pub struct RequestGuard {
     store: Arc<dyn Store>,
     keys: Arc<KeyCache>,
     memory: Arc<ReplayMemory>,
+    /// A `GET`'s record written after its answer, on a store one process owns
+    /// ([`ReadReplays`]): `None` for other requests, and where several nodes share the store.
+    behind: Option<Arc<ReadReplays>>,
     caller: Caller,
     now_ms: i64,
     /// A `GET`: served from memory while the store refuses writes.
@@ -388,10 +392,12 @@ pub struct RequestGuard {
 
 impl RequestGuard {
     /// Starts guarding `caller`'s request (signature verified); refuses a pair the memory holds.
+    /// `behind`: where a read's pair may be written after its answer (used when `read_only`).
     pub fn begin(
         store: Arc<dyn Store>,
         keys: Arc<KeyCache>,
         memory: Arc<ReplayMemory>,
+        behind: Option<Arc<ReadReplays>>,
         caller: Caller,
         now_ms: i64,
         read_only: bool,
@@ -403,6 +409,7 @@ impl RequestGuard {
             store,
             keys,
             memory,
+            behind: behind.filter(|_| read_only),
             caller,
             now_ms,
             read_only,
@@ -453,6 +460,64 @@ impl RequestGuard {
             (Err(_), _) => {}
         }
         result
+    }
+
+    /// A read with its pair held in [`ReadReplays`] instead of written first: the table is
+    /// checked for the pair (recorded before a restart, or written since) and the key for its
+    /// generation in the read itself, and the pair is queued for the writer once the read is
+    /// accepted. `None` when the pair cannot be held: record it synchronously.
+    fn read_behind(
+        &self,
+        behind: &ReadReplays,
+        f: &mut dyn FnMut(&mut dyn Tx) -> Result<(), StoreError>,
+    ) -> Option<Result<(), StoreError>> {
+        let c = &self.caller;
+        match behind.hold(&c.key_id, &c.signature) {
+            Hold::Declined => return None,
+            Hold::Again => {
+                self.set_state(Guarded::Replay);
+                return Some(Err(StoreError::Aborted));
+            }
+            Hold::First => {}
+        }
+        // The writer lets go of a pair only once the table or the memory has it: a pair the
+        // store refused to write may have moved to the memory since `begin` looked.
+        if self.memory.seen(&c.key_id, &c.signature, self.now_ms) {
+            behind.release(&c.key_id, &c.signature);
+            self.set_state(Guarded::Replay);
+            return Some(Err(StoreError::Aborted));
+        }
+        let mut outcome = Guarded::Pending;
+        let result = self.store.read_dyn(&mut |tx| {
+            outcome = if tx.signature_recorded(&c.key_id, &c.signature, c.sent_ms, self.now_ms)? {
+                Guarded::Replay
+            } else {
+                let generation = tx.key_generation()?;
+                if key_holds(tx, &self.keys, c, generation)? {
+                    Guarded::Recorded
+                } else {
+                    Guarded::KeyGone
+                }
+            };
+            if outcome != Guarded::Recorded {
+                return Err(StoreError::Aborted);
+            }
+            f(tx)
+        });
+        match outcome {
+            Guarded::Recorded => {
+                let (sent, expires) = (c.sent_ms, c.expires_ms);
+                behind.queue(&c.key_id, &c.signature, sent, expires, self.now_ms);
+                self.set_state(outcome);
+            }
+            Guarded::Replay | Guarded::KeyGone => {
+                behind.release(&c.key_id, &c.signature);
+                self.set_state(outcome);
+            }
+            // The check itself failed: the pair is recorded synchronously at the end.
+            _ => behind.release(&c.key_id, &c.signature),
+        }
+        Some(result)
     }
 
     /// The pair kept in memory while the store refuses writes (`failed`: the store's error,
@@ -534,6 +599,11 @@ impl Store for RequestGuard {
     ) -> Result<(), StoreError> {
         if !self.read_only || self.state() != Guarded::Pending {
             return self.store.read_dyn(f);
+        }
+        if let Some(behind) = &self.behind
+            && let Some(result) = self.read_behind(behind, f)
+        {
+            return result;
         }
         let result = self.guarded(&mut |_| Ok(()), |g| self.store.write_unsynced_dyn(g));
         match result {

@@ -6,6 +6,7 @@ use crate::app::App;
 use crate::auth;
 use crate::connections::{Admission, Caps, Gate, LogEvery, Reserved, Slot};
 use crate::error::{ApiError, ApiResult};
+use crate::replay_behind::ReadReplays;
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
@@ -28,6 +29,9 @@ struct Shared {
     app: Arc<App>,
     /// Replay records of reads served while the store refuses writes (`auth::RequestGuard`).
     replay: Arc<auth::ReplayMemory>,
+    /// Reads' replay records written after their answers, where one process owns the store
+    /// (`replay_behind`).
+    behind: Option<Arc<ReadReplays>>,
     /// The API keys held in memory (`auth::KeyCache`).
     keys: Arc<auth::KeyCache>,
     /// Blocking threads that API requests may hold at once (see [`API_THREADS`]).
@@ -62,9 +66,17 @@ pub async fn serve_http(
     shutdown: impl Future<Output = ()>,
 ) -> anyhow::Result<()> {
     let gate = Gate::new(caps);
+    let replay = Arc::<auth::ReplayMemory>::default();
+    let writer = if app.store.owned_by_one_process() {
+        Some(ReadReplays::start(app.store.clone(), replay.clone())?)
+    } else {
+        None
+    };
+    let (behind, writer) = writer.unzip();
     let shared = Arc::new(Shared {
         app: app.clone(),
-        replay: Arc::default(),
+        replay,
+        behind,
         keys: Arc::default(),
         api_threads: Arc::new(Semaphore::new(API_THREADS)),
         slow_bodies: LogEvery::new(LOG_INTERVAL),
@@ -130,6 +142,9 @@ pub async fn serve_http(
         .is_err()
     {
         tracing::warn!("some connections were still open after the shutdown grace");
+    }
+    if let Some(writer) = writer {
+        tokio::task::spawn_blocking(move || writer.stop()).await?;
     }
     Ok(())
 }
@@ -753,6 +768,7 @@ fn handle_authenticated(
         app.store.clone(),
         shared.keys.clone(),
         shared.replay.clone(),
+        shared.behind.clone(),
         caller,
         now_ms,
         read_only,

@@ -66,6 +66,22 @@ impl<C: GenericClient> ReplayQueries for PgTx<'_, C> {
         Ok(row.map(|r| r.try_get(0)).transpose()?)
     }
 
+    fn signature_recorded(
+        &mut self,
+        key_id: &str,
+        signature: &str,
+        sent_ms: i64,
+        now_ms: i64,
+    ) -> Result<bool, StoreError> {
+        let c = &mut *self.c;
+        let row = c.query_one(
+            "SELECT EXISTS (SELECT 1 FROM replay_guard
+              WHERE sent_at = $1 AND key_id = $2 AND signature = $3 AND expires_at >= $4)",
+            &[&sent_ms, &key_id, &signature, &now_ms],
+        )?;
+        Ok(row.try_get(0)?)
+    }
+
     /// Deletes up to `limit` rows that expired before `now_ms` from the oldest end of the
     /// primary key (signed before `sent_before_ms`); returns how many went. Nodes pruning at
     /// once skip each other's rows instead of waiting on them.

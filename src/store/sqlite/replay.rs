@@ -42,6 +42,22 @@ impl ReplayQueries for SqliteTx<'_> {
         Ok(Some(self.key_generation()?))
     }
 
+    fn signature_recorded(
+        &mut self,
+        key_id: &str,
+        signature: &str,
+        sent_ms: i64,
+        now_ms: i64,
+    ) -> Result<bool, StoreError> {
+        let conn = self.0;
+        Ok(conn
+            .prepare_cached(
+                "SELECT EXISTS (SELECT 1 FROM replay_guard
+                  WHERE sent_at = ?1 AND key_id = ?2 AND signature = ?3 AND expires_at >= ?4)",
+            )?
+            .query_row(params![sent_ms, key_id, signature, now_ms], |r| r.get(0))?)
+    }
+
     /// Walks the primary key from its oldest end: the rows deleted share their leaf pages.
     fn prune_replay(
         &mut self,
