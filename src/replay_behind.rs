@@ -59,6 +59,11 @@ pub struct Writer {
 /// [`ReplayMemory`].
 const RETRY_AFTER: Duration = Duration::from_millis(500);
 
+/// How long the writer lets pairs gather after the first one queued before it writes them: one
+/// transaction for a few milliseconds of reads rather than one per read or two. A pair is held
+/// in memory (and could be lost to a crash of the process) about this long.
+const GATHER: Duration = Duration::from_millis(5);
+
 /// How long a stopping writer waits for the pairs of reads still being answered.
 const LAST_CALL: Duration = Duration::from_secs(1);
 
@@ -148,6 +153,12 @@ impl ReadReplays {
                     let waited = self.wake.wait_timeout(held, LAST_CALL);
                     held = waited.unwrap_or_else(|e| e.into_inner()).0;
                     last_call = Some(());
+                }
+                if !held.stopping {
+                    // Let the reads answered meanwhile join this transaction.
+                    drop(held);
+                    std::thread::sleep(GATHER);
+                    held = self.lock();
                 }
                 (std::mem::take(&mut held.queue), held.stopping)
             };
