@@ -637,6 +637,18 @@ async fn on_api_thread<T: Send + 'static>(
     .map_err(|e| ApiError::internal(format!("handler panicked: {e}")))
 }
 
+/// Whether a `GET` runs on the runtime's own thread ([`tokio::task::block_in_place`]) instead
+/// of a blocking thread's: where a read's replay record is written after its answer
+/// (`replay_behind`), a signed `GET` is one read and no write, and the hand-off to a blocking
+/// thread and back cost it more than its read (docs/dev/storage.md, "Reads on the
+/// runtime's thread"). `block_in_place` hands the thread's other tasks to another thread first, so the
+/// runtime keeps answering while the read runs. Needs the multi-threaded runtime `serve` uses.
+fn reads_in_place(shared: &Shared) -> bool {
+    shared.behind.is_some()
+        && tokio::runtime::Handle::current().runtime_flavor()
+            == tokio::runtime::RuntimeFlavor::MultiThread
+}
+
 /// Authenticates, reads the body, then routes and runs the request on a blocking thread. A
 /// request with a body is authenticated from its headers first (key, timestamp, signature
 /// format), so that a stranger is refused before the server reads what it sends.
@@ -682,6 +694,15 @@ async fn handle_api(
         Ok(body) => body,
         Err(e) => return (Err(e), BodyLeft::Broken),
     };
+    if parts.method == Method::GET && reads_in_place(shared) {
+        let result = match shared.api_threads.clone().acquire_owned().await {
+            Ok(_permit) => {
+                tokio::task::block_in_place(|| handle_blocking(shared, &parts, body, caller))
+            }
+            Err(e) => Err(ApiError::internal(e)),
+        };
+        return (result, BodyLeft::Read);
+    }
     let result = on_api_thread(shared, move |shared| {
         handle_blocking(shared, &parts, body, caller)
     })
