@@ -489,15 +489,13 @@ impl RequestGuard {
         }
         let mut outcome = Guarded::Pending;
         let result = self.store.read_dyn(&mut |tx| {
-            outcome = if tx.signature_recorded(&c.key_id, &c.signature, c.sent_ms, self.now_ms)? {
-                Guarded::Replay
-            } else {
-                let generation = tx.key_generation()?;
-                if key_holds(tx, &self.keys, c, generation)? {
-                    Guarded::Recorded
-                } else {
-                    Guarded::KeyGone
-                }
+            let (sent, now) = (c.sent_ms, self.now_ms);
+            let unrecorded =
+                tx.key_generation_unless_recorded(&c.key_id, &c.signature, sent, now)?;
+            outcome = match unrecorded {
+                None => Guarded::Replay,
+                Some(generation) if key_holds(tx, &self.keys, c, generation)? => Guarded::Recorded,
+                Some(_) => Guarded::KeyGone,
             };
             if outcome != Guarded::Recorded {
                 return Err(StoreError::Aborted);

@@ -31,16 +31,18 @@ pub trait ReplayQueries {
         expires_ms: i64,
         now_ms: i64,
     ) -> Result<Option<i64>, StoreError>;
-    /// Whether the pair, signed at `sent_ms`, is recorded and still live at `now_ms`: one
-    /// primary-key read. The check of a read whose record is written after its answer
+    /// The key generation (`KeyQueries::key_generation`), unless the pair, signed at
+    /// `sent_ms`, is recorded and still live at `now_ms` (`None`: a replay). One statement (a
+    /// primary-key lookup and the generation), so SQLite takes its read lock once for both:
+    /// the check of a read whose record is written after its answer
     /// (`replay_behind::ReadReplays`).
-    fn signature_recorded(
+    fn key_generation_unless_recorded(
         &mut self,
         key_id: &str,
         signature: &str,
         sent_ms: i64,
         now_ms: i64,
-    ) -> Result<bool, StoreError>;
+    ) -> Result<Option<i64>, StoreError>;
     /// Deletes up to `limit` rows that expired before `now_ms` among those signed before
     /// `sent_before_ms` (the oldest end of the table: a request signed then is outside the skew
     /// window now, so no replay of it can be accepted); returns how many went.

@@ -66,20 +66,22 @@ impl<C: GenericClient> ReplayQueries for PgTx<'_, C> {
         Ok(row.map(|r| r.try_get(0)).transpose()?)
     }
 
-    fn signature_recorded(
+    fn key_generation_unless_recorded(
         &mut self,
         key_id: &str,
         signature: &str,
         sent_ms: i64,
         now_ms: i64,
-    ) -> Result<bool, StoreError> {
+    ) -> Result<Option<i64>, StoreError> {
         let c = &mut *self.c;
         let row = c.query_one(
             "SELECT EXISTS (SELECT 1 FROM replay_guard
-              WHERE sent_at = $1 AND key_id = $2 AND signature = $3 AND expires_at >= $4)",
+              WHERE sent_at = $1 AND key_id = $2 AND signature = $3 AND expires_at >= $4),
+             coalesce((SELECT generation FROM key_generation WHERE id = 1), 0)",
             &[&sent_ms, &key_id, &signature, &now_ms],
         )?;
-        Ok(row.try_get(0)?)
+        let recorded: bool = row.try_get(0)?;
+        Ok((!recorded).then(|| row.try_get(1)).transpose()?)
     }
 
     /// Deletes up to `limit` rows that expired before `now_ms` from the oldest end of the

@@ -42,20 +42,24 @@ impl ReplayQueries for SqliteTx<'_> {
         Ok(Some(self.key_generation()?))
     }
 
-    fn signature_recorded(
+    fn key_generation_unless_recorded(
         &mut self,
         key_id: &str,
         signature: &str,
         sent_ms: i64,
         now_ms: i64,
-    ) -> Result<bool, StoreError> {
+    ) -> Result<Option<i64>, StoreError> {
         let conn = self.0;
-        Ok(conn
+        let (recorded, generation): (bool, i64) = conn
             .prepare_cached(
                 "SELECT EXISTS (SELECT 1 FROM replay_guard
-                  WHERE sent_at = ?1 AND key_id = ?2 AND signature = ?3 AND expires_at >= ?4)",
+                  WHERE sent_at = ?1 AND key_id = ?2 AND signature = ?3 AND expires_at >= ?4),
+                 coalesce((SELECT generation FROM key_generation WHERE id = 1), 0)",
             )?
-            .query_row(params![sent_ms, key_id, signature, now_ms], |r| r.get(0))?)
+            .query_row(params![sent_ms, key_id, signature, now_ms], |r| {
+                Ok((r.get(0)?, r.get(1)?))
+            })?;
+        Ok((!recorded).then_some(generation))
     }
 
     /// Walks the primary key from its oldest end: the rows deleted share their leaf pages.
