@@ -6,7 +6,8 @@
 //!
 //! Keys are held in memory ([`KeyCache`]) and checked against the store's key generation in the
 //! transaction that writes the request's replay record ([`RequestGuard`]): a write request's
-//! own transaction (one per request), a `GET`'s short write before its read. A key revoked by
+//! own transaction (one per request), a `GET`'s short write before its read (or, where one
+//! process owns the store, the `GET`'s own read, its record written after the answer). A key revoked by
 //! any node or by `webhookd keys revoke` is refused from the revocation's commit on
 //! (docs/dev/storage.md, "Keys in memory").
 
@@ -365,8 +366,10 @@ pub fn authenticate(
 /// stands, so a request costs one transaction, not three (key read, replay record, handler).
 ///
 /// The pair is committed before the request's effects are acted on or answered: a replay of
-/// it, on any node, is refused. A `GET` handler's first read is preceded by a short write of
-/// the pair (without waiting for an fsync of its own: only a read-only request's record can be
+/// it, on any node, is refused. On a store one process owns, a `GET`'s pair is instead held in
+/// memory and written after its answer ([`ReadReplays`]; docs/dev/storage.md, "A read's replay
+/// record behind its answer"). Elsewhere a `GET` handler's first read is preceded by a short
+/// write of the pair (without waiting for an fsync of its own: only a read-only request's record can be
 /// lost, and only to a power loss), and the read itself runs outside the writer's lock, so a
 /// long list never holds publishes back; a write request's first write carries the pair
 /// (fsynced with the write).
