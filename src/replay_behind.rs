@@ -217,3 +217,48 @@ impl Writer {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_pair_is_held_once_until_let_go_and_not_at_all_while_stopping() {
+        let replays = ReadReplays {
+            held: Mutex::default(),
+            wake: Condvar::new(),
+        };
+        assert_eq!(replays.hold("k1", "s"), Hold::First);
+        assert_eq!(replays.hold("k1", "s"), Hold::Again);
+        assert_eq!(replays.hold("k1", "t"), Hold::First);
+        assert_eq!(replays.hold("k2", "s"), Hold::First);
+        replays.release("k1", "s");
+        assert_eq!(replays.hold("k1", "s"), Hold::First);
+        replays.lock().stopping = true;
+        assert_eq!(replays.hold("k1", "u"), Hold::Declined);
+    }
+
+    /// The writer commits what was queued (a stop writes the queue first) and then lets go of
+    /// the pair, which the table now refuses.
+    #[test]
+    fn the_writer_commits_a_queued_pair_then_lets_it_go() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("replay.sqlite");
+        let store = crate::store::open(path.to_str().unwrap(), 2).unwrap();
+        let memory = Arc::new(ReplayMemory::default());
+        let (replays, writer) = ReadReplays::start(store.clone(), memory.clone()).unwrap();
+        assert_eq!(replays.hold("k1", "sig"), Hold::First);
+        replays.queue("k1", "sig", 1_000, 301_000, 2_000);
+        writer.stop();
+        assert!(replays.lock().pairs.is_empty());
+        let unrecorded = |sent_ms: i64, now_ms: i64| {
+            store
+                .read(|tx| tx.key_generation_unless_recorded("k1", "sig", sent_ms, now_ms))
+                .unwrap()
+        };
+        assert_eq!(unrecorded(1_000, 2_000), None, "recorded and live");
+        assert_eq!(unrecorded(1_001, 2_000), Some(0), "another signed time");
+        assert_eq!(unrecorded(1_000, 301_001), Some(0), "expired");
+        assert!(!memory.seen("k1", "sig", 2_000), "written, not remembered");
+    }
+}
