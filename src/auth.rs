@@ -6,12 +6,14 @@
 //!
 //! Keys are held in memory ([`KeyCache`]) and checked against the store's key generation in the
 //! transaction that writes the request's replay record ([`RequestGuard`]): a write request's
-//! own transaction (one per request), a `GET`'s short write before its read. A key revoked by
+//! own transaction (one per request), a `GET`'s short write before its read (or, where one
+//! process owns the store, the `GET`'s own read, its record written after the answer). A key revoked by
 //! any node or by `webhookd keys revoke` is refused from the revocation's commit on
 //! (docs/dev/storage.md, "Keys in memory").
 
 use crate::error::ApiError;
 use crate::error::ApiResult;
+use crate::replay_behind::{Hold, ReadReplays};
 use crate::signing;
 use crate::store::keys::{KeyAuth, Scope};
 use crate::store::{Store, StoreError, Tx, Wakers, Watcher};
@@ -194,6 +196,8 @@ pub struct Caller {
     timestamp: String,
     /// Lower case: signatures are compared without regard to hex case.
     signature: String,
+    /// The signed time (`X-Timestamp`) in milliseconds: the first part of the replay record's key.
+    sent_ms: i64,
     /// When the signature leaves the skew window: its replay record is needed until then.
     expires_ms: i64,
 }
@@ -246,6 +250,7 @@ pub fn check_headers(
         generation,
         timestamp: timestamp.to_string(),
         signature: signature.to_ascii_lowercase(),
+        sent_ms,
         expires_ms: sent_ms.saturating_add(skew_ms),
     }))
 }
@@ -324,7 +329,8 @@ fn record_pair(
     now_ms: i64,
 ) -> Result<Guarded, StoreError> {
     let c = caller;
-    let first = tx.first_use_at_key_generation(&c.key_id, &c.signature, c.expires_ms, now_ms)?;
+    let first =
+        tx.first_use_at_key_generation(&c.key_id, &c.signature, c.sent_ms, c.expires_ms, now_ms)?;
     let Some(generation) = first else {
         return Ok(Guarded::Replay);
     };
@@ -360,8 +366,10 @@ pub fn authenticate(
 /// stands, so a request costs one transaction, not three (key read, replay record, handler).
 ///
 /// The pair is committed before the request's effects are acted on or answered: a replay of
-/// it, on any node, is refused. A `GET` handler's first read is preceded by a short write of
-/// the pair (without waiting for an fsync of its own: only a read-only request's record can be
+/// it, on any node, is refused. On a store one process owns, a `GET`'s pair is instead held in
+/// memory and written after its answer ([`ReadReplays`]; docs/dev/storage.md, "A read's replay
+/// record behind its answer"). Elsewhere a `GET` handler's first read is preceded by a short
+/// write of the pair (without waiting for an fsync of its own: only a read-only request's record can be
 /// lost, and only to a power loss), and the read itself runs outside the writer's lock, so a
 /// long list never holds publishes back; a write request's first write carries the pair
 /// (fsynced with the write).
@@ -375,6 +383,9 @@ pub struct RequestGuard {
     store: Arc<dyn Store>,
     keys: Arc<KeyCache>,
     memory: Arc<ReplayMemory>,
+    /// A `GET`'s record written after its answer, on a store one process owns
+    /// ([`ReadReplays`]): `None` for other requests, and where several nodes share the store.
+    behind: Option<Arc<ReadReplays>>,
     caller: Caller,
     now_ms: i64,
     /// A `GET`: served from memory while the store refuses writes.
@@ -384,10 +395,12 @@ pub struct RequestGuard {
 
 impl RequestGuard {
     /// Starts guarding `caller`'s request (signature verified); refuses a pair the memory holds.
+    /// `behind`: where a read's pair may be written after its answer (used when `read_only`).
     pub fn begin(
         store: Arc<dyn Store>,
         keys: Arc<KeyCache>,
         memory: Arc<ReplayMemory>,
+        behind: Option<Arc<ReadReplays>>,
         caller: Caller,
         now_ms: i64,
         read_only: bool,
@@ -399,6 +412,7 @@ impl RequestGuard {
             store,
             keys,
             memory,
+            behind: behind.filter(|_| read_only),
             caller,
             now_ms,
             read_only,
@@ -449,6 +463,62 @@ impl RequestGuard {
             (Err(_), _) => {}
         }
         result
+    }
+
+    /// A read with its pair held in [`ReadReplays`] instead of written first: the table is
+    /// checked for the pair (recorded before a restart, or written since) and the key for its
+    /// generation in the read itself, and the pair is queued for the writer once the read is
+    /// accepted. `None` when the pair cannot be held: record it synchronously.
+    fn read_behind(
+        &self,
+        behind: &ReadReplays,
+        f: &mut dyn FnMut(&mut dyn Tx) -> Result<(), StoreError>,
+    ) -> Option<Result<(), StoreError>> {
+        let c = &self.caller;
+        match behind.hold(&c.key_id, &c.signature) {
+            Hold::Declined => return None,
+            Hold::Again => {
+                self.set_state(Guarded::Replay);
+                return Some(Err(StoreError::Aborted));
+            }
+            Hold::First => {}
+        }
+        // The writer lets go of a pair only once the table or the memory has it: a pair the
+        // store refused to write may have moved to the memory since `begin` looked.
+        if self.memory.seen(&c.key_id, &c.signature, self.now_ms) {
+            behind.release(&c.key_id, &c.signature);
+            self.set_state(Guarded::Replay);
+            return Some(Err(StoreError::Aborted));
+        }
+        let mut outcome = Guarded::Pending;
+        let result = self.store.read_dyn(&mut |tx| {
+            let (sent, now) = (c.sent_ms, self.now_ms);
+            let unrecorded =
+                tx.key_generation_unless_recorded(&c.key_id, &c.signature, sent, now)?;
+            outcome = match unrecorded {
+                None => Guarded::Replay,
+                Some(generation) if key_holds(tx, &self.keys, c, generation)? => Guarded::Recorded,
+                Some(_) => Guarded::KeyGone,
+            };
+            if outcome != Guarded::Recorded {
+                return Err(StoreError::Aborted);
+            }
+            f(tx)
+        });
+        match outcome {
+            Guarded::Recorded => {
+                let (sent, expires) = (c.sent_ms, c.expires_ms);
+                behind.queue(&c.key_id, &c.signature, sent, expires, self.now_ms);
+                self.set_state(outcome);
+            }
+            Guarded::Replay | Guarded::KeyGone => {
+                behind.release(&c.key_id, &c.signature);
+                self.set_state(outcome);
+            }
+            // The check itself failed: the pair is recorded synchronously at the end.
+            _ => behind.release(&c.key_id, &c.signature),
+        }
+        Some(result)
     }
 
     /// The pair kept in memory while the store refuses writes (`failed`: the store's error,
@@ -530,6 +600,11 @@ impl Store for RequestGuard {
     ) -> Result<(), StoreError> {
         if !self.read_only || self.state() != Guarded::Pending {
             return self.store.read_dyn(f);
+        }
+        if let Some(behind) = &self.behind
+            && let Some(result) = self.read_behind(behind, f)
+        {
+            return result;
         }
         let result = self.guarded(&mut |_| Ok(()), |g| self.store.write_unsynced_dyn(g));
         match result {
@@ -784,6 +859,7 @@ mod tests {
             generation: 0,
             timestamp: String::new(),
             signature: String::new(),
+            sent_ms: 0,
             expires_ms: 0,
         };
         let refused = check_scope(&caller, "POST", "/v1/endpoints").unwrap_err();

@@ -100,8 +100,17 @@ impl ReplayPruner {
     }
 }
 
-/// Deletes expired replay records, a chunk per transaction.
+/// Deletes expired replay records, a chunk per transaction, among those signed before the skew
+/// window (a request signed earlier is refused by its timestamp alone).
 fn prune_replay(app: &App, now_ms: i64) -> anyhow::Result<()> {
-    while app.store.write(|tx| tx.prune_replay(now_ms, PRUNE_CHUNK))? == PRUNE_CHUNK {}
+    let skew_ms = i64::try_from(app.config.max_skew_secs)
+        .unwrap_or(i64::MAX / 1000)
+        .saturating_mul(1000);
+    let sent_before_ms = now_ms.saturating_sub(skew_ms);
+    while app
+        .store
+        .write(|tx| tx.prune_replay(now_ms, sent_before_ms, PRUNE_CHUNK))?
+        == PRUNE_CHUNK
+    {}
     Ok(())
 }

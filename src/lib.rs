@@ -54,6 +54,7 @@ pub mod otlp;
 pub mod payload_filter;
 pub mod ratelimit;
 pub mod receive;
+pub mod replay_behind;
 pub mod request_id;
 pub mod retry;
 pub mod scheduler;

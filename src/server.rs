@@ -6,6 +6,7 @@ use crate::app::App;
 use crate::auth;
 use crate::connections::{Admission, Caps, Gate, LogEvery, Reserved, Slot};
 use crate::error::{ApiError, ApiResult};
+use crate::replay_behind::ReadReplays;
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
@@ -28,6 +29,9 @@ struct Shared {
     app: Arc<App>,
     /// Replay records of reads served while the store refuses writes (`auth::RequestGuard`).
     replay: Arc<auth::ReplayMemory>,
+    /// Reads' replay records written after their answers, where one process owns the store
+    /// (`replay_behind`).
+    behind: Option<Arc<ReadReplays>>,
     /// The API keys held in memory (`auth::KeyCache`).
     keys: Arc<auth::KeyCache>,
     /// Blocking threads that API requests may hold at once (see [`API_THREADS`]).
@@ -62,9 +66,17 @@ pub async fn serve_http(
     shutdown: impl Future<Output = ()>,
 ) -> anyhow::Result<()> {
     let gate = Gate::new(caps);
+    let replay = Arc::<auth::ReplayMemory>::default();
+    let writer = if app.store.owned_by_one_process() {
+        Some(ReadReplays::start(app.store.clone(), replay.clone())?)
+    } else {
+        None
+    };
+    let (behind, writer) = writer.unzip();
     let shared = Arc::new(Shared {
         app: app.clone(),
-        replay: Arc::default(),
+        replay,
+        behind,
         keys: Arc::default(),
         api_threads: Arc::new(Semaphore::new(API_THREADS)),
         slow_bodies: LogEvery::new(LOG_INTERVAL),
@@ -130,6 +142,9 @@ pub async fn serve_http(
         .is_err()
     {
         tracing::warn!("some connections were still open after the shutdown grace");
+    }
+    if let Some(writer) = writer {
+        tokio::task::spawn_blocking(move || writer.stop()).await?;
     }
     Ok(())
 }
@@ -622,6 +637,18 @@ async fn on_api_thread<T: Send + 'static>(
     .map_err(|e| ApiError::internal(format!("handler panicked: {e}")))
 }
 
+/// Whether a `GET` runs on the runtime's own thread ([`tokio::task::block_in_place`]) instead
+/// of a blocking thread's: where a read's replay record is written after its answer
+/// (`replay_behind`), a signed `GET` is one read and no write, and the hand-off to a blocking
+/// thread and back cost it more than its read (docs/dev/storage.md, "Reads on the
+/// runtime's thread"). `block_in_place` hands the thread's other tasks to another thread first, so the
+/// runtime keeps answering while the read runs. Needs the multi-threaded runtime `serve` uses.
+fn reads_in_place(shared: &Shared) -> bool {
+    shared.behind.is_some()
+        && tokio::runtime::Handle::current().runtime_flavor()
+            == tokio::runtime::RuntimeFlavor::MultiThread
+}
+
 /// Authenticates, reads the body, then routes and runs the request on a blocking thread. A
 /// request with a body is authenticated from its headers first (key, timestamp, signature
 /// format), so that a stranger is refused before the server reads what it sends.
@@ -667,6 +694,15 @@ async fn handle_api(
         Ok(body) => body,
         Err(e) => return (Err(e), BodyLeft::Broken),
     };
+    if parts.method == Method::GET && reads_in_place(shared) {
+        let result = match shared.api_threads.clone().acquire_owned().await {
+            Ok(_permit) => {
+                tokio::task::block_in_place(|| handle_blocking(shared, &parts, body, caller))
+            }
+            Err(e) => Err(ApiError::internal(e)),
+        };
+        return (result, BodyLeft::Read);
+    }
     let result = on_api_thread(shared, move |shared| {
         handle_blocking(shared, &parts, body, caller)
     })
@@ -753,6 +789,7 @@ fn handle_authenticated(
         app.store.clone(),
         shared.keys.clone(),
         shared.replay.clone(),
+        shared.behind.clone(),
         caller,
         now_ms,
         read_only,

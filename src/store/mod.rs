@@ -142,6 +142,14 @@ pub trait Store: Send + Sync + 'static {
     /// `"sqlite"` or `"postgres"`.
     fn backend(&self) -> &'static str;
 
+    /// Whether one process owns the database while it serves (no other server answers requests
+    /// from it), so that what that process holds in memory is seen by every request that could
+    /// meet it: then a read's replay record may be written after its answer
+    /// (`replay_behind::ReadReplays`). False where several nodes share the database.
+    fn owned_by_one_process(&self) -> bool {
+        false
+    }
+
     /// Starts watching for changes other processes make to the database, calling `wakers` for
     /// each (`poll`: the longest a change may go unseen when notices may be missed; `poll_only`:
     /// poll, never listen). The scheduler and the delivery pool cap their idle sleeps with the

@@ -1,11 +1,14 @@
 //! The `replay_guard` table: (key id, signature) pairs already accepted, so a signed request
-//! replayed within its window is refused. No record type: only [`ReplayQueries`].
+//! replayed within its window is refused. No record type: only [`ReplayQueries`]. Rows are
+//! keyed by the pair's signed time first (`sent_ms`, the request's `X-Timestamp`), so records
+//! are appended and pruned at the two ends of the table (docs/dev/storage.md, "Replay records
+//! keyed by time").
 
 use crate::store::StoreError;
 /// The queries on the replay guard, one body per backend (`store::sqlite::replay`,
 /// `store::postgres::replay`); part of [`crate::store::Tx`].
 pub trait ReplayQueries {
-    /// Records the pair as used until `expires_ms`. False when it is already recorded and has not
+    /// Records the pair, signed at `sent_ms`, as used until `expires_ms`. False when it is already recorded and has not
     /// expired: a replay. An expired row is taken over, so no separate clean-up has to run first.
     /// Must run inside a write transaction (`Store::write`): it is the durable half of the
     /// check, committed before the request is acted on.
@@ -13,6 +16,7 @@ pub trait ReplayQueries {
         &mut self,
         key_id: &str,
         signature: &str,
+        sent_ms: i64,
         expires_ms: i64,
         now_ms: i64,
     ) -> Result<bool, StoreError>;
@@ -23,9 +27,29 @@ pub trait ReplayQueries {
         &mut self,
         key_id: &str,
         signature: &str,
+        sent_ms: i64,
         expires_ms: i64,
         now_ms: i64,
     ) -> Result<Option<i64>, StoreError>;
-    /// Deletes up to `limit` rows that expired before `now_ms`; returns how many went.
-    fn prune_replay(&mut self, now_ms: i64, limit: usize) -> Result<usize, StoreError>;
+    /// The key generation (`KeyQueries::key_generation`), unless the pair, signed at
+    /// `sent_ms`, is recorded and still live at `now_ms` (`None`: a replay). One statement (a
+    /// primary-key lookup and the generation), so SQLite takes its read lock once for both:
+    /// the check of a read whose record is written after its answer
+    /// (`replay_behind::ReadReplays`).
+    fn key_generation_unless_recorded(
+        &mut self,
+        key_id: &str,
+        signature: &str,
+        sent_ms: i64,
+        now_ms: i64,
+    ) -> Result<Option<i64>, StoreError>;
+    /// Deletes up to `limit` rows that expired before `now_ms` among those signed before
+    /// `sent_before_ms` (the oldest end of the table: a request signed then is outside the skew
+    /// window now, so no replay of it can be accepted); returns how many went.
+    fn prune_replay(
+        &mut self,
+        now_ms: i64,
+        sent_before_ms: i64,
+        limit: usize,
+    ) -> Result<usize, StoreError>;
 }

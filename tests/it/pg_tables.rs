@@ -786,43 +786,57 @@ fn replay_pairs_and_retention_chunks() {
     // replay: first use, replay, expiry taken over
     assert!(
         PgTx::new(&mut c, "test")
-            .first_use_of_signature("whk_1", "sig", 1_000, 500)
+            .first_use_of_signature("whk_1", "sig", 0, 1_000, 500)
             .unwrap()
     );
     assert!(
         !PgTx::new(&mut c, "test")
-            .first_use_of_signature("whk_1", "sig", 1_500, 900)
+            .first_use_of_signature("whk_1", "sig", 0, 1_500, 900)
             .unwrap()
     );
     assert!(
         !PgTx::new(&mut c, "test")
-            .first_use_of_signature("whk_1", "sig", 1_500, 1_000)
+            .first_use_of_signature("whk_1", "sig", 0, 1_500, 1_000)
             .unwrap()
     );
     assert!(
         PgTx::new(&mut c, "test")
-            .first_use_of_signature("whk_1", "sig", 2_000, 1_001)
+            .first_use_of_signature("whk_1", "sig", 0, 2_000, 1_001)
             .unwrap()
     );
     assert_eq!(count(&mut c, "SELECT expires_at FROM replay_guard"), 2_000);
     assert!(
         PgTx::new(&mut c, "test")
-            .first_use_of_signature("whk_2", "sig", 100, 0)
+            .first_use_of_signature("whk_2", "sig", 0, 100, 0)
             .unwrap()
     );
     assert!(
         PgTx::new(&mut c, "test")
-            .first_use_of_signature("whk_1", "other", 200, 0)
+            .first_use_of_signature("whk_1", "other", 0, 200, 0)
             .unwrap()
     );
     assert_eq!(count(&mut c, "SELECT count(*) FROM replay_guard"), 3);
-    assert_eq!(PgTx::new(&mut c, "test").prune_replay(1_500, 1).unwrap(), 1);
+    // Nothing signed at or after `sent_before_ms` goes, expired or not.
     assert_eq!(
-        PgTx::new(&mut c, "test").prune_replay(1_500, 10).unwrap(),
+        PgTx::new(&mut c, "test")
+            .prune_replay(1_500, 0, 10)
+            .unwrap(),
+        0
+    );
+    assert_eq!(
+        PgTx::new(&mut c, "test").prune_replay(1_500, 1, 1).unwrap(),
         1
     );
     assert_eq!(
-        PgTx::new(&mut c, "test").prune_replay(1_500, 10).unwrap(),
+        PgTx::new(&mut c, "test")
+            .prune_replay(1_500, 1, 10)
+            .unwrap(),
+        1
+    );
+    assert_eq!(
+        PgTx::new(&mut c, "test")
+            .prune_replay(1_500, 1, 10)
+            .unwrap(),
         0
     );
     assert_eq!(count(&mut c, "SELECT count(*) FROM replay_guard"), 1);
@@ -981,7 +995,7 @@ fn a_signature_used_on_two_nodes_at_once_is_accepted_once() {
                 barrier.wait();
                 let mut tx = node.transaction().unwrap();
                 let first = PgTx::new(&mut tx, "test")
-                    .first_use_of_signature("whk_1", "sig", 10_000, 1_000)
+                    .first_use_of_signature("whk_1", "sig", 0, 10_000, 1_000)
                     .unwrap();
                 std::thread::sleep(Duration::from_millis(200));
                 tx.commit().unwrap();

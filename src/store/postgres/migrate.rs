@@ -32,6 +32,7 @@ const UPGRADES: &[&str] = &[
     include_str!("../../../migrations/postgres/task_counts.sql"),
     include_str!("../../../migrations/postgres/key_generation.sql"),
     include_str!("../../../migrations/postgres/target_generation.sql"),
+    include_str!("../../../migrations/postgres/replay_guard_by_time.sql"),
 ];
 
 /// The schema version this binary writes.

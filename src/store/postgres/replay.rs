@@ -5,13 +5,13 @@ use crate::store::postgres::PgTx;
 use crate::store::{ReplayQueries, StoreError};
 use postgres::GenericClient;
 
-/// Records a (key, signature) pair ($1, $2) until $3, or takes over one that expired before
-/// $4; a replay changes no row. A macro, so that the statements below build on it as literals.
+/// Records a (key, signature) pair ($1, $2) signed at $3 until $4, or takes over one that
+/// expired before $5; a replay changes no row. A macro, so that the statements below build on it as literals.
 macro_rules! record_pair {
     () => {
-        "INSERT INTO replay_guard (key_id, signature, expires_at) VALUES ($1, $2, $3)
-         ON CONFLICT (key_id, signature) DO UPDATE SET expires_at = excluded.expires_at
-         WHERE replay_guard.expires_at < $4"
+        "INSERT INTO replay_guard (key_id, signature, sent_at, expires_at) VALUES ($1, $2, $3, $4)
+         ON CONFLICT (sent_at, key_id, signature) DO UPDATE SET expires_at = excluded.expires_at
+         WHERE replay_guard.expires_at < $5"
     };
 }
 
@@ -30,11 +30,15 @@ impl<C: GenericClient> ReplayQueries for PgTx<'_, C> {
         &mut self,
         key_id: &str,
         signature: &str,
+        sent_ms: i64,
         expires_ms: i64,
         now_ms: i64,
     ) -> Result<bool, StoreError> {
         let c = &mut *self.c;
-        let changed = c.execute(record_pair!(), &[&key_id, &signature, &expires_ms, &now_ms])?;
+        let changed = c.execute(
+            record_pair!(),
+            &[&key_id, &signature, &sent_ms, &expires_ms, &now_ms],
+        )?;
         Ok(changed == 1)
     }
 
@@ -47,6 +51,7 @@ impl<C: GenericClient> ReplayQueries for PgTx<'_, C> {
         &mut self,
         key_id: &str,
         signature: &str,
+        sent_ms: i64,
         expires_ms: i64,
         now_ms: i64,
     ) -> Result<Option<i64>, StoreError> {
@@ -57,20 +62,45 @@ impl<C: GenericClient> ReplayQueries for PgTx<'_, C> {
         );
         let sql = if self.unsynced { UNSYNCED } else { SYNCED };
         let c = &mut *self.c;
-        let row = c.query_opt(sql, &[&key_id, &signature, &expires_ms, &now_ms])?;
+        let row = c.query_opt(sql, &[&key_id, &signature, &sent_ms, &expires_ms, &now_ms])?;
         Ok(row.map(|r| r.try_get(0)).transpose()?)
     }
 
-    /// Deletes up to `limit` rows that expired before `now_ms`; returns how many went. Nodes
-    /// pruning at once skip each other's rows instead of waiting on them.
-    fn prune_replay(&mut self, now_ms: i64, limit: usize) -> Result<usize, StoreError> {
+    fn key_generation_unless_recorded(
+        &mut self,
+        key_id: &str,
+        signature: &str,
+        sent_ms: i64,
+        now_ms: i64,
+    ) -> Result<Option<i64>, StoreError> {
+        let c = &mut *self.c;
+        let row = c.query_one(
+            "SELECT EXISTS (SELECT 1 FROM replay_guard
+              WHERE sent_at = $1 AND key_id = $2 AND signature = $3 AND expires_at >= $4),
+             coalesce((SELECT generation FROM key_generation WHERE id = 1), 0)",
+            &[&sent_ms, &key_id, &signature, &now_ms],
+        )?;
+        let recorded: bool = row.try_get(0)?;
+        Ok((!recorded).then(|| row.try_get(1)).transpose()?)
+    }
+
+    /// Deletes up to `limit` rows that expired before `now_ms` from the oldest end of the
+    /// primary key (signed before `sent_before_ms`); returns how many went. Nodes pruning at
+    /// once skip each other's rows instead of waiting on them.
+    fn prune_replay(
+        &mut self,
+        now_ms: i64,
+        sent_before_ms: i64,
+        limit: usize,
+    ) -> Result<usize, StoreError> {
         let c = &mut *self.c;
         let limit = i64::try_from(limit).unwrap_or(i64::MAX);
         let n = c.execute(
-            "DELETE FROM replay_guard WHERE (key_id, signature) IN (
-                SELECT key_id, signature FROM replay_guard WHERE expires_at < $1
-                LIMIT $2 FOR UPDATE SKIP LOCKED)",
-            &[&now_ms, &limit],
+            "DELETE FROM replay_guard WHERE (sent_at, key_id, signature) IN (
+                SELECT sent_at, key_id, signature FROM replay_guard
+                 WHERE sent_at < $2 AND expires_at < $1
+                 ORDER BY sent_at LIMIT $3 FOR UPDATE SKIP LOCKED)",
+            &[&now_ms, &sent_before_ms, &limit],
         )?;
         Ok(usize::try_from(n).unwrap_or(usize::MAX))
     }

@@ -26,6 +26,7 @@ const UPGRADES: &[&str] = &[
     include_str!("../../../migrations/task_counts.sql"),
     include_str!("../../../migrations/key_generation.sql"),
     include_str!("../../../migrations/target_generation.sql"),
+    include_str!("../../../migrations/replay_guard_by_time.sql"),
 ];
 
 /// The schema version this binary writes.

@@ -586,6 +586,11 @@ impl crate::store::Store for SqliteStore {
         "sqlite"
     }
 
+    /// One server serves a database file (the `-shm` index and the WAL are this machine's).
+    fn owned_by_one_process(&self) -> bool {
+        true
+    }
+
     fn watch(
         &self,
         _wakers: crate::store::Wakers,
