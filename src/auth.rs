@@ -145,17 +145,18 @@ impl KeyCache {
         Ok(key.map(|key| (self.hold(key_id, key, generation), generation)))
     }
 
-    /// Holds `key` as read at `generation`; a newer generation drops every key held before.
+    /// Holds `key` as read at `generation`; another generation drops every key held before.
+    /// Generations have no order (they are random: `KeyQueries::key_generation`), so a read
+    /// that raced a change may hold an older one; the next request's own check sees that it
+    /// is not the stored one and reads again ([`key_holds`]).
     fn hold(&self, key_id: &str, key: KeyAuth, generation: i64) -> Arc<HeldKey> {
         let held = Arc::new(HeldKey::new(key));
         let mut inner = self.inner.write().unwrap_or_else(|e| e.into_inner());
-        if generation > inner.generation || inner.keys.len() >= Self::CAPACITY {
+        if generation != inner.generation || inner.keys.len() >= Self::CAPACITY {
             inner.keys.clear();
-            inner.generation = inner.generation.max(generation);
+            inner.generation = generation;
         }
-        if generation == inner.generation {
-            inner.keys.insert(key_id.to_string(), held.clone());
-        }
+        inner.keys.insert(key_id.to_string(), held.clone());
         held
     }
 
@@ -168,7 +169,7 @@ impl KeyCache {
             }
             None => {
                 let mut inner = self.inner.write().unwrap_or_else(|e| e.into_inner());
-                if generation > inner.generation {
+                if generation != inner.generation {
                     inner.keys.clear();
                     inner.generation = generation;
                 }
@@ -868,5 +869,29 @@ mod tests {
             refused.message,
             r#"key scope "read" does not allow POST /v1/endpoints"#
         );
+    }
+
+    /// Generations are random, so the cache compares them for equality only: a key held at
+    /// one generation is dropped by a hold or refresh at any other, lower or higher.
+    #[test]
+    fn held_keys_follow_any_other_generation() {
+        let key = || KeyAuth {
+            secret: String::new(),
+            app_id: "app1".into(),
+            scope: Scope::Admin,
+            expires_at: None,
+            last_used_at: None,
+        };
+        let cache = KeyCache::default();
+        cache.hold("a", key(), 900);
+        assert_eq!(cache.held("a").map(|(_, g)| g), Some(900));
+        // A revocation read at a lower value than the one held still drops the key.
+        cache.refresh("a", None, 7);
+        assert!(cache.held("a").is_none());
+        cache.hold("b", key(), 7);
+        // Another generation, lower again: "b" read at 7 is not held as current for it.
+        cache.hold("a", key(), -5);
+        assert!(cache.held("b").is_none());
+        assert_eq!(cache.held("a").map(|(_, g)| g), Some(-5));
     }
 }

@@ -134,12 +134,13 @@ pub enum TargetsRead {
     },
 }
 
-/// A new value for an app's target generation (`target_generation`, written by every change to
-/// the app's targets). Random rather than the old value plus one: a value written by a
-/// transaction that then rolled back (say a SQLite group commit that failed after a publish in
-/// it read the value) is never written again, so targets read at it can never pass for current.
-/// Odd, so never 0 (no row yet).
-pub fn fresh_target_generation() -> i64 {
+/// A new value for a generation: an app's target generation (`target_generation`, written by
+/// every change to the app's targets) or the key generation (`KeyQueries::key_generation`).
+/// Random rather than the old value plus one: a value written by a transaction that then rolled
+/// back (say a SQLite group commit that failed after a request in it read the value) is never
+/// written again, so what was read at it can never pass for current. Odd, so never 0 (no row
+/// yet).
+pub fn fresh_generation() -> i64 {
     rand::random::<i64>() | 1
 }
 

@@ -154,15 +154,18 @@ pub trait KeyQueries {
     /// (checked in the statement too, so nodes racing on one key write once).
     fn touch_key(&mut self, key_id: &str, now_ms: i64) -> Result<(), StoreError>;
     /// The generation of the keys: a number that [`KeyQueries::create_scoped_key`] and
-    /// [`KeyQueries::revoke_key`] bump in their own transaction, so a key read at one
-    /// generation is known to be unchanged while the number stays (`auth::KeyCache`).
+    /// [`KeyQueries::revoke_key`] set to a new random value in their own transaction, so a key
+    /// read at one generation is known to be unchanged while the number stays
+    /// (`auth::KeyCache`). Compared for equality only: it has no order.
     fn key_generation(&mut self) -> Result<i64, StoreError>;
 }
 
-/// The statement that bumps [`KeyQueries::key_generation`] (the same SQL on both backends).
-pub(crate) const BUMP_KEY_GENERATION: &str =
-    "INSERT INTO key_generation (id, generation) VALUES (1, 1)
-     ON CONFLICT (id) DO UPDATE SET generation = key_generation.generation + 1";
+/// The statement that moves [`KeyQueries::key_generation`] to a new value, its one parameter
+/// (`store::endpoints::fresh_generation`): the same SQL on both backends (SQLite reads `$1` as
+/// a named parameter, the first and only one).
+pub(crate) const NEW_KEY_GENERATION: &str =
+    "INSERT INTO key_generation (id, generation) VALUES (1, $1)
+     ON CONFLICT (id) DO UPDATE SET generation = excluded.generation";
 
 /// The statement that reads [`KeyQueries::key_generation`].
 /// No row yet is generation 0.

@@ -4,7 +4,7 @@ use super::list::{Filters, list_page};
 use crate::store::Page;
 use crate::store::endpoints::{
     DisabledReason, Endpoint, HealthDelta, Target, TargetsRead, filter_payload_from_text,
-    filter_payload_text, fresh_target_generation,
+    filter_payload_text, fresh_generation,
 };
 use crate::store::postgres::PgTx;
 use crate::store::{EndpointQueries, StoreError};
@@ -68,7 +68,7 @@ impl<C: GenericClient> PgTx<'_, C> {
             "INSERT INTO target_generation (app_id, generation)
              SELECT app_id, $2::bigint FROM unnest($1::text[]) AS a (app_id) ORDER BY app_id
              ON CONFLICT (app_id) DO UPDATE SET generation = excluded.generation",
-            &[&apps, &fresh_target_generation()],
+            &[&apps, &fresh_generation()],
         )?;
         Ok(())
     }

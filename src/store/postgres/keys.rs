@@ -1,7 +1,8 @@
 //! The `api_keys` table on PostgreSQL ([`KeyQueries`] on a [`PgTx`]).
 
+use crate::store::endpoints::fresh_generation;
 use crate::store::keys::{
-    BUMP_KEY_GENERATION, KEY_COLUMNS, KEY_GENERATION, Key, KeyAuth, LAST_USED_EVERY_MS, NewKey,
+    KEY_COLUMNS, KEY_GENERATION, Key, KeyAuth, LAST_USED_EVERY_MS, NEW_KEY_GENERATION, NewKey,
     Scope,
 };
 use crate::store::postgres::PgTx;
@@ -45,7 +46,7 @@ impl<C: GenericClient> KeyQueries for PgTx<'_, C> {
                 &expires_at,
             ],
         )?;
-        c.execute(BUMP_KEY_GENERATION, &[])?;
+        c.execute(NEW_KEY_GENERATION, &[&fresh_generation()])?;
         Ok(key)
     }
 
@@ -112,7 +113,7 @@ impl<C: GenericClient> KeyQueries for PgTx<'_, C> {
             &[&key_id, &now_ms],
         )?;
         if changed == 1 {
-            c.execute(BUMP_KEY_GENERATION, &[])?;
+            c.execute(NEW_KEY_GENERATION, &[&fresh_generation()])?;
         }
         Ok(changed == 1)
     }

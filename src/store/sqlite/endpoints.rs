@@ -48,7 +48,7 @@ fn bump_target_generation(conn: &rusqlite::Connection, app_id: &str) -> Result<(
         "INSERT INTO target_generation (app_id, generation) VALUES (?1, ?2)
          ON CONFLICT (app_id) DO UPDATE SET generation = excluded.generation",
     )?
-    .execute(params![app_id, fresh_target_generation()])?;
+    .execute(params![app_id, fresh_generation()])?;
     Ok(())
 }
 

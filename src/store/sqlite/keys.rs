@@ -1,7 +1,8 @@
 //! [`KeyQueries`] on SQLite: the SQL of the `keys` table (records in `store::keys`).
 
+use crate::store::endpoints::fresh_generation;
 use crate::store::keys::{
-    BUMP_KEY_GENERATION, KEY_COLUMNS, KEY_GENERATION, Key, KeyAuth, LAST_USED_EVERY_MS, NewKey,
+    KEY_COLUMNS, KEY_GENERATION, Key, KeyAuth, LAST_USED_EVERY_MS, NEW_KEY_GENERATION, NewKey,
     Scope,
 };
 use crate::store::sqlite::SqliteTx;
@@ -45,7 +46,8 @@ impl KeyQueries for SqliteTx<'_> {
                 expires_at
             ],
         )?;
-        conn.prepare_cached(BUMP_KEY_GENERATION)?.execute([])?;
+        conn.prepare_cached(NEW_KEY_GENERATION)?
+            .execute([fresh_generation()])?;
         Ok(key)
     }
 
@@ -94,7 +96,8 @@ impl KeyQueries for SqliteTx<'_> {
             params![key_id, now_ms],
         )?;
         if changed == 1 {
-            conn.prepare_cached(BUMP_KEY_GENERATION)?.execute([])?;
+            conn.prepare_cached(NEW_KEY_GENERATION)?
+                .execute([fresh_generation()])?;
         }
         Ok(changed == 1)
     }

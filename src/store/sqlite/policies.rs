@@ -78,10 +78,7 @@ impl PolicyQueries for SqliteTx<'_> {
              SELECT DISTINCT app_id, ?2 FROM endpoints WHERE retry_policy_id = ?1
              ON CONFLICT (app_id) DO UPDATE SET generation = excluded.generation",
         )?
-        .execute(params![
-            p.id,
-            crate::store::endpoints::fresh_target_generation()
-        ])?;
+        .execute(params![p.id, crate::store::endpoints::fresh_generation()])?;
         Ok(())
     }
 
