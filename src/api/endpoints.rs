@@ -451,6 +451,9 @@ pub fn test(ctx: &mut Ctx<'_>, req: &Request) -> ApiResult<Data> {
         ProbeError::Stopped => {
             ApiError::internal("the delivery pool stopped before the test delivery was sent")
         }
+        ProbeError::Starting => ApiError::unwritable(
+            "the delivery pool has not started yet: it waits for the database to answer",
+        ),
         ProbeError::Other(e) => ApiError::internal(format!("{e:#}")),
     })?;
     to_data(&probe)

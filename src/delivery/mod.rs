@@ -290,7 +290,6 @@ impl DeliveryPool {
             sending: interrupted::InFlight::default(),
             stopping: AtomicBool::new(false),
         });
-        app.probes.open();
         let dispatcher = {
             let shared = shared.clone();
             std::thread::Builder::new()
@@ -560,6 +559,8 @@ fn dispatch(shared: &Arc<Shared>) {
         }
     }
     recover(app, app.clock.now_ms());
+    // Only now: a test delivery's task started before the recovery would be handed back by it.
+    app.probes.open();
     let capacity = app.config.max_in_flight.max(2);
     let rules = health::Rules::from_hours(app.config.disable_failing_after_hours);
     let new_gate = || {

@@ -13,7 +13,8 @@ use crate::retry::RetryPolicy;
 use crate::store::{self, StoreError, attempts::Attempt, endpoints::Endpoint, tasks::Claimed};
 use std::collections::HashMap;
 use std::sync::mpsc;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::time::Duration;
 
 /// Most test deliveries of one app in flight at once (waiting for room or being sent).
 pub const TESTS_PER_APP: usize = 8;
@@ -32,6 +33,8 @@ pub enum ProbeError {
     Busy,
     /// The delivery pool is not running (stopping).
     Stopped,
+    /// The delivery pool has not finished starting (it waits for the database to answer).
+    Starting,
     Other(anyhow::Error),
 }
 
@@ -60,31 +63,68 @@ pub(crate) struct Waiting {
 #[derive(Default)]
 pub struct Probes {
     state: Mutex<ProbeState>,
+    /// Signalled when the pool opens or closes.
+    phase_changed: Condvar,
 }
 
 #[derive(Default)]
 struct ProbeState {
-    /// The pool is running and admits test deliveries.
-    open: bool,
+    phase: Phase,
     waiting: Vec<Waiting>,
     per_app: HashMap<String, usize>,
 }
+
+/// Where the delivery pool is, as test deliveries see it.
+#[derive(Default, Clone, Copy, PartialEq, Eq, Debug)]
+enum Phase {
+    /// Not yet admitting: the pool's start-up recovery, which hands every task left `running`
+    /// back to `pending`, has not run yet, and would hand back a test delivery's task too.
+    #[default]
+    Starting,
+    /// Admitting test deliveries.
+    Open,
+    /// Stopped for good.
+    Closed,
+}
+
+/// How long a test delivery waits for the pool to finish starting (it waits for the database
+/// to answer first) before it is refused.
+const START_WAIT: Duration = Duration::from_secs(5);
 
 impl Probes {
     fn lock(&self) -> MutexGuard<'_, ProbeState> {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// The pool started.
+    /// The pool started and recovered the tasks of the last stop: test deliveries may start.
     pub(crate) fn open(&self) {
-        self.lock().open = true;
+        let mut state = self.lock();
+        if state.phase == Phase::Starting {
+            state.phase = Phase::Open;
+        }
+        self.phase_changed.notify_all();
     }
 
     /// The pool stops: waiting test deliveries are dropped (their callers are told).
     pub(crate) fn close(&self) {
         let mut state = self.lock();
-        state.open = false;
+        state.phase = Phase::Closed;
         state.waiting.clear();
+        self.phase_changed.notify_all();
+    }
+
+    /// Waits (at most `limit`) until the pool admits test deliveries.
+    fn wait_open(&self, limit: Duration) -> Result<(), ProbeError> {
+        let state = self.lock();
+        let (state, _) = self
+            .phase_changed
+            .wait_timeout_while(state, limit, |s| s.phase == Phase::Starting)
+            .unwrap_or_else(|e| e.into_inner());
+        match state.phase {
+            Phase::Open => Ok(()),
+            Phase::Starting => Err(ProbeError::Starting),
+            Phase::Closed => Err(ProbeError::Stopped),
+        }
     }
 
     /// The test deliveries waiting to be admitted, oldest first.
@@ -95,7 +135,7 @@ impl Probes {
     /// Test deliveries that found no room this round wait for the next, ahead of newer ones.
     pub(crate) fn put_back(&self, mut waiting: Vec<Waiting>) {
         let mut state = self.lock();
-        if state.open && !waiting.is_empty() {
+        if state.phase == Phase::Open && !waiting.is_empty() {
             waiting.append(&mut state.waiting);
             state.waiting = waiting;
         }
@@ -117,7 +157,7 @@ impl Probes {
 
     fn submit(&self, waiting: Waiting) -> Result<(), ProbeError> {
         let mut state = self.lock();
-        if !state.open {
+        if state.phase != Phase::Open {
             return Err(ProbeError::Stopped);
         }
         state.waiting.push(waiting);
@@ -154,6 +194,7 @@ pub fn run(
     traces: &mut crate::trace::TaskTraces,
 ) -> Result<Probe, ProbeError> {
     let _ticket = app.probes.enter(&endpoint.app_id).ok_or(ProbeError::Busy)?;
+    app.probes.wait_open(START_WAIT)?;
     let now_ms = app.clock.now_ms();
     let payload = serde_json::json!({
         "type": "webhookd.test",
@@ -220,4 +261,39 @@ pub fn run(
         .next()
         .ok_or_else(|| anyhow::anyhow!("test delivery of task {task_id} was not recorded"))?;
     Ok(Probe { task_id, attempt })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A test delivery waits for the pool's start-up recovery (which would hand its task back)
+    /// and is refused once the pool has stopped; a pool stopped while starting stays stopped.
+    #[test]
+    fn test_deliveries_wait_for_the_pool_to_open() {
+        let probes = Arc::new(Probes::default());
+        assert!(matches!(
+            probes.wait_open(Duration::from_millis(1)),
+            Err(ProbeError::Starting)
+        ));
+        let waiter = {
+            let probes = probes.clone();
+            std::thread::spawn(move || probes.wait_open(Duration::from_secs(600)))
+        };
+        probes.open();
+        assert!(waiter.join().unwrap().is_ok());
+        probes.close();
+        assert!(matches!(
+            probes.wait_open(Duration::ZERO),
+            Err(ProbeError::Stopped)
+        ));
+
+        let stopped_while_starting = Probes::default();
+        stopped_while_starting.close();
+        stopped_while_starting.open();
+        assert!(matches!(
+            stopped_while_starting.wait_open(Duration::ZERO),
+            Err(ProbeError::Stopped)
+        ));
+    }
 }
