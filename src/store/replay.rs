@@ -53,3 +53,10 @@ pub trait ReplayQueries {
         limit: usize,
     ) -> Result<usize, StoreError>;
 }
+
+/// The statement of [`ReplayQueries::key_generation_unless_recorded`], the same SQL on both
+/// backends (SQLite reads `$1`…`$4` as named parameters, numbered in the order they appear):
+/// whether the pair is recorded and live, and the key generation.
+pub(crate) const KEY_GENERATION_UNLESS_RECORDED: &str = "SELECT EXISTS (SELECT 1 FROM replay_guard
+      WHERE sent_at = $1 AND key_id = $2 AND signature = $3 AND expires_at >= $4),
+     coalesce((SELECT generation FROM key_generation WHERE id = 1), 0)";

@@ -2,6 +2,7 @@
 //! node on the database, so a request replayed to another node is refused too (docs/design.md §2).
 
 use crate::store::postgres::PgTx;
+use crate::store::replay::KEY_GENERATION_UNLESS_RECORDED;
 use crate::store::{ReplayQueries, StoreError};
 use postgres::GenericClient;
 
@@ -75,9 +76,7 @@ impl<C: GenericClient> ReplayQueries for PgTx<'_, C> {
     ) -> Result<Option<i64>, StoreError> {
         let c = &mut *self.c;
         let row = c.query_one(
-            "SELECT EXISTS (SELECT 1 FROM replay_guard
-              WHERE sent_at = $1 AND key_id = $2 AND signature = $3 AND expires_at >= $4),
-             coalesce((SELECT generation FROM key_generation WHERE id = 1), 0)",
+            KEY_GENERATION_UNLESS_RECORDED,
             &[&sent_ms, &key_id, &signature, &now_ms],
         )?;
         let recorded: bool = row.try_get(0)?;

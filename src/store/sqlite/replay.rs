@@ -1,6 +1,7 @@
 //! The `replay_guard` table: accepted (key id, signature) pairs until their timestamp leaves
 //! the skew window, so that the replay check (docs/design.md §2) survives a restart or a crash.
 
+use crate::store::replay::KEY_GENERATION_UNLESS_RECORDED;
 use crate::store::sqlite::SqliteTx;
 use crate::store::{KeyQueries, ReplayQueries, StoreError};
 use rusqlite::params;
@@ -51,11 +52,7 @@ impl ReplayQueries for SqliteTx<'_> {
     ) -> Result<Option<i64>, StoreError> {
         let conn = self.0;
         let (recorded, generation): (bool, i64) = conn
-            .prepare_cached(
-                "SELECT EXISTS (SELECT 1 FROM replay_guard
-                  WHERE sent_at = ?1 AND key_id = ?2 AND signature = ?3 AND expires_at >= ?4),
-                 coalesce((SELECT generation FROM key_generation WHERE id = 1), 0)",
-            )?
+            .prepare_cached(KEY_GENERATION_UNLESS_RECORDED)?
             .query_row(params![sent_ms, key_id, signature, now_ms], |r| {
                 Ok((r.get(0)?, r.get(1)?))
             })?;
