@@ -617,9 +617,12 @@ async fn read_body(
 }
 
 /// Runs `work` on a blocking thread, at most [`API_THREADS`] at once (the permit is held by
-/// the thread, so a client that goes away does not free it early).
+/// the thread, so a client that goes away does not free it early). `in_place`: on the
+/// runtime's own thread instead ([`reads_in_place`]), under the same bound; either way a
+/// panic of `work` is a 500.
 async fn on_api_thread<T: Send + 'static>(
     shared: &Arc<Shared>,
+    in_place: bool,
     work: impl FnOnce(&Shared) -> T + Send + 'static,
 ) -> ApiResult<T> {
     let permit = shared
@@ -628,6 +631,12 @@ async fn on_api_thread<T: Send + 'static>(
         .acquire_owned()
         .await
         .map_err(ApiError::internal)?;
+    if in_place {
+        let _permit = permit;
+        let run = std::panic::AssertUnwindSafe(|| work(shared));
+        return tokio::task::block_in_place(|| std::panic::catch_unwind(run))
+            .map_err(|_| ApiError::internal("handler panicked"));
+    }
     let shared = shared.clone();
     tokio::task::spawn_blocking(move || {
         let _permit = permit;
@@ -674,7 +683,7 @@ async fn handle_api(
         let checked = match auth::check_headers(&shared.keys, None, now_ms, skew, &parts.headers) {
             Ok(Some(caller)) => Ok((parts, Ok(caller))),
             Ok(None) => {
-                on_api_thread(shared, move |shared| {
+                on_api_thread(shared, false, move |shared| {
                     let store = Some(&*shared.app.store);
                     let caller =
                         auth::check_headers(&shared.keys, store, now_ms, skew, &parts.headers)
@@ -694,16 +703,8 @@ async fn handle_api(
         Ok(body) => body,
         Err(e) => return (Err(e), BodyLeft::Broken),
     };
-    if parts.method == Method::GET && reads_in_place(shared) {
-        let result = match shared.api_threads.clone().acquire_owned().await {
-            Ok(_permit) => {
-                tokio::task::block_in_place(|| handle_blocking(shared, &parts, body, caller))
-            }
-            Err(e) => Err(ApiError::internal(e)),
-        };
-        return (result, BodyLeft::Read);
-    }
-    let result = on_api_thread(shared, move |shared| {
+    let in_place = parts.method == Method::GET && reads_in_place(shared);
+    let result = on_api_thread(shared, in_place, move |shared| {
         handle_blocking(shared, &parts, body, caller)
     })
     .await
