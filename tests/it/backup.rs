@@ -33,7 +33,7 @@ fn healthz(server: &TestServer) -> Value {
 }
 
 #[test]
-fn scheduled_backups_are_checked_private_copies_pruned_to_keep() {
+fn scheduled_backups_are_checked_private_copies_pruned_to_keep_on_sqlite() {
     if sqlite_only("scheduled backups copy SQLite files; PostgreSQL refuses them") {
         return;
     }
@@ -137,7 +137,7 @@ fn scheduled_backups_are_checked_private_copies_pruned_to_keep() {
 }
 
 #[test]
-fn a_failed_backup_is_counted_and_serving_goes_on() {
+fn a_failed_backup_is_counted_and_serving_goes_on_on_sqlite() {
     if sqlite_only("scheduled backups copy SQLite files; PostgreSQL refuses them") {
         return;
     }

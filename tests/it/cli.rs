@@ -53,7 +53,7 @@ fn keys_create_json_prints_one_object_and_list_hides_secrets() {
 }
 
 #[test]
-fn foreign_and_newer_databases_are_refused_unchanged() {
+fn foreign_and_newer_databases_are_refused_unchanged_on_sqlite() {
     if crate::support::sqlite_only("SQLite files; pg_store checks PostgreSQL's refusals") {
         return;
     }
@@ -166,7 +166,7 @@ fn bad_usage_exits_2_naming_the_flag() {
 }
 
 #[test]
-fn database_file_is_private() {
+fn database_file_is_private_on_sqlite() {
     if crate::support::sqlite_only("the SQLite file's mode") {
         return;
     }

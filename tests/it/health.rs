@@ -100,7 +100,7 @@ fn healthz_get_and_head_answer_ok_with_the_version() {
 }
 
 #[test]
-fn a_database_file_deleted_or_replaced_while_running_is_503_for_health_and_writes() {
+fn a_database_file_deleted_or_replaced_while_running_is_503_for_health_and_writes_on_sqlite() {
     if sqlite_only("deletes and replaces the server's open SQLite file") {
         return;
     }
@@ -141,7 +141,7 @@ fn a_database_file_deleted_or_replaced_while_running_is_503_for_health_and_write
 }
 
 #[test]
-fn serve_refuses_a_database_it_cannot_write_naming_the_file_and_the_permission() {
+fn serve_refuses_a_database_it_cannot_write_naming_the_file_and_the_permission_on_sqlite() {
     if sqlite_only("a read-only bind mount of the SQLite file's folder") {
         return;
     }
@@ -178,7 +178,7 @@ fn serve_refuses_a_database_it_cannot_write_naming_the_file_and_the_permission()
 }
 
 #[test]
-fn a_full_disk_is_503_50301_until_space_is_freed_and_the_file_stays_sound() {
+fn a_full_disk_is_503_50301_until_space_is_freed_and_the_file_stays_sound_on_sqlite() {
     if sqlite_only("the full disk is a small tmpfs under the SQLite file") {
         return;
     }

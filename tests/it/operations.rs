@@ -103,7 +103,7 @@ fn healthcheck_exit_codes_and_reasons() {
 }
 
 #[test]
-fn backup_refuses_to_overwrite_and_bad_input_is_usage() {
+fn backup_refuses_to_overwrite_and_bad_input_is_usage_on_sqlite() {
     if sqlite_only("backup copies a SQLite file (a URL is refused, pointing to pg_dump)") {
         return;
     }
@@ -151,7 +151,7 @@ fn backup_refuses_to_overwrite_and_bad_input_is_usage() {
 /// A backup taken while clients keep writing holds every record acknowledged before it
 /// started, opens as a webhookd database (mode 0600), and passes `integrity_check`.
 #[test]
-fn backup_of_a_live_server_under_write_load_holds_every_acknowledged_record() {
+fn backup_of_a_live_server_under_write_load_holds_every_acknowledged_record_on_sqlite() {
     if sqlite_only("backup copies a SQLite file (a URL is refused, pointing to pg_dump)") {
         return;
     }

@@ -105,7 +105,7 @@ fn publish_2kb(client: &webhookd::client::Client, i: u64) {
 }
 
 #[test]
-fn the_wal_stays_bounded_under_sustained_publishing() {
+fn the_wal_stays_bounded_under_sustained_publishing_on_sqlite() {
     if sqlite_only("the bound of SQLite's -wal file") {
         return;
     }
@@ -180,7 +180,7 @@ fn the_wal_stays_bounded_under_sustained_publishing() {
 /// outgrows its limit; once it ends, the file is cut back to the limit (the WAL is rewound, not truncated to zero: `journal_size_limit` is the
 /// limit).
 #[test]
-fn a_wal_a_reader_held_back_is_cut_back_to_its_limit() {
+fn a_wal_a_reader_held_back_is_cut_back_to_its_limit_on_sqlite() {
     if sqlite_only("the size of SQLite's -wal file") {
         return;
     }

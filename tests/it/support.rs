@@ -68,12 +68,31 @@ fn shared_pg() -> &'static crate::pg::PgServer {
     crate::pg::shared().expect("backend() checked that PostgreSQL is installed")
 }
 
+/// The suffix of every test that checks something only SQLite has: the PostgreSQL suite
+/// leaves such tests out by name (`--skip _on_sqlite`, .ci/suite-postgres.sh), so that none of
+/// them is reported `ok` there without having checked anything.
+pub const SQLITE_ONLY_SUFFIX: &str = "_on_sqlite";
+
 /// True, after saying why on stderr, when this run is on PostgreSQL and the calling test checks
 /// something only SQLite has (`reason`); the test then returns without checking anything.
+/// Such a test's name ends in [`SQLITE_ONLY_SUFFIX`]; one that does not, or any reached under
+/// `CI=true`, fails instead, since the PostgreSQL suite should have left it out.
 pub fn sqlite_only(reason: &str) -> bool {
     if backend() == Backend::Sqlite {
         return false;
     }
+    let thread = std::thread::current();
+    let test = thread.name().unwrap_or_default();
+    assert!(
+        test.ends_with(SQLITE_ONLY_SUFFIX),
+        "{test} checks SQLite only ({reason}): name it `…{SQLITE_ONLY_SUFFIX}` so that the \
+         PostgreSQL suite leaves it out (--skip {SQLITE_ONLY_SUFFIX})"
+    );
+    assert!(
+        std::env::var("CI").as_deref() != Ok("true"),
+        "{test} checks SQLite only ({reason}); under CI=true run the PostgreSQL suite with \
+         --skip {SQLITE_ONLY_SUFFIX} (.ci/suite-postgres.sh)"
+    );
     report_skip(&format!("SQLite only: {reason}"));
     true
 }

@@ -117,7 +117,7 @@ fn totals_stay_exact_through_every_status_change_and_delete() {
 }
 
 #[test]
-fn an_upgraded_database_counts_the_tasks_it_held() {
+fn an_upgraded_database_counts_the_tasks_it_held_on_sqlite() {
     if crate::support::sqlite_only("task_counts is kept on SQLite only") {
         return;
     }
