@@ -703,7 +703,9 @@ async fn handle_api(
         Ok(body) => body,
         Err(e) => return (Err(e), BodyLeft::Broken),
     };
-    let in_place = parts.method == Method::GET && reads_in_place(shared);
+    // A publish too (docs/dev/storage.md, "Reads on the runtime's thread").
+    let in_place =
+        (parts.method == Method::GET || parts.uri.path() == "/v1/events") && reads_in_place(shared);
     let result = on_api_thread(shared, in_place, move |shared| {
         handle_blocking(shared, &parts, body, caller)
     })
