@@ -540,6 +540,14 @@ impl crate::store::Store for SqliteStore {
         read_tx(&conn, |conn| f(&mut SqliteTx(conn)))
     }
 
+    fn read_now_dyn(
+        &self,
+        f: &mut dyn FnMut(&mut dyn crate::store::Tx) -> Result<(), StoreError>,
+    ) -> Option<Result<(), StoreError>> {
+        let conn = self.pool.try_get()?;
+        Some(read_tx(&conn, |conn| f(&mut SqliteTx(conn))))
+    }
+
     fn write_dyn(
         &self,
         f: &mut dyn FnMut(&mut dyn crate::store::Tx) -> Result<(), StoreError>,
