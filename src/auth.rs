@@ -391,6 +391,8 @@ pub struct RequestGuard {
     now_ms: i64,
     /// A `GET`: served from memory while the store refuses writes.
     read_only: bool,
+    /// The request runs on the runtime's own thread ([`RequestGuard::on_runtime`]).
+    on_runtime: bool,
     state: Mutex<Guarded>,
 }
 
@@ -417,8 +419,43 @@ impl RequestGuard {
             caller,
             now_ms,
             read_only,
+            on_runtime: false,
             state: Mutex::new(Guarded::Pending),
         })
+    }
+
+    /// The request runs on the runtime's own thread, not a blocking one (the server's point
+    /// reads, docs/dev/storage.md, "Reads on the runtime's thread"): a read runs there only
+    /// on a connection free at once, and anything that may wait (a write, a connection from
+    /// a busy pool) runs in `tokio::task::block_in_place`, which first hands the thread's
+    /// other tasks to another thread.
+    pub fn on_runtime(mut self, on_runtime: bool) -> RequestGuard {
+        self.on_runtime = on_runtime;
+        self
+    }
+
+    /// Runs `f`, which may wait for the store, off the runtime's thread when the request runs
+    /// on it ([`RequestGuard::on_runtime`]).
+    fn may_wait<T>(&self, f: impl FnOnce() -> T) -> T {
+        if self.on_runtime {
+            tokio::task::block_in_place(f)
+        } else {
+            f()
+        }
+    }
+
+    /// A read of the store: on the runtime's thread at once when a connection is free, and
+    /// where it may wait otherwise.
+    fn read_store(
+        &self,
+        f: &mut dyn FnMut(&mut dyn Tx) -> Result<(), StoreError>,
+    ) -> Result<(), StoreError> {
+        if self.on_runtime
+            && let Some(done) = self.store.read_now_dyn(f)
+        {
+            return done;
+        }
+        self.may_wait(|| self.store.read_dyn(f))
     }
 
     pub fn caller(&self) -> &Caller {
@@ -492,7 +529,7 @@ impl RequestGuard {
             return Some(Err(StoreError::Aborted));
         }
         let mut outcome = Guarded::Pending;
-        let result = self.store.read_dyn(&mut |tx| {
+        let result = self.read_store(&mut |tx| {
             let (sent, now) = (c.sent_ms, self.now_ms);
             let unrecorded =
                 tx.key_generation_unless_recorded(&c.key_id, &c.signature, sent, now)?;
@@ -526,9 +563,11 @@ impl RequestGuard {
     /// answered when the memory is full); the key is checked with a read.
     fn remember(&self, failed: StoreError) -> Result<Guarded, StoreError> {
         let c = &self.caller;
-        let holds = self.store.read(|tx| {
-            let generation = tx.key_generation()?;
-            key_holds(tx, &self.keys, c, generation)
+        let holds = self.may_wait(|| {
+            self.store.read(|tx| {
+                let generation = tx.key_generation()?;
+                key_holds(tx, &self.keys, c, generation)
+            })
         })?;
         if !holds {
             return Ok(Guarded::KeyGone);
@@ -551,7 +590,7 @@ impl RequestGuard {
     pub fn finish<T>(&self, result: ApiResult<T>) -> ApiResult<T> {
         let mut state = self.state();
         if state == Guarded::Pending {
-            let alone = self.store.write_unsynced(|tx| self.record_in(tx));
+            let alone = self.may_wait(|| self.store.write_unsynced(|tx| self.record_in(tx)));
             state = match alone {
                 Ok(state) => state,
                 Err(e @ (StoreError::DiskFull(_) | StoreError::Unwritable(_)))
@@ -581,7 +620,8 @@ impl RequestGuard {
     fn note_use(&self) {
         let c = &self.caller;
         if c.claim_last_use(self.now_ms)
-            && let Err(e) = self.store.write(|tx| tx.touch_key(&c.key_id, self.now_ms))
+            && let Err(e) =
+                self.may_wait(|| self.store.write(|tx| tx.touch_key(&c.key_id, self.now_ms)))
         {
             tracing::warn!(key_id = %c.key_id, error = %e, "could not record the key's last use");
         }
@@ -600,23 +640,25 @@ impl Store for RequestGuard {
         f: &mut dyn FnMut(&mut dyn Tx) -> Result<(), StoreError>,
     ) -> Result<(), StoreError> {
         if !self.read_only || self.state() != Guarded::Pending {
-            return self.store.read_dyn(f);
+            return self.read_store(f);
         }
         if let Some(behind) = &self.behind
             && let Some(result) = self.read_behind(behind, f)
         {
             return result;
         }
-        let result = self.guarded(&mut |_| Ok(()), |g| self.store.write_unsynced_dyn(g));
+        let result = self.guarded(&mut |_| Ok(()), |g| {
+            self.may_wait(|| self.store.write_unsynced_dyn(g))
+        });
         match result {
-            Ok(()) => self.store.read_dyn(f),
+            Ok(()) => self.read_store(f),
             Err(e @ (StoreError::DiskFull(_) | StoreError::Unwritable(_)))
                 if self.state() == Guarded::Pending =>
             {
                 let state = self.remember(e)?;
                 self.set_state(state);
                 match state {
-                    Guarded::Remembered => self.store.read_dyn(f),
+                    Guarded::Remembered => self.read_store(f),
                     _ => Err(StoreError::Aborted),
                 }
             }
@@ -628,14 +670,14 @@ impl Store for RequestGuard {
         &self,
         f: &mut dyn FnMut(&mut dyn Tx) -> Result<(), StoreError>,
     ) -> Result<(), StoreError> {
-        self.guarded(f, |g| self.store.write_dyn(g))
+        self.guarded(f, |g| self.may_wait(|| self.store.write_dyn(g)))
     }
 
     fn write_unsynced_dyn(
         &self,
         f: &mut dyn FnMut(&mut dyn Tx) -> Result<(), StoreError>,
     ) -> Result<(), StoreError> {
-        self.guarded(f, |g| self.store.write_unsynced_dyn(g))
+        self.guarded(f, |g| self.may_wait(|| self.store.write_unsynced_dyn(g)))
     }
 
     fn quick_check(&self) -> Result<(), StoreError> {

@@ -618,11 +618,14 @@ async fn read_body(
 
 /// Runs `work` on a blocking thread, at most [`API_THREADS`] at once (the permit is held by
 /// the thread, so a client that goes away does not free it early). `in_place`: on the
-/// runtime's own thread instead ([`reads_in_place`]), under the same bound; either way a
-/// panic of `work` is a 500.
+/// runtime's own thread instead ([`reads_in_place`]), under the same bound, in
+/// `block_in_place`; `on_runtime` (with `in_place`): on that thread as it is, `work` moving
+/// into `block_in_place` itself whatever may wait ([`one_resource`]). Either way a panic of
+/// `work` is a 500.
 async fn on_api_thread<T: Send + 'static>(
     shared: &Arc<Shared>,
     in_place: bool,
+    on_runtime: bool,
     work: impl FnOnce(&Shared) -> T + Send + 'static,
 ) -> ApiResult<T> {
     let permit = shared
@@ -631,6 +634,11 @@ async fn on_api_thread<T: Send + 'static>(
         .acquire_owned()
         .await
         .map_err(ApiError::internal)?;
+    if in_place && on_runtime {
+        let _permit = permit;
+        return std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| work(shared)))
+            .map_err(|_| ApiError::internal("handler panicked"));
+    }
     if in_place {
         let _permit = permit;
         let run = std::panic::AssertUnwindSafe(|| work(shared));
@@ -646,16 +654,28 @@ async fn on_api_thread<T: Send + 'static>(
     .map_err(|e| ApiError::internal(format!("handler panicked: {e}")))
 }
 
-/// Whether a `GET` runs on the runtime's own thread ([`tokio::task::block_in_place`]) instead
-/// of a blocking thread's: where a read's replay record is written after its answer
-/// (`replay_behind`), a signed `GET` is one read and no write, and the hand-off to a blocking
-/// thread and back cost it more than its read (docs/dev/storage.md, "Reads on the
-/// runtime's thread"). `block_in_place` hands the thread's other tasks to another thread first, so the
-/// runtime keeps answering while the read runs. Needs the multi-threaded runtime `serve` uses.
+/// Whether a `GET` or a publish runs on the runtime's own thread
+/// ([`tokio::task::block_in_place`]) instead of a blocking thread's: where a read's replay
+/// record is written after its answer (`replay_behind`), a signed `GET` is one read and no
+/// write, and the hand-off to a blocking thread and back cost it more than its read; a publish
+/// gained a little too, waiting for its group commit there (docs/dev/storage.md, "Reads on the
+/// runtime's thread"). `block_in_place` hands the thread's other tasks to another thread first,
+/// so the runtime keeps answering meanwhile. Needs the multi-threaded runtime `serve` uses.
 fn reads_in_place(shared: &Shared) -> bool {
     shared.behind.is_some()
         && tokio::runtime::Handle::current().runtime_flavor()
             == tokio::runtime::RuntimeFlavor::MultiThread
+}
+
+/// Whether a `GET` run in place ([`reads_in_place`]) runs on the runtime's thread without
+/// `block_in_place`: a read of one resource by its id (the path ends in a numeric id, no
+/// query), whose statements find their rows by key. `block_in_place` itself costs a thread
+/// hand-off per request, more than such a read (docs/dev/storage.md, "Reads on the runtime's
+/// thread"); the request moves into it for whatever may wait (`auth::RequestGuard::on_runtime`),
+/// and a list, whose page can take long, keeps it for all its work.
+fn one_resource(uri: &hyper::Uri) -> bool {
+    let last = uri.path().rsplit('/').next().unwrap_or_default();
+    uri.query().is_none() && !last.is_empty() && last.bytes().all(|b| b.is_ascii_digit())
 }
 
 /// Authenticates, reads the body, then routes and runs the request on a blocking thread. A
@@ -683,7 +703,7 @@ async fn handle_api(
         let checked = match auth::check_headers(&shared.keys, None, now_ms, skew, &parts.headers) {
             Ok(Some(caller)) => Ok((parts, Ok(caller))),
             Ok(None) => {
-                on_api_thread(shared, false, move |shared| {
+                on_api_thread(shared, false, false, move |shared| {
                     let store = Some(&*shared.app.store);
                     let caller =
                         auth::check_headers(&shared.keys, store, now_ms, skew, &parts.headers)
@@ -704,10 +724,11 @@ async fn handle_api(
         Err(e) => return (Err(e), BodyLeft::Broken),
     };
     // A publish too (docs/dev/storage.md, "Reads on the runtime's thread").
-    let in_place =
-        (parts.method == Method::GET || parts.uri.path() == "/v1/events") && reads_in_place(shared);
-    let result = on_api_thread(shared, in_place, move |shared| {
-        handle_blocking(shared, &parts, body, caller)
+    let is_get = parts.method == Method::GET;
+    let in_place = (is_get || parts.uri.path() == "/v1/events") && reads_in_place(shared);
+    let on_runtime = in_place && is_get && one_resource(&parts.uri);
+    let result = on_api_thread(shared, in_place, on_runtime, move |shared| {
+        handle_blocking(shared, &parts, body, caller, on_runtime)
     })
     .await
     .and_then(|result| result);
@@ -717,12 +738,13 @@ async fn handle_api(
 /// Runs one request on a blocking thread in its trace (docs/API.md, "Traces"): a valid
 /// `traceparent` makes the request's span the caller's child, and the tasks it makes continue
 /// that trace; its span is exported when export is on. `caller` is the key when the headers
-/// were checked already.
+/// were checked already; `on_runtime`: it runs on the runtime's thread ([`one_resource`]).
 fn handle_blocking(
     shared: &Shared,
     parts: &hyper::http::request::Parts,
     body: Bytes,
     caller: Option<auth::Caller>,
+    on_runtime: bool,
 ) -> ApiResult<Data> {
     let app = &*shared.app;
     let started = std::time::Instant::now();
@@ -735,7 +757,15 @@ fn handle_blocking(
     let own = parent.map(|c| c.child());
     let mut traces = crate::trace::TaskTraces::new(own, app.spans.on());
     let mut app_id = None;
-    let result = handle_authenticated(shared, parts, body, caller, &mut traces, &mut app_id);
+    let result = handle_authenticated(
+        shared,
+        parts,
+        body,
+        caller,
+        on_runtime,
+        &mut traces,
+        &mut app_id,
+    );
     if app.spans.on() {
         let status = match &result {
             Ok(_) => StatusCode::OK,
@@ -757,12 +787,14 @@ fn handle_blocking(
 
 /// Authenticates (with `caller` when the headers were checked already), routes and runs one
 /// request; sets `caller_app` once the caller is known (only when spans are exported: it is the
-/// request span's `webhookd.app`).
+/// request span's `webhookd.app`). `on_runtime`: it runs on the runtime's thread, where a key
+/// not held is read in `block_in_place`.
 fn handle_authenticated(
     shared: &Shared,
     parts: &hyper::http::request::Parts,
     body: Bytes,
     caller: Option<auth::Caller>,
+    on_runtime: bool,
     traces: &mut crate::trace::TaskTraces,
     caller_app: &mut Option<String>,
 ) -> ApiResult<Data> {
@@ -773,17 +805,24 @@ fn handle_authenticated(
         .path_and_query()
         .map(|pq| pq.as_str())
         .unwrap_or("/");
-    let caller = match caller {
-        Some(caller) => caller,
-        None => auth::check_headers(
+    let check = |store: Option<&dyn crate::store::Store>| {
+        auth::check_headers(
             &shared.keys,
-            Some(&*app.store),
+            store,
             now_ms,
             app.config.max_skew_secs,
             &parts.headers,
-        )?
-        .ok_or_else(ApiError::auth_unknown_key)?,
+        )
     };
+    let caller = match caller {
+        Some(caller) => Some(caller),
+        None if on_runtime => match check(None)? {
+            Some(caller) => Some(caller),
+            None => tokio::task::block_in_place(|| check(Some(&*app.store)))?,
+        },
+        None => check(Some(&*app.store))?,
+    }
+    .ok_or_else(ApiError::auth_unknown_key)?;
     caller.verify(parts.method.as_str(), path_and_query, &body)?;
     // A read is served while the store refuses writes; its replay record is then kept in
     // memory (docs/API.md, "Limits").
@@ -796,7 +835,8 @@ fn handle_authenticated(
         caller,
         now_ms,
         read_only,
-    )?;
+    )?
+    .on_runtime(on_runtime);
     let caller = guard.caller();
     if app.spans.on() {
         *caller_app = Some(caller.app_id.clone());
@@ -941,4 +981,29 @@ pub async fn start_on(
         stop: Some(stop_tx),
         task,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::one_resource;
+
+    /// Only a read of one resource by its numeric id runs on the runtime's thread as it is:
+    /// lists (a query, or a collection after the id) keep `block_in_place`.
+    #[test]
+    fn one_resource_is_a_path_ending_in_an_id_without_a_query() {
+        for (uri, one) in [
+            ("/v1/endpoints/12", true),
+            ("/v1/tasks/7", true),
+            ("/v1/endpoints", false),
+            ("/v1/endpoints/", false),
+            ("/v1/tasks?status=failed", false),
+            ("/v1/tasks/7/attempts", false),
+            ("/v1/tasks/7?x=1", false),
+            ("/v1/keys/k_abc", false),
+            ("/v1/endpoints/1a", false),
+        ] {
+            let parsed: hyper::Uri = uri.parse().unwrap();
+            assert_eq!(one_resource(&parsed), one, "{uri}");
+        }
+    }
 }

@@ -76,16 +76,29 @@ impl StoreError {
     }
 }
 
-/// One database. `read` runs its closure on a connection without a transaction (each
-/// statement sees committed data); `write` runs it in one transaction, committed when the
+/// One database. `read` runs its closure on a connection without a write transaction (it
+/// sees committed data: on SQLite one snapshot for the whole read, on PostgreSQL one per
+/// statement); `write` runs it in one transaction, committed when the
 /// closure succeeds and rolled back when it fails. Use the generic [`Store::read`] /
 /// [`Store::write`] on `dyn Store`; the `_dyn` forms exist to keep the trait object-safe.
 pub trait Store: Send + Sync + 'static {
-    /// Runs `f` with a [`Tx`] over a connection of the pool, outside any transaction.
+    /// Runs `f` with a [`Tx`] over a connection of the pool, outside any write transaction
+    /// (SQLite runs it in one read transaction: one snapshot for all its statements).
     fn read_dyn(
         &self,
         f: &mut dyn FnMut(&mut dyn Tx) -> Result<(), StoreError>,
     ) -> Result<(), StoreError>;
+
+    /// [`Store::read_dyn`] only if it can start without waiting for a connection: `None`, and
+    /// `f` not run, when none is free at once. For a read on the runtime's own thread, which
+    /// must not wait; a store that cannot tell returns `None`.
+    fn read_now_dyn(
+        &self,
+        f: &mut dyn FnMut(&mut dyn Tx) -> Result<(), StoreError>,
+    ) -> Option<Result<(), StoreError>> {
+        let _ = f;
+        None
+    }
 
     /// Runs `f` in one write transaction, committing it when `f` returns `Ok`.
     fn write_dyn(
@@ -158,7 +171,7 @@ pub trait Store: Send + Sync + 'static {
 }
 
 impl dyn Store {
-    /// Runs `f` on a connection outside any transaction and returns what it returns. `f` may
+    /// Runs `f` on a connection outside any write transaction and returns what it returns. `f` may
     /// fail with its caller's own error type, which converts from [`StoreError`].
     pub fn read<T, E: From<StoreError>>(
         &self,

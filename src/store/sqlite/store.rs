@@ -284,6 +284,24 @@ where
     Ok(out)
 }
 
+/// Runs a read in one deferred transaction: SQLite takes the WAL read lock (two `fcntl` on the
+/// `-shm` file, and its in-process mutex) at the first statement and keeps it to the `COMMIT`,
+/// instead of taking and dropping it around every statement, and the read's statements all
+/// see one snapshot (docs/dev/storage.md, "Reads on the runtime's thread"). A read that
+/// fails or panics is rolled back, so the connection goes back to the pool with no
+/// transaction open.
+fn read_tx<T>(
+    conn: &Connection,
+    f: impl FnOnce(&Connection) -> Result<T, StoreError>,
+) -> Result<T, StoreError> {
+    run_cached(conn, "BEGIN")?;
+    let begun = RollbackOnDrop(conn);
+    let out = f(conn)?;
+    run_cached(conn, "COMMIT")?;
+    drop(begun);
+    Ok(out)
+}
+
 /// Rolls back the transaction open on its connection when dropped (see [`write_grouped`]).
 struct RollbackOnDrop<'c>(&'c Connection);
 
@@ -519,7 +537,15 @@ impl crate::store::Store for SqliteStore {
         f: &mut dyn FnMut(&mut dyn crate::store::Tx) -> Result<(), StoreError>,
     ) -> Result<(), StoreError> {
         let conn = self.pool.get()?;
-        f(&mut SqliteTx(&conn))
+        read_tx(&conn, |conn| f(&mut SqliteTx(conn)))
+    }
+
+    fn read_now_dyn(
+        &self,
+        f: &mut dyn FnMut(&mut dyn crate::store::Tx) -> Result<(), StoreError>,
+    ) -> Option<Result<(), StoreError>> {
+        let conn = self.pool.try_get()?;
+        Some(read_tx(&conn, |conn| f(&mut SqliteTx(conn))))
     }
 
     fn write_dyn(
@@ -687,6 +713,45 @@ mod tests {
         );
         assert_eq!(store.read(|tx| tx.rescue_expired_leases(0)).unwrap(), 0);
         assert_eq!(store.backend(), "sqlite");
+    }
+
+    /// A read runs in one transaction: its statements see one snapshot however the file
+    /// changes meanwhile, and a read that fails or panics leaves its connection with no
+    /// transaction open (the next write on it begins its own).
+    #[test]
+    fn a_read_sees_one_snapshot_and_leaves_no_transaction_open() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = dir.path().join("t.sqlite");
+        let store = crate::store::open(db.to_str().unwrap(), 2).unwrap();
+        let (before, during) = store
+            .read(|tx| {
+                let before = tx.count_keys()?;
+                std::thread::scope(|s| {
+                    s.spawn(|| store.write(|tx| tx.create_key("app1", "k", 1)).unwrap());
+                });
+                Ok::<_, StoreError>((before, tx.count_keys()?))
+            })
+            .unwrap();
+        assert_eq!((before, during), (0, 0), "one snapshot for the whole read");
+        assert_eq!(store.read(|tx| tx.count_keys()).unwrap(), 1);
+        // One connection: the write after the failed reads gets the connection they used.
+        let store = crate::store::open(db.to_str().unwrap(), 1).unwrap();
+        let refused = store.read(|tx| {
+            tx.count_keys()?;
+            Err::<(), _>(Mine::Refused)
+        });
+        assert_eq!(refused, Err(Mine::Refused));
+        let panicked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            store.read(|tx| -> Result<(), StoreError> {
+                tx.count_keys()?;
+                panic!("a handler's bug");
+            })
+        }));
+        assert!(panicked.is_err());
+        for name in ["k2", "k3"] {
+            store.write(|tx| tx.create_key("app1", name, 1)).unwrap();
+        }
+        assert_eq!(store.read(|tx| tx.count_keys()).unwrap(), 3);
     }
 
     /// Writers queued on the lock while another writes are committed as one group: one
