@@ -214,7 +214,9 @@ impl Gate {
     }
 
     /// Claims up to `free` tasks, endpoint by endpoint from the cursor, within each endpoint's
-    /// limits. Runs inside the dispatcher's write transaction.
+    /// limits: each endpoint's share is decided and counted in walk order, and the shares are
+    /// claimed together at the end ([`Gate::claim_takes`]). Runs inside the dispatcher's write
+    /// transaction.
     pub fn walk(&mut self, tx: &mut dyn Tx, now_ms: i64, free: usize) -> Result<Walk, StoreError> {
         let mut walk = Walk {
             claimed: Vec::new(),
