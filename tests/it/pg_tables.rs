@@ -1008,12 +1008,12 @@ fn a_signature_used_on_two_nodes_at_once_is_accepted_once() {
     assert_eq!(count(&mut c, "SELECT count(*) FROM replay_guard"), 1);
 }
 
-/// Signed reads record their pairs in batches on PostgreSQL (`write_unsynced`, one statement
-/// for the pairs of the requests that arrive together): two nodes, many requests at once, each
-/// pair sent twice to each node. Every pair is a first use exactly once, whichever batch it
-/// fell in and whatever else was in it; an expired pair is taken over as alone.
+/// Signed reads record their pairs through `write_unsynced` (each pair its own statement and
+/// transaction, not waiting for a flush): two nodes, many requests at once, each pair sent
+/// twice to each node. Every pair is a first use exactly once; an expired pair is taken over,
+/// and is a replay again after that.
 #[test]
-fn signed_reads_batched_on_two_nodes_accept_each_pair_once() {
+fn signed_reads_on_two_nodes_at_once_accept_each_pair_once() {
     let Some((_server, url, mut c)) = opened("replay_batches") else {
         return;
     };

@@ -4,7 +4,6 @@
 //! claims (the lease).
 
 use super::listen::Notifier;
-use super::replay::PairBatch;
 use super::tasks::ClaimFloors;
 use super::{Conn, Link, PgPool, PgSettings, PgUrl, Sql, Statements};
 use crate::store::{IdleCap, Store, StoreError, Tx, Watcher};
@@ -32,8 +31,6 @@ pub struct PgStore {
     last_probe: Mutex<Option<(i64, Option<String>)>>,
     /// Where this node's claims of each endpoint's tasks start.
     floors: ClaimFloors,
-    /// The signed reads' replay pairs, recorded a batch at a time (`replay.rs`).
-    pairs: PairBatch,
     /// Sends the notices other nodes are owed after this node's commits (`listen.rs`);
     /// `None` once the store drops.
     notifier: Option<Notifier>,
@@ -87,7 +84,6 @@ impl PgStore {
             node: node_id(),
             last_probe: Mutex::new(None),
             floors: ClaimFloors::default(),
-            pairs: PairBatch::default(),
         })
     }
 
@@ -242,7 +238,6 @@ impl Store for PgStore {
         let wake = {
             let mut pg = PgTx::cached(client, statements, &self.node);
             pg.unsynced = true;
-            pg.pairs = Some(&self.pairs);
             f(&mut pg)?;
             pg.give_new_target_generations()?;
             pg.wake
@@ -400,8 +395,6 @@ pub struct PgTx<'c, C: GenericClient> {
     /// `write_unsynced`: the replay pair's statement turns `synchronous_commit` off for its
     /// transaction, so that its commit does not wait for its WAL flush.
     pub(super) unsynced: bool,
-    /// Under `write_unsynced`, the store's batch of replay pairs (`replay.rs`).
-    pub(super) pairs: Option<&'c PairBatch>,
     /// The apps whose targets this transaction changed: they get a new target generation just
     /// before it commits (`endpoints.rs`, `give_new_target_generations`).
     pub(super) targets_changed: Vec<String>,
@@ -416,7 +409,6 @@ impl<'c, C: GenericClient> PgTx<'c, C> {
             wake: Wake::default(),
             floors: None,
             unsynced: false,
-            pairs: None,
             targets_changed: Vec::new(),
         }
     }
@@ -429,7 +421,6 @@ impl<'c, C: GenericClient> PgTx<'c, C> {
             wake: Wake::default(),
             floors: None,
             unsynced: false,
-            pairs: None,
             targets_changed: Vec::new(),
         }
     }
