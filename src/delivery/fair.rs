@@ -103,6 +103,14 @@ struct AppState {
     busy_endpoints: usize,
 }
 
+/// What the walk takes from one endpoint.
+enum Take {
+    /// Claimed on the spot (an in-order endpoint's head).
+    Now(Vec<Claimed>),
+    /// Up to this many, claimed with the other endpoints' at the end of the walk.
+    Later(usize),
+}
+
 /// The result of one walk.
 pub struct Walk {
     pub claimed: Vec<Claimed>,
@@ -206,7 +214,9 @@ impl Gate {
     }
 
     /// Claims up to `free` tasks, endpoint by endpoint from the cursor, within each endpoint's
-    /// limits. Runs inside the dispatcher's write transaction.
+    /// limits: each endpoint's share is decided and counted in walk order, and the shares are
+    /// claimed together at the end ([`Gate::claim_takes`]). Runs inside the dispatcher's write
+    /// transaction.
     pub fn walk(&mut self, tx: &mut dyn Tx, now_ms: i64, free: usize) -> Result<Walk, StoreError> {
         let mut walk = Walk {
             claimed: Vec::new(),
@@ -238,6 +248,8 @@ impl Gate {
         };
         // The gap being read ends before `gap_end`; `gap_read`: its last page was read.
         let ((mut gap_end, mut full_until), mut gap_read) = (next_full(start), false);
+        // What each endpoint takes, in walk order, and how many that makes so far.
+        let (mut takes, mut taken) = (Vec::new(), 0);
         loop {
             let Some(pending) = page.next() else {
                 if !gap_read {
@@ -283,22 +295,90 @@ impl Gate {
             if !limits.enabled {
                 continue; // enabling it wakes the dispatcher
             }
-            let room = free - walk.claimed.len();
-            let claimed = self.claim_from(tx, endpoint_id, &limits, now_ms, room, &mut walk)?;
-            if claimed > 0 {
-                self.cursor = endpoint_id;
-            }
-            if walk.claimed.len() >= free {
+            let room = free - taken;
+            taken += self.take_from(
+                tx,
+                endpoint_id,
+                &limits,
+                now_ms,
+                room,
+                &mut walk,
+                &mut takes,
+            )?;
+            if taken >= free {
                 walk.out_of_room = true;
                 break;
             }
         }
+        self.claim_takes(tx, now_ms, takes, &mut walk)?;
         self.forget_idle(now_ms);
         Ok(walk)
     }
 
-    /// Claims what one due, enabled endpoint may start now (at most `room`); returns how many.
-    fn claim_from(
+    /// Claims what the walk decided, in one call for every endpoint that was not claimed on the
+    /// spot ([`TaskQueries::claim_endpoints_tasks`](crate::store::TaskQueries::claim_endpoints_tasks):
+    /// one statement on PostgreSQL), and puts the claims in walk order. An endpoint that
+    /// yields fewer than it was counted for (another node claimed them meanwhile) gives the rest
+    /// back to its accounting; the cursor stops after the last endpoint that yielded any.
+    fn claim_takes(
+        &mut self,
+        tx: &mut dyn Tx,
+        now_ms: i64,
+        takes: Vec<(i64, Take)>,
+        walk: &mut Walk,
+    ) -> Result<(), StoreError> {
+        let wanted: Vec<(i64, usize)> = takes
+            .iter()
+            .filter_map(|(id, take)| match take {
+                Take::Later(n) => Some((*id, *n)),
+                Take::Now(_) => None,
+            })
+            .collect();
+        let mut claimed_later = match wanted.is_empty() {
+            true => Vec::new(),
+            false => tx.claim_endpoints_tasks(&wanted, now_ms)?,
+        }
+        .into_iter();
+        for (endpoint_id, take) in takes {
+            let claimed = match take {
+                Take::Now(claimed) => claimed,
+                Take::Later(counted) => {
+                    let claimed = claimed_later.next().unwrap_or_default();
+                    self.uncount(endpoint_id, counted.saturating_sub(claimed.len()));
+                    claimed
+                }
+            };
+            if !claimed.is_empty() {
+                self.cursor = endpoint_id;
+            }
+            walk.claimed.extend(claimed);
+        }
+        Ok(())
+    }
+
+    /// Takes back `n` claims counted for `endpoint_id` that its claim did not yield.
+    fn uncount(&mut self, endpoint_id: i64, n: usize) {
+        let Some(state) = self.endpoints.get_mut(&endpoint_id) else {
+            return;
+        };
+        let n = n.min(state.in_flight);
+        if n == 0 {
+            return;
+        }
+        state.in_flight -= n;
+        if let Some(app) = state.app.as_ref().and_then(|a| self.apps.get_mut(a)) {
+            app.in_flight = app.in_flight.saturating_sub(n);
+            if state.in_flight == 0 {
+                app.busy_endpoints = app.busy_endpoints.saturating_sub(1);
+            }
+        }
+    }
+
+    /// Decides what one due, enabled endpoint may start now (at most `room`) and counts it as
+    /// claimed: an in-order endpoint's head is claimed on the spot, the others are claimed
+    /// together at the end of the walk ([`Gate::claim_takes`]). Returns how many it counted.
+    #[allow(clippy::too_many_arguments)]
+    fn take_from(
         &mut self,
         tx: &mut dyn Tx,
         endpoint_id: i64,
@@ -306,6 +386,7 @@ impl Gate {
         now_ms: i64,
         room: usize,
         walk: &mut Walk,
+        takes: &mut Vec<(i64, Take)>,
     ) -> Result<usize, StoreError> {
         let clock = self.clock.clone();
         let state = self.endpoints.entry(endpoint_id).or_default();
@@ -371,14 +452,18 @@ impl Gate {
         if allowed == 0 {
             return Ok(0);
         }
-        let claimed = match head {
-            Some(id) => tx.claim_task(id, now_ms)?.into_iter().collect(),
-            None => tx.claim_endpoint_tasks(endpoint_id, now_ms, allowed)?,
+        let (n, take) = match head {
+            Some(id) => {
+                let claimed: Vec<_> = tx.claim_task(id, now_ms)?.into_iter().collect();
+                (claimed.len(), Take::Now(claimed))
+            }
+            None => (allowed, Take::Later(allowed)),
         };
-        let n = claimed.len();
         walk.caps.insert(endpoint_id, cap);
         count_claims(&mut self.apps, state, n, now_ms);
-        walk.claimed.extend(claimed);
+        if n > 0 {
+            takes.push((endpoint_id, take));
+        }
         Ok(n)
     }
 

@@ -236,6 +236,20 @@ pub trait TaskQueries {
         now_ms: i64,
         limit: usize,
     ) -> Result<Vec<Claimed>, StoreError>;
+    /// [`TaskQueries::claim_endpoint_tasks`] for several endpoints (the dispatcher's round:
+    /// endpoint id and limit each, distinct endpoints); returns each endpoint's claimed tasks
+    /// in the order of `wanted`. PostgreSQL claims them all with one statement (one round trip
+    /// per round instead of one per endpoint); SQLite runs the endpoints' claims in turn.
+    fn claim_endpoints_tasks(
+        &mut self,
+        wanted: &[(i64, usize)],
+        now_ms: i64,
+    ) -> Result<Vec<Vec<Claimed>>, StoreError> {
+        wanted
+            .iter()
+            .map(|&(endpoint_id, limit)| self.claim_endpoint_tasks(endpoint_id, now_ms, limit))
+            .collect()
+    }
     /// Claims one task by id if it is still pending and due (an in-order endpoint's head).
     fn claim_task(&mut self, id: i64, now_ms: i64) -> Result<Option<Claimed>, StoreError>;
     /// Records the result of attempt `attempt` on a `running` task. A task whose endpoint was

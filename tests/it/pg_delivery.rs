@@ -1457,3 +1457,70 @@ fn an_event_with_its_tasks_and_a_rounds_attempts_each_take_one_statement() {
         ]
     );
 }
+
+/// A round's claims in one statement: each endpoint gets at most its own limit, earliest due
+/// first, only due tasks, with this node's lease; a task another node holds locked is skipped;
+/// the answer follows the order asked, an endpoint with nothing due getting nothing.
+#[test]
+fn one_claim_for_several_endpoints_keeps_each_endpoints_limit_and_order() {
+    let Some((server, url)) = database("claim_across") else {
+        return;
+    };
+    let mut c = server.client(&url);
+    let endpoints: Vec<i64> = (0..4).map(|_| endpoint(&mut c, 5_000, None)).collect();
+    let mut due: BTreeMap<i64, Vec<i64>> = BTreeMap::new();
+    // Inserted latest first, so ids run against due times.
+    for i in 0..6 {
+        for &e in &endpoints[..3] {
+            due.entry(e)
+                .or_default()
+                .push(task(&mut c, e, NOW - 100 * i));
+        }
+    }
+    for ids in due.values_mut() {
+        ids.reverse(); // earliest due first
+    }
+    task(&mut c, endpoints[3], NOW + 60_000); // not due yet
+    // Another node holds the earliest task of the second endpoint locked.
+    let mut other = server.client(&url);
+    let mut held = other.transaction().unwrap();
+    let first_of_second = due[&endpoints[1]][0];
+    held.execute(
+        "SELECT 1 FROM tasks WHERE id = $1 FOR UPDATE",
+        &[&first_of_second],
+    )
+    .unwrap();
+    let wanted = [
+        (endpoints[2], 2),
+        (endpoints[0], 10),
+        (endpoints[3], 5),
+        (endpoints[1], 3),
+    ];
+    let claimed = PgTx::new(&mut c, "node-a")
+        .claim_endpoints_tasks(&wanted, NOW)
+        .unwrap();
+    held.commit().unwrap();
+    let ids: Vec<Vec<i64>> = claimed
+        .iter()
+        .map(|tasks| tasks.iter().map(|t| t.id).collect())
+        .collect();
+    assert_eq!(ids[0], &due[&endpoints[2]][..2]);
+    assert_eq!(ids[1], due[&endpoints[0]]);
+    assert!(ids[2].is_empty());
+    assert_eq!(ids[3], &due[&endpoints[1]][1..4]);
+    for (tasks, (e, _)) in claimed.iter().zip(wanted) {
+        for t in tasks {
+            assert_eq!(t.endpoint_id, e);
+            assert_eq!(
+                state(&mut c, t.id),
+                (
+                    "running".into(),
+                    Some("node-a".into()),
+                    Some(NOW + 5_000 + pgstore::tasks::LEASE_MARGIN_MS),
+                    Some(t.due_at)
+                )
+            );
+        }
+    }
+    assert_eq!(state(&mut c, first_of_second).0, "pending");
+}

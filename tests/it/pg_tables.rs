@@ -1007,3 +1007,69 @@ fn a_signature_used_on_two_nodes_at_once_is_accepted_once() {
     assert_eq!(firsts.iter().filter(|&&f| f).count(), 1, "{firsts:?}");
     assert_eq!(count(&mut c, "SELECT count(*) FROM replay_guard"), 1);
 }
+
+/// Signed reads record their pairs through `write_unsynced` (each pair its own statement and
+/// transaction, not waiting for a flush): two nodes, many requests at once, each pair sent
+/// twice to each node. Every pair is a first use exactly once; an expired pair is taken over,
+/// and is a replay again after that.
+#[test]
+fn signed_reads_on_two_nodes_at_once_accept_each_pair_once() {
+    let Some((_server, url, mut c)) = opened("replay_batches") else {
+        return;
+    };
+    let nodes: Vec<Arc<dyn webhookd::store::Store>> = (0..2)
+        .map(|_| Arc::new(pg::PgStore::open(&url, 8).unwrap()) as Arc<dyn webhookd::store::Store>)
+        .collect();
+    const PAIRS: usize = 60;
+    const COPIES: usize = 4;
+    let barrier = Arc::new(Barrier::new(PAIRS * COPIES));
+    let requests: Vec<_> = (0..PAIRS * COPIES)
+        .map(|i| {
+            let (pair, node) = (i % PAIRS, nodes[(i / PAIRS) % 2].clone());
+            let barrier = barrier.clone();
+            std::thread::spawn(move || {
+                barrier.wait();
+                let first = node
+                    .write_unsynced(|tx| {
+                        tx.first_use_at_key_generation(
+                            "whk_1",
+                            &format!("sig-{pair}"),
+                            (pair % 7) as i64,
+                            10_000,
+                            1_000,
+                        )
+                    })
+                    .unwrap();
+                (pair, first)
+            })
+        })
+        .collect();
+    let mut firsts = [0; PAIRS];
+    for request in requests {
+        let (pair, first) = request.join().unwrap();
+        if let Some(generation) = first {
+            assert_eq!(generation, 0);
+            firsts[pair] += 1;
+        }
+    }
+    assert_eq!(firsts, [1; PAIRS]);
+    assert_eq!(
+        count(&mut c, "SELECT count(*) FROM replay_guard"),
+        PAIRS as i64
+    );
+    // Expired at 10,000: taken over at 10,001, a replay again after that.
+    let again = |now| {
+        nodes[0]
+            .write_unsynced(|tx| tx.first_use_at_key_generation("whk_1", "sig-0", 0, 20_000, now))
+            .unwrap()
+    };
+    assert_eq!(again(10_001), Some(0));
+    assert_eq!(again(10_002), None);
+    assert_eq!(
+        count(
+            &mut c,
+            "SELECT expires_at FROM replay_guard WHERE signature = 'sig-0'"
+        ),
+        20_000
+    );
+}

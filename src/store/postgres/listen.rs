@@ -4,11 +4,11 @@
 //! `--pg-poll-only`) the delivery pool and the scheduler cap their idle sleep at
 //! `--pg-poll-ms` through an [`IdleCap`], so a missed notice costs at most that much delay.
 
-use super::{Backing, PgUrl, Sql, connect_with};
+use super::{Backing, Link, PgPool, PgUrl, Sql, connect_with};
 use crate::store::watch::{IdleCap, Wakers};
 use postgres::fallible_iterator::FallibleIterator;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -38,16 +38,133 @@ impl Channel {
 }
 
 /// Sends a notice on `channel`, without waiting for a WAL flush (a notice is a wake-up, not
-/// data: a crash may lose it, a poll finds the work). The store runs it outside any
-/// transaction, after the commit that made the work due (`store::announce`), so it is a short
-/// transaction of its own; inside a transaction it would be sent at that transaction's commit
-/// (never for a rollback), and that commit would not wait for its flush either.
+/// data: a crash may lose it, a poll finds the work). The [`Notifier`] runs it outside any
+/// transaction, after the commits that made the work due, so it is a short transaction of its
+/// own; inside a transaction it would be sent at that transaction's commit (never for a
+/// rollback), and that commit would not wait for its flush either.
 pub fn notify(c: &mut Sql<impl Backing>, channel: Channel) -> Result<(), postgres::Error> {
     c.execute(
         "SELECT set_config('synchronous_commit', 'off', true), pg_notify($1, '')",
         &[&channel.name()],
     )?;
     Ok(())
+}
+
+/// After a notice, the `store-notifier` thread waits this long before the next one: under load a
+/// notice covers every commit of its gap (at most 500 a second per node instead of one per
+/// commit), and another node hears of work at most this much later than it would have.
+const NOTICE_GAP: Duration = Duration::from_millis(2);
+
+/// The notices a node owes the other nodes after its commits, sent by its `store-notifier`
+/// thread (docs/dev/storage.md, "Notices after the commit").
+///
+/// A writer that made work due marks the channel owed ([`Notifier::owe`]) once it committed,
+/// and goes on: no round trip, no transaction of its own on the request's path. The thread
+/// takes what is owed, sends one notice per channel on a pooled connection, waits
+/// [`NOTICE_GAP`], and takes again: every commit marked before a notice is taken is covered by
+/// it, and one marked while a notice is sent is covered by the next. So a notice still follows
+/// the commits it announces and is never sent for a rollback; what a crash loses between a
+/// commit and its notice the other nodes find at their next poll, as before.
+pub struct Notifier {
+    owed: Arc<Owed>,
+    thread: Option<JoinHandle<()>>,
+}
+
+#[derive(Default)]
+struct Owed {
+    state: Mutex<OwedState>,
+    marked: Condvar,
+}
+
+#[derive(Debug, Default, Clone, Copy)]
+struct OwedState {
+    tasks: bool,
+    schedules: bool,
+    stop: bool,
+}
+
+impl Owed {
+    fn lock(&self) -> MutexGuard<'_, OwedState> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+impl Notifier {
+    /// Starts the `store-notifier` thread, sending on connections of `pool`.
+    pub fn spawn(pool: PgPool, link: Arc<Link>) -> std::io::Result<Notifier> {
+        let owed = Arc::new(Owed::default());
+        let thread = {
+            let owed = owed.clone();
+            std::thread::Builder::new()
+                .name("store-notifier".into())
+                .spawn(move || send_owed(&pool, &link, &owed))?
+        };
+        Ok(Notifier {
+            owed,
+            thread: Some(thread),
+        })
+    }
+
+    /// Marks the channels a committed write made owed (`tasks`: a task became due;
+    /// `schedules`: a schedule changed).
+    pub fn owe(&self, tasks: bool, schedules: bool) {
+        if !tasks && !schedules {
+            return;
+        }
+        let mut state = self.owed.lock();
+        state.tasks |= tasks;
+        state.schedules |= schedules;
+        self.owed.marked.notify_one();
+    }
+
+    /// Sends what is still owed and stops the thread, waiting for it.
+    pub fn stop(&mut self) {
+        self.owed.lock().stop = true;
+        self.owed.marked.notify_one();
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+/// The `store-notifier` loop: waits until something is owed, sends it, pauses [`NOTICE_GAP`].
+fn send_owed(pool: &PgPool, link: &Link, owed: &Owed) {
+    loop {
+        let taken = {
+            let mut state = owed.lock();
+            while !state.tasks && !state.schedules && !state.stop {
+                state = owed.marked.wait(state).unwrap_or_else(|e| e.into_inner());
+            }
+            let taken = *state;
+            (state.tasks, state.schedules) = (false, false);
+            taken
+        };
+        let channels = [
+            (taken.tasks, Channel::Tasks),
+            (taken.schedules, Channel::Schedules),
+        ];
+        let mut channels = channels.into_iter().filter(|(owed, _)| *owed).peekable();
+        if channels.peek().is_some() {
+            match super::checkout(pool, link, None) {
+                Ok(mut conn) => {
+                    let (client, statements) = conn.split();
+                    let mut sql = Sql::new(client, Some(statements));
+                    for (_, channel) in channels {
+                        if let Err(e) = notify(&mut sql, channel) {
+                            tracing::warn!(error = %e, channel = channel.name(), "could not tell the other nodes of a change (they find it at their next poll)");
+                        }
+                    }
+                }
+                Err(why) => {
+                    tracing::warn!(error = %why, "could not tell the other nodes of a change (they find it at their next poll)");
+                }
+            }
+        }
+        if taken.stop {
+            return;
+        }
+        std::thread::sleep(NOTICE_GAP);
+    }
 }
 
 /// Calls the wake of `channel`.

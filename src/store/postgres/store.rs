@@ -3,6 +3,7 @@
 //! share the database: every node has its own [`PgStore::node`] id, written into the tasks it
 //! claims (the lease).
 
+use super::listen::Notifier;
 use super::tasks::ClaimFloors;
 use super::{Conn, Link, PgPool, PgSettings, PgUrl, Sql, Statements};
 use crate::store::{IdleCap, Store, StoreError, Tx, Watcher};
@@ -30,6 +31,9 @@ pub struct PgStore {
     last_probe: Mutex<Option<(i64, Option<String>)>>,
     /// Where this node's claims of each endpoint's tasks start.
     floors: ClaimFloors,
+    /// Sends the notices other nodes are owed after this node's commits (`listen.rs`);
+    /// `None` once the store drops.
+    notifier: Option<Notifier>,
 }
 
 impl Drop for PgStore {
@@ -38,6 +42,9 @@ impl Drop for PgStore {
     /// tasks — where the last handle on the store may well go: the end of `Running::wait`, a
     /// finished connection task. So the pool is closed on a thread of its own, waited for.
     fn drop(&mut self) {
+        if let Some(mut notifier) = self.notifier.take() {
+            notifier.stop();
+        }
         let Some(pool) = self.pool.take() else {
             return;
         };
@@ -68,7 +75,9 @@ impl PgStore {
             sslmode = ?parsed.tls().mode,
             "PostgreSQL connection pool ready (one more connection listens for other nodes' changes unless --pg-poll-only)"
         );
+        let notifier = Notifier::spawn(pool.clone(), link.clone())?;
         Ok(PgStore {
+            notifier: Some(notifier),
             pool: Some(pool),
             link,
             url: parsed,
@@ -76,6 +85,24 @@ impl PgStore {
             last_probe: Mutex::new(None),
             floors: ClaimFloors::default(),
         })
+    }
+
+    /// Tells the other nodes, after a commit, what it made due: marked owed, and sent by the
+    /// `store-notifier` thread ([`Notifier`]) in a notice of its own, outside this transaction.
+    ///
+    /// Not inside the writing transaction: PostgreSQL serializes the commits of all transactions
+    /// that notify (a database-wide lock taken at commit and held until the commit is done), so a
+    /// notice inside every publish made publishes commit one at a time, each waiting for its own
+    /// WAL flush, on every node of the database; there the lock is held for the notice alone. Nor
+    /// on the writer's connection right after its commit, as it was: a round trip and a
+    /// transaction per publish, where one notice per [`super::listen`] gap covers every commit
+    /// made in it. The notice still follows the commit (a listener that wakes finds the rows) and
+    /// is never sent for a rollback. A process that dies between the commit and the notice leaves
+    /// the other nodes to find the work at their next poll; a failed notice is logged.
+    fn announce(&self, wake: Wake) {
+        if let Some(notifier) = &self.notifier {
+            notifier.owe(wake.tasks, wake.schedules);
+        }
     }
 
     /// This node's id, as written in `tasks.claimed_by`.
@@ -120,8 +147,8 @@ impl PgStore {
 
     /// One `READ COMMITTED` transaction running `f`, committed when it succeeds; `redoable`:
     /// with `synchronous_commit` off for it alone ([`Store::write_redoable_dyn`]). Changes that
-    /// make work due for other nodes are announced to them (`pg_notify`) right after the
-    /// commit ([`announce`]), never for a rollback.
+    /// make work due for other nodes are announced to them (`pg_notify`) after the commit
+    /// ([`PgStore::announce`]), never for a rollback.
     fn write_tx(
         &self,
         redoable: bool,
@@ -141,32 +168,8 @@ impl PgStore {
             pg.wake
         };
         tx.commit()?;
-        announce(client, statements, wake);
+        self.announce(wake);
         Ok(())
-    }
-}
-
-/// Tells the other nodes, after a commit, what it made due: one `pg_notify` per channel, each
-/// its own short transaction that does not wait for a WAL flush.
-///
-/// Not inside the writing transaction: PostgreSQL serializes the commits of all transactions
-/// that notify (a database-wide lock taken at commit and held until the commit is done), so a
-/// notice inside every publish made publishes commit one at a time, each waiting for its own
-/// WAL flush, on every node of the database; here the lock is held for the notice alone. The
-/// notice still follows the commit (a listener that wakes finds the rows) and is never sent
-/// for a rollback. A process that dies between the commit and the notice leaves the other
-/// nodes to find the work at their next poll; a failed notice is logged, not answered: the
-/// write itself committed.
-fn announce(client: &mut postgres::Client, statements: &mut Statements, wake: Wake) {
-    let channels = [
-        (wake.tasks, super::listen::Channel::Tasks),
-        (wake.schedules, super::listen::Channel::Schedules),
-    ];
-    let mut sql = Sql::new(client, Some(statements));
-    for (_, channel) in channels.into_iter().filter(|(due, _)| *due) {
-        if let Err(e) = super::listen::notify(&mut sql, channel) {
-            tracing::warn!(error = %e, channel = channel.name(), "could not tell the other nodes of a change (they find it at their next poll)");
-        }
     }
 }
 
@@ -239,7 +242,7 @@ impl Store for PgStore {
             pg.give_new_target_generations()?;
             pg.wake
         };
-        announce(client, statements, wake);
+        self.announce(wake);
         Ok(())
     }
 

@@ -288,6 +288,68 @@ impl<C: GenericClient> TaskQueries for PgTx<'_, C> {
         Ok(claimed.into_iter().map(|(_, c)| c).collect())
     }
 
+    /// [`TaskQueries::claim_endpoint_tasks`] for every endpoint of a round in one statement:
+    /// each endpoint's search (from its floor, `LIMIT` its own) is a `LATERAL` subquery over
+    /// the arrays, so the index work per endpoint is the same as its own claim's, and the round
+    /// pays one round trip and one statement's overhead instead of one per endpoint.
+    fn claim_endpoints_tasks(
+        &mut self,
+        wanted: &[(i64, usize)],
+        now_ms: i64,
+    ) -> Result<Vec<Vec<Claimed>>, StoreError> {
+        if wanted.len() < 2 {
+            return wanted
+                .iter()
+                .map(|&(endpoint_id, limit)| self.claim_endpoint_tasks(endpoint_id, now_ms, limit))
+                .collect();
+        }
+        let floors: Vec<Option<i64>> = wanted
+            .iter()
+            .map(|&(id, _)| self.floors.and_then(|f| f.floor(id)))
+            .collect();
+        let ids: Vec<i64> = wanted.iter().map(|&(id, _)| id).collect();
+        let limits: Vec<i64> = wanted.iter().map(|&(_, n)| limit_of(n)).collect();
+        let lows: Vec<i64> = floors.iter().map(|f| f.unwrap_or(i64::MIN)).collect();
+        let sql = format!(
+            "WITH due AS (
+                 SELECT d.id FROM unnest($1::int8[], $2::int8[], $3::int8[]) AS w(endpoint_id, n, floor)
+                 CROSS JOIN LATERAL (
+                     SELECT id FROM tasks
+                      WHERE status = 'pending' AND endpoint_id = w.endpoint_id
+                        AND next_attempt_at <= $4 AND next_attempt_at >= w.floor
+                      ORDER BY next_attempt_at, id LIMIT w.n
+                      FOR UPDATE SKIP LOCKED) d)
+             UPDATE tasks t SET {}
+               FROM due WHERE t.id = due.id AND t.status = 'pending'
+             {CLAIM_RETURNING}",
+            claim_set(5, 4)
+        );
+        let node = self.node;
+        let c = &mut *self.c;
+        let rows = c.query(&sql, &[&ids, &limits, &lows, &now_ms, &node])?;
+        let mut by_endpoint: HashMap<i64, Vec<(Option<i64>, Claimed)>> = HashMap::new();
+        for r in &rows {
+            let (due, claimed) = claimed_from(r)?;
+            by_endpoint
+                .entry(claimed.endpoint_id)
+                .or_default()
+                .push((due, claimed));
+        }
+        Ok(wanted
+            .iter()
+            .zip(floors)
+            .map(|(&(endpoint_id, _), floor)| {
+                let mut claimed = by_endpoint.remove(&endpoint_id).unwrap_or_default();
+                claimed.sort_by_key(|(due, c)| (*due, c.id));
+                if let Some(floors) = self.floors {
+                    let latest = claimed.iter().filter_map(|(due, _)| *due).max();
+                    floors.claimed(endpoint_id, floor.is_none(), latest);
+                }
+                claimed.into_iter().map(|(_, c)| c).collect()
+            })
+            .collect())
+    }
+
     /// Claims for `node` one task of an in-order endpoint by id, if it is still pending, due, and
     /// the endpoint's head with nothing of the endpoint running (on any node).
     ///
