@@ -19,29 +19,16 @@
 # Needs perf with tracepoint access (root) and the harness: cargo build --release --example bench.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# shellcheck source=scripts/publish-under-perf.sh
+. scripts/publish-under-perf.sh
 bin=$1 events=${2:-10000} fanout=${3:-1}
-bench=${BENCH:-target/release/examples/bench}
 tool=${TOOL:-$bin}
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 key=$(WEBHOOKD_LOG=warn "$tool" keys create --db "$tmp/db.sqlite" --app bench --name commits --json)
-port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
-# shellcheck disable=SC2086 # SERVE_ARGS is a list of words
-WEBHOOKD_LOG=warn "$bin" serve --db "$tmp/db.sqlite" --listen "127.0.0.1:$port" ${SERVE_ARGS:-} 2>"$tmp/log" &
-pid=$!
-for _ in $(seq 1 100); do "$tool" healthcheck --url "http://127.0.0.1:$port" 2>/dev/null && break; sleep 0.1; done
-perf record -q -o "$tmp/perf.data" -e syscalls:sys_enter_pwrite64 --filter 'count == 24' \
-    -e syscalls:sys_enter_fdatasync -p "$pid" 2>"$tmp/perf.log" &
-perf=$!
-sleep 0.5
-"$bench" publish --events "$events" --fanout "$fanout" --json --url "http://127.0.0.1:$port" \
-    --key-id "$(echo "$key" | python3 -c 'import json,sys; print(json.load(sys.stdin)["key_id"])')" \
-    --secret "$(echo "$key" | python3 -c 'import json,sys; print(json.load(sys.stdin)["secret"])')" \
-    >"$tmp/bench.json" 2>"$tmp/bench.log" || { cat "$tmp/bench.log" "$tmp/log" >&2; kill "$pid" "$perf"; exit 1; }
-kill -INT "$perf"
-wait "$perf" 2>/dev/null || true
-kill "$pid"
-wait "$pid" 2>/dev/null || true
+publish_under_perf "$bin" "$tool" "$tmp" "$key" "$events" "$fanout" \
+    record -q -o "$tmp/perf.data" -e syscalls:sys_enter_pwrite64 --filter 'count == 24' \
+    -e syscalls:sys_enter_fdatasync
 perf script -i "$tmp/perf.data" -F comm,tid,time,event 2>/dev/null >"$tmp/script.txt"
 
 python3 - "$tmp/script.txt" "$tmp/bench.json" <<'PY'

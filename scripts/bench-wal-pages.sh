@@ -17,36 +17,23 @@
 # Needs perf with tracepoint access (root) and the harness: cargo build --release --example bench.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# shellcheck source=scripts/publish-under-perf.sh
+. scripts/publish-under-perf.sh
 rounds=$1 a=$2 b=$3 events=${4:-20000} fanout=${5:-1}
-bench=${BENCH:-target/release/examples/bench}
 tool=${TOOL:-$a} # the older binary makes the key: a newer one would upgrade the file past A
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 
 run() { # run LABEL BINARY [SQL]: one run, "pages events cpu_ms" appended to $out/LABEL
-    local label=$1 bin=$2 sql=${3:-} maker tmp port key pid perf published
+    local label=$1 bin=$2 sql=${3:-} maker tmp key published
     tmp=$(mktemp -d)
     # A run with SQL: B makes the key (its schema), then the SQL, before the server opens it.
     maker=$tool
     if [ -n "$sql" ]; then maker=$bin; fi
     key=$(WEBHOOKD_LOG=warn "$maker" keys create --db "$tmp/db.sqlite" --app bench --name wal --json)
     if [ -n "$sql" ]; then sqlite3 "$tmp/db.sqlite" "$sql"; fi
-    port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
-    # shellcheck disable=SC2086 # SERVE_ARGS is a list of words
-    WEBHOOKD_LOG=warn "$bin" serve --db "$tmp/db.sqlite" --listen "127.0.0.1:$port" ${SERVE_ARGS:-} 2>"$tmp/log" &
-    pid=$!
-    for _ in $(seq 1 100); do "$tool" healthcheck --url "http://127.0.0.1:$port" 2>/dev/null && break; sleep 0.1; done
-    perf stat -x, -o "$tmp/perf" -e syscalls:sys_enter_pwrite64 --filter 'count == 24' -e task-clock -p "$pid" &
-    perf=$!
-    sleep 0.5
-    "$bench" publish --events "$events" --fanout "$fanout" --json --url "http://127.0.0.1:$port" \
-        --key-id "$(echo "$key" | python3 -c 'import json,sys; print(json.load(sys.stdin)["key_id"])')" \
-        --secret "$(echo "$key" | python3 -c 'import json,sys; print(json.load(sys.stdin)["secret"])')" \
-        >"$tmp/bench.json" 2>"$tmp/bench.log" || { cat "$tmp/bench.log" "$tmp/log" >&2; kill "$pid" "$perf"; exit 1; }
-    kill -INT "$perf"
-    wait "$perf" 2>/dev/null || true
-    kill "$pid"
-    wait "$pid" 2>/dev/null || true
+    publish_under_perf "$bin" "$tool" "$tmp" "$key" "$events" "$fanout" \
+        stat -x, -o "$tmp/perf" -e syscalls:sys_enter_pwrite64 --filter 'count == 24' -e task-clock
     # Events published: the full-rate run's, then the half-rate run's the harness adds.
     published=$(python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); print(round(d["published"] + d["half_deliveries_expected"] / d["fanout"]))' "$tmp/bench.json")
     echo "$(grep pwrite64 "$tmp/perf" | cut -d, -f1) $published $(grep task-clock "$tmp/perf" | cut -d, -f1)" >>"$out/$label"
