@@ -12,10 +12,12 @@
 # whole machine: what else was running). Prints one table; raw JSON and samples stay in OUT.
 #
 # Durability: fsync=on, full_page_writes=on, synchronous_commit=on (PostgreSQL's default: a
-# commit waits for its WAL flush). SQLite runs as webhookd always does, WAL with
-# synchronous=NORMAL, which does not flush at each commit: set SYNC=off to run PostgreSQL at the
-# comparable setting (synchronous_commit=off: a crash may lose the last commits, never
-# corrupts).
+# commit waits for its WAL flush). SQLite runs with webhookd's default, `--sqlite-sync full`
+# (a write is acknowledged after its group commit's fsync), the comparable setting; with
+# WEBHOOKD_SQLITE_SYNC=normal in the environment it does not wait for the fsync, and SYNC=off
+# runs PostgreSQL to match (synchronous_commit=off: a crash may lose the last commits, never
+# corrupts). Another build is best given with BINS (below): it is copied under the name
+# `webhookd`, which pidstat's CPU columns look for.
 #
 # Usage: scripts/bench-pg.sh [OUT_DIR]
 # Env: CONFIGS="sqlite pg1 pg3", SCENARIOS="publish1 publish10 api schedules",
