@@ -382,6 +382,16 @@ fn auto_disable_after_a_fractional_number_of_hours() {
         got[0].json(),
         json!({ "endpoint_id": ep, "reason": "failing", "task_id": null, "consecutive_failures": 7 })
     );
+    // The watcher's task recorded first: on PostgreSQL a claim is leased on the server's
+    // clock, and a jump past its lease before its result is in hands it back to be sent again
+    // (seen once under load in CI: a second "disabled" at the watcher).
+    let watched = ok(&c, "GET", &format!("/tasks?endpoint_id={watcher}"), None);
+    assert_eq!(
+        watched["items"].as_array().map(Vec::len),
+        Some(1),
+        "{watched}"
+    );
+    wait_status(&c, watched["items"][0]["id"].as_i64().unwrap(), "success");
     // Disabled: the task waits, unattempted, however far the clock moves.
     server.advance(chrono::Duration::seconds(60));
     std::thread::sleep(Duration::from_millis(300));
