@@ -37,6 +37,32 @@ fn agent(idle_per_host: usize) -> ureq::Agent {
         .into()
 }
 
+/// CPU time used so far, user and system, in µs: of this whole process
+/// (`CLOCK_PROCESS_CPUTIME_ID`: every client, server and receiver thread of a bare load, and the
+/// loopback TCP their system calls run) or of the calling thread (`CLOCK_THREAD_CPUTIME_ID`).
+/// Unlike a rate, it does not drop when other processes share the cores.
+fn cpu_us(clock: libc::clockid_t) -> i64 {
+    let mut t = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime only writes the timespec it is given.
+    if unsafe { libc::clock_gettime(clock, &mut t) } != 0 {
+        return 0;
+    }
+    t.tv_sec * 1_000_000 + t.tv_nsec / 1_000
+}
+
+/// Runs `load` and returns what it returned with the process CPU µs it took.
+fn with_cpu<T>(load: impl FnOnce() -> T) -> (T, f64) {
+    let before = cpu_us(libc::CLOCK_PROCESS_CPUTIME_ID);
+    let out = load();
+    (
+        out,
+        (cpu_us(libc::CLOCK_PROCESS_CPUTIME_ID) - before) as f64,
+    )
+}
+
 /// What a bare delivery load did: deliveries from the delivery pool's pattern straight to the
 /// receiver.
 struct BareDeliveries {
@@ -105,22 +131,28 @@ fn deliver(bench: &Bench, count: u64, workers: usize) -> BareDeliveries {
     }
 }
 
-fn bare_deliveries(bench: &Bench, r: &mut Report) -> f64 {
+/// The bare delivery load alone; returns its rate and its process CPU per delivery (µs).
+fn bare_deliveries(bench: &Bench, r: &mut Report) -> (f64, f64) {
     let workers = workers(bench);
     let count = bench.settings.publish_events(1);
     bench.progress(&format!(
         "baseline: {count} bare deliveries from {workers} threads sharing one agent"
     ));
-    let bare = deliver(bench, count, workers);
+    let (bare, cpu) = with_cpu(|| deliver(bench, count, workers));
     r.param("workers", workers);
     r.add("bare_sent", bare.sent as f64, "")
         .add("bare_received", bare.received as f64, "")
-        .add("bare_deliveries_per_s", bare.per_s(), "del/s");
+        .add("bare_deliveries_per_s", bare.per_s(), "del/s")
+        .add(
+            "bare_delivery_cpu_us",
+            cpu / bare.received.max(1) as f64,
+            "us",
+        );
     r.add_latency("bare_latency", &bare.latency, None);
     if let Some(e) = &bare.first_error {
         r.note(format!("bare delivery error: {e}"));
     }
-    bare.per_s()
+    (bare.per_s(), cpu / bare.received.max(1) as f64)
 }
 
 /// A stand-in for webhookd's `POST /v1/events` that does none of webhookd's work: it reads the
@@ -212,29 +244,34 @@ fn publish_bare(clients: &[Client], event_name: &str, count: u64) -> Outcome {
     })
 }
 
-/// Server-side microseconds of the HMAC a signature check computes for one publish request of
-/// the load (the signed payload built and its HMAC-SHA256 taken), over `duration`.
-fn publish_hmac_us(event_name: &str, duration: Duration) -> f64 {
+/// The CPU µs of the HMAC a signature check computes for one publish request of the load (the
+/// signed payload built and its HMAC-SHA256 taken): this thread's CPU time over `rounds` of
+/// 1,000, the least per round (a round the thread was preempted in counts no more).
+fn publish_hmac_us(event_name: &str, rounds: usize) -> f64 {
     let key = NewKey::generate(APP);
     let body = publish::event_body(event_name, 10_000).to_string();
     let timestamp = SystemClock.now_ms().to_string();
-    let start = Instant::now();
-    let mut n = 0u64;
-    while start.elapsed() < duration {
-        for _ in 0..100 {
-            let payload = signed_payload("POST", "/v1/events", body.as_bytes());
-            std::hint::black_box(hmac_hex(key.secret.as_bytes(), &timestamp, &payload));
-        }
-        n += 100;
-    }
-    start.elapsed().as_secs_f64() * 1e6 / n as f64
+    (0..rounds)
+        .map(|_| {
+            let start = cpu_us(libc::CLOCK_THREAD_CPUTIME_ID);
+            for _ in 0..1_000 {
+                let payload = signed_payload("POST", "/v1/events", body.as_bytes());
+                std::hint::black_box(hmac_hex(key.secret.as_bytes(), &timestamp, &payload));
+            }
+            (cpu_us(libc::CLOCK_THREAD_CPUTIME_ID) - start) as f64 / 1_000.0
+        })
+        .fold(f64::INFINITY, f64::min)
 }
 
 /// The two exchanges of a fan-out-1 event without webhookd: the publish scenario's signed
 /// publishes against [`BarePublish`] alone; the ceiling that adding up their CPU per event
 /// predicts; then `count` publishes and `count` bare deliveries at once (one of each per
 /// event), to check that prediction.
-fn bare_publishes(bench: &Bench, r: &mut Report, bare_deliveries_per_s: f64) -> anyhow::Result<()> {
+fn bare_publishes(
+    bench: &Bench,
+    r: &mut Report,
+    (bare_deliveries_per_s, delivery_cpu_us): (f64, f64),
+) -> anyhow::Result<()> {
     let count = bench.settings.publish_events(1);
     let event_name = "bench.bare";
     let server = BarePublish::start(event_name)?;
@@ -243,12 +280,14 @@ fn bare_publishes(bench: &Bench, r: &mut Report, bare_deliveries_per_s: f64) -> 
         "baseline: {count} signed publishes from {} clients to a bare server",
         clients.len()
     ));
-    let alone = publish_bare(&clients, event_name, count);
+    let (alone, cpu) = with_cpu(|| publish_bare(&clients, event_name, count));
     let publish_per_s = alone.rate();
+    let publish_cpu_us = cpu / alone.ok.max(1) as f64;
     r.param("publish_clients", clients.len());
     r.add("bare_publish_sent", alone.ok as f64, "")
         .add("bare_publish_errors", alone.errors as f64, "")
-        .add("bare_publish_per_s", publish_per_s, "req/s");
+        .add("bare_publish_per_s", publish_per_s, "req/s")
+        .add("bare_publish_cpu_us", publish_cpu_us, "us");
     r.add_latency("bare_publish", &alone.latency, None);
     if let Some(e) = &alone.first_error {
         r.note(format!("bare publish error: {e}"));
@@ -266,10 +305,12 @@ fn bare_publishes(bench: &Bench, r: &mut Report, bare_deliveries_per_s: f64) -> 
         "baseline: {count} bare publishes and {count} bare deliveries at once"
     ));
     let workers = workers(bench);
-    let (publishes, deliveries) = std::thread::scope(|scope| {
-        let publishes = scope.spawn(|| publish_bare(&clients, event_name, count));
-        let deliveries = deliver(bench, count, workers);
-        (publishes.join(), deliveries)
+    let ((publishes, deliveries), cpu) = with_cpu(|| {
+        std::thread::scope(|scope| {
+            let publishes = scope.spawn(|| publish_bare(&clients, event_name, count));
+            let deliveries = deliver(bench, count, workers);
+            (publishes.join(), deliveries)
+        })
     });
     let publishes = publishes.map_err(|_| anyhow::anyhow!("a publish load thread panicked"))?;
     let start_us = publishes.start_us.min(deliveries.start_us);
@@ -281,7 +322,13 @@ fn bare_publishes(bench: &Bench, r: &mut Report, bare_deliveries_per_s: f64) -> 
         .add("both_sent", deliveries.sent as f64, "")
         .add("both_received", deliveries.received as f64, "")
         .add("both_at_once_per_s", both_per_s, "ev/s")
-        .add("both_at_once_vs_ceiling", both_per_s / ceiling, "x");
+        .add("both_at_once_vs_ceiling", both_per_s / ceiling, "x")
+        .add("both_cpu_us", cpu / events.max(1) as f64, "us")
+        .add(
+            "both_cpu_vs_sum",
+            cpu / events.max(1) as f64 / (publish_cpu_us + delivery_cpu_us),
+            "x",
+        );
     for e in [publishes.first_error, deliveries.first_error]
         .into_iter()
         .flatten()
@@ -289,16 +336,8 @@ fn bare_publishes(bench: &Bench, r: &mut Report, bare_deliveries_per_s: f64) -> 
         r.note(format!("both at once: {e}"));
     }
 
-    let hmac_time = if bench.settings.quick {
-        Duration::from_millis(20)
-    } else {
-        Duration::from_millis(500)
-    };
-    r.add(
-        "publish_hmac_us",
-        publish_hmac_us(event_name, hmac_time),
-        "us",
-    );
+    let rounds = if bench.settings.quick { 5 } else { 200 };
+    r.add("publish_hmac_us", publish_hmac_us(event_name, rounds), "us");
     Ok(())
 }
 
@@ -366,8 +405,8 @@ pub fn sqlite_inserts(batch: usize, duration: Duration) -> anyhow::Result<(f64, 
 /// The `baseline` scenario.
 pub fn scenario(bench: &mut Bench) -> anyhow::Result<()> {
     let mut r = Report::new("baseline");
-    let bare_per_s = bare_deliveries(bench, &mut r);
-    bare_publishes(bench, &mut r, bare_per_s)?;
+    let bare = bare_deliveries(bench, &mut r);
+    bare_publishes(bench, &mut r, bare)?;
     bare_gets(bench, &mut r);
     let duration = if bench.settings.quick {
         Duration::from_millis(200)
