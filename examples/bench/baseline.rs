@@ -295,11 +295,19 @@ fn bare_publishes(
     // Both exchanges share the two cores: when their CPU per event adds up, one event costs
     // 1/P + 1/D seconds of the machine.
     let ceiling = 1.0 / (1.0 / publish_per_s + 1.0 / bare_deliveries_per_s);
-    r.add("two_exchange_ceiling_per_s", ceiling, "ev/s").add(
-        "two_exchange_ceiling_share",
-        ceiling / bare_deliveries_per_s,
-        "x",
-    );
+    r.add("two_exchange_ceiling_per_s", ceiling, "ev/s")
+        .add(
+            "two_exchange_ceiling_share",
+            ceiling / bare_deliveries_per_s,
+            "x",
+        )
+        // The same from CPU per exchange, which other processes on the cores move less than
+        // a rate: the share of the bare client's rate an event costing both exchanges can reach.
+        .add(
+            "two_exchange_cpu_share",
+            delivery_cpu_us / (delivery_cpu_us + publish_cpu_us),
+            "x",
+        );
 
     bench.progress(&format!(
         "baseline: {count} bare publishes and {count} bare deliveries at once"
@@ -322,6 +330,11 @@ fn bare_publishes(
         .add("both_sent", deliveries.sent as f64, "")
         .add("both_received", deliveries.received as f64, "")
         .add("both_at_once_per_s", both_per_s, "ev/s")
+        .add(
+            "both_at_once_share",
+            both_per_s / bare_deliveries_per_s,
+            "x",
+        )
         .add("both_at_once_vs_ceiling", both_per_s / ceiling, "x")
         .add("both_cpu_us", cpu / events.max(1) as f64, "us")
         .add(
