@@ -1,5 +1,6 @@
 //! The loopback receiver every delivery goes to: a hyper 1 HTTP/1.1 server with keep-alive
-//! that answers 200 at once and timestamps each request on arrival.
+//! that answers 200 at once and timestamps each request on arrival. Its server, [`serve`], is
+//! also the bare publish server of `baseline`.
 //!
 //! Deliveries are told apart by the first path segment (`/{tag}`): each run points its
 //! endpoints at its own tag, so a late delivery from an earlier run is never counted twice.
