@@ -433,6 +433,15 @@ mod tests {
             assert!(n(b, "bare_sent") > 0.0);
             assert_eq!(n(b, "bare_received"), n(b, "bare_sent"), "{b}");
             assert!(n(b, "sqlite_rows_per_s_batch10") > 0.0);
+            assert_eq!(n(b, "bare_publish_errors"), 0.0, "{b}");
+            assert_eq!(n(b, "bare_publish_sent"), n(b, "bare_sent"), "{b}");
+            assert_eq!(n(b, "both_publish_errors"), 0.0, "{b}");
+            assert_eq!(n(b, "both_publish_sent"), n(b, "bare_sent"), "{b}");
+            assert_eq!(n(b, "both_received"), n(b, "both_sent"), "{b}");
+            let share = n(b, "two_exchange_ceiling_share");
+            assert!(share > 0.0 && share < 1.0, "{b}");
+            assert!(n(b, "both_at_once_per_s") > 0.0, "{b}");
+            assert!(n(b, "publish_hmac_us") > 0.0, "{b}");
         }
         // fan-out 1 and 10 on an empty database, fan-out 1 again with the scale fill.
         assert_eq!(of("publish").count(), 3);
@@ -450,6 +459,7 @@ mod tests {
                 n(p, "half_deliveries_expected")
             );
             assert!(n(p, "delivered_per_s") > 0.0);
+            assert!(n(p, "delivered_vs_ceiling") > 0.0, "{p}");
             assert!(n(p, "latency_p99_ms") >= n(p, "latency_p50_ms"));
         }
         // Empty, one page of failed tasks, and the scale fill.

@@ -61,6 +61,21 @@ pub fn create_endpoints(
     })
 }
 
+/// The body of the load's `n`th publish: the event name and a payload carrying its send time.
+pub fn event_body(event_name: &str, n: u64) -> serde_json::Value {
+    json!({"event_name": event_name, "payload": {"sent_us": now_us(), "seq": n}})
+}
+
+/// One signed `POST /v1/events` of the load, checked: an envelope of code 0 whose event has
+/// `fanout` tasks.
+pub fn publish_one(client: &Client, event_name: &str, fanout: usize, n: u64) -> Result<(), String> {
+    let data = expect_ok(client.send("POST", "/v1/events", Some(&event_body(event_name, n))))?;
+    match data["task_count"].as_u64() {
+        Some(count) if count == fanout as u64 => Ok(()),
+        other => Err(format!("task_count {other:?}, expected {fanout}")),
+    }
+}
+
 fn phase(
     bench: &Bench,
     clients: &[Client],
@@ -72,12 +87,7 @@ fn phase(
         tag, event_name, ..
     } = create_endpoints(&clients[0], &bench.receiver, fanout)?;
     let outcome = drive(clients, Until::Count(events), rate, |client, n| {
-        let body = json!({"event_name": event_name, "payload": {"sent_us": now_us(), "seq": n}});
-        let data = expect_ok(client.send("POST", "/v1/events", Some(&body)))?;
-        match data["task_count"].as_u64() {
-            Some(count) if count == fanout as u64 => Ok(()),
-            other => Err(format!("task_count {other:?}, expected {fanout}")),
-        }
+        publish_one(client, &event_name, fanout, n)
     });
     let expected = outcome.ok * fanout as u64;
     let deliveries = bench.receiver.wait_for(
@@ -177,6 +187,24 @@ pub fn measure(
             Some(g) => r.add_target("delivered_vs_bare", ratio, "x", g),
             None => r.add("delivered_vs_bare", ratio, "x"),
         };
+    }
+    // The two-exchange ceiling: an event costs the machine one bare publish and `fanout` bare
+    // deliveries of CPU (`baseline`), with free storage, signing and bookkeeping.
+    if let (Some(bare_publish), Some(bare)) = (
+        bench.figure("baseline", "bare_publish_per_s"),
+        bench.figure("baseline", "bare_deliveries_per_s"),
+    ) {
+        let f = fanout as f64;
+        let ceiling = f / (1.0 / bare_publish + f / bare);
+        let ratio = max.delivered_per_s / ceiling;
+        match fanout {
+            1 => r.add_target("delivered_vs_ceiling", ratio, "x", Goal::AtLeast(0.8)),
+            _ => r.add("delivered_vs_ceiling", ratio, "x"),
+        };
+    }
+    // The two exchanges run at once without webhookd: the ceiling as measured, not predicted.
+    if let (1, Some(both)) = (fanout, bench.figure("baseline", "both_at_once_per_s")) {
+        r.add("delivered_vs_both_at_once", max.delivered_per_s / both, "x");
     }
     let batch = if fanout >= 10 { 10 } else { 1 };
     if let Some(tx) = bench.figure("baseline", &format!("sqlite_tx_per_s_batch{batch}")) {

@@ -1,5 +1,6 @@
 //! The loopback receiver every delivery goes to: a hyper 1 HTTP/1.1 server with keep-alive
-//! that answers 200 at once and timestamps each request on arrival.
+//! that answers 200 at once and timestamps each request on arrival. Its server, [`serve`], is
+//! also the bare publish server of `baseline`.
 //!
 //! Deliveries are told apart by the first path segment (`/{tag}`): each run points its
 //! endpoints at its own tag, so a late delivery from an earlier run is never counted twice.
@@ -56,39 +57,12 @@ pub struct Receiver {
 
 impl Receiver {
     pub fn start() -> anyhow::Result<Receiver> {
-        let runtime = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .thread_name("receiver")
-            .enable_all()
-            .build()?;
-        let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
-        listener.set_nonblocking(true)?;
-        let url = format!("http://{}", listener.local_addr()?);
         let state = Arc::new(State::default());
         let shared = state.clone();
-        runtime.spawn(async move {
-            let listener = match tokio::net::TcpListener::from_std(listener) {
-                Ok(l) => l,
-                Err(e) => return eprintln!("receiver: cannot listen: {e}"),
-            };
-            let mut http = hyper::server::conn::http1::Builder::new();
-            http.keep_alive(true);
-            loop {
-                let Ok((stream, _)) = listener.accept().await else {
-                    continue;
-                };
-                let _ = stream.set_nodelay(true);
-                let state = shared.clone();
-                let conn = http.serve_connection(
-                    TokioIo::new(stream),
-                    service_fn(move |req| {
-                        let state = state.clone();
-                        async move { Ok::<_, std::convert::Infallible>(receive(&state, req).await) }
-                    }),
-                );
-                tokio::spawn(conn);
-            }
-        });
+        let (url, runtime) = serve("receiver", move |req| {
+            let state = shared.clone();
+            async move { receive(&state, req).await }
+        })?;
         Ok(Receiver {
             url,
             state,
@@ -146,6 +120,49 @@ impl Receiver {
             .unwrap_or_else(|e| e.into_inner());
         all.get(&tag).map_or(0, Vec::len)
     }
+}
+
+/// Serves HTTP/1.1 with keep-alive on a fresh loopback port, answering every request with
+/// `answer`, on a runtime of its own with two worker threads named `name` (the server stops
+/// when the runtime is dropped). Returns `http://127.0.0.1:PORT` and the runtime.
+pub fn serve<F, Fut>(name: &str, answer: F) -> anyhow::Result<(String, tokio::runtime::Runtime)>
+where
+    F: Fn(Request<Incoming>) -> Fut + Clone + Send + Sync + 'static,
+    Fut: Future<Output = Response<Full<Bytes>>> + Send + 'static,
+{
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .thread_name(name)
+        .enable_all()
+        .build()?;
+    let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
+    listener.set_nonblocking(true)?;
+    let url = format!("http://{}", listener.local_addr()?);
+    let name = name.to_string();
+    runtime.spawn(async move {
+        let listener = match tokio::net::TcpListener::from_std(listener) {
+            Ok(l) => l,
+            Err(e) => return eprintln!("{name}: cannot listen: {e}"),
+        };
+        let mut http = hyper::server::conn::http1::Builder::new();
+        http.keep_alive(true);
+        loop {
+            let Ok((stream, _)) = listener.accept().await else {
+                continue;
+            };
+            let _ = stream.set_nodelay(true);
+            let answer = answer.clone();
+            let conn = http.serve_connection(
+                TokioIo::new(stream),
+                service_fn(move |req| {
+                    let reply = answer(req);
+                    async move { Ok::<_, std::convert::Infallible>(reply.await) }
+                }),
+            );
+            tokio::spawn(conn);
+        }
+    });
+    Ok((url, runtime))
 }
 
 impl Drop for Receiver {

@@ -15,7 +15,7 @@ use webhookd::server::Running;
 use webhookd::store::KeyQueries;
 
 /// The app every harness key belongs to.
-const APP: &str = "bench";
+pub const APP: &str = "bench";
 /// Rows per transaction of [`Target::fill_schedules`].
 const FILL_BATCH: u64 = 10_000;
 
