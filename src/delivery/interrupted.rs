@@ -43,6 +43,11 @@ impl InFlight {
         self.lock().remove(&task_id);
     }
 
+    /// The tasks being sent now.
+    pub(crate) fn task_ids(&self) -> Vec<i64> {
+        self.lock().keys().copied().collect()
+    }
+
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<i64, Sending>> {
         self.0.lock().unwrap_or_else(|e| e.into_inner())
     }

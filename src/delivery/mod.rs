@@ -608,9 +608,25 @@ fn dispatch(shared: &Arc<Shared>) {
         let tests = admit_tests(app, &mut gate, now, &mut free);
         hand_out(shared, tests);
         let rescue = rescue_every_ms.is_some() && now >= next_rescue_ms;
+        // This node's sends under way, then the results they handed over since `done` was
+        // taken (a send is in one or the other): the rescue must not take them back.
+        let sending = if rescue {
+            let mut ids = shared.sending.task_ids();
+            ids.extend(lock(&shared.results).iter().map(|d| d.task.id));
+            ids
+        } else {
+            Vec::new()
+        };
         let round = |tx: &mut dyn Tx| {
             record(tx, &done, &rules)?;
             if rescue {
+                // A send under way keeps its lease: it ran out only if the clock stepped forward
+                // (a VM resumed, an NTP correction), and taking it back would send it twice. A
+                // claimed task still waiting here for a sender is left to lose its lease, so
+                // that another node delivers it while this one's senders are busy.
+                if !sending.is_empty() {
+                    tx.renew_leases(&sending, now)?;
+                }
                 // Tasks of another node that died mid-delivery.
                 let rescued = tx.rescue_expired_leases(now)?;
                 if rescued > 0 {

@@ -287,6 +287,26 @@ fn a_slow_receiver_times_out() {
 }
 
 #[test]
+fn a_clock_jump_during_a_send_does_not_send_it_again() {
+    // On a shared database a claim is leased for the endpoint's timeout + 30 s on the server's
+    // clock, and other nodes take back tasks whose lease ran out. A clock that steps forward
+    // (a VM resumed, NTP) while this node is still sending must not make it take back its own
+    // task and send it a second time.
+    let server = TestServer::start_manual(now_secs(), |config| config.max_skew_secs = 3600);
+    let c = server.client();
+    let rx = Receiver::start();
+    rx.script([Answer::status(200).delayed(Duration::from_secs(3))]);
+    let ep = endpoint(&c, &rx.url, json!({ "timeout_ms": 10_000 }));
+    let id = task_id(&c, ep);
+    assert_eq!(rx.wait_for(1, WAIT).len(), 1, "the first send arrived");
+    server.advance(chrono::Duration::minutes(5));
+    let done = wait_status(&c, id, "success");
+    assert_eq!(done["attempts"], 1, "{done}");
+    assert_eq!(attempts(&c, id).len(), 1);
+    assert_eq!(rx.received().len(), 1, "sent once");
+}
+
+#[test]
 fn gone_disables_the_endpoint_and_fails_the_task() {
     let server = TestServer::start();
     let c = server.client();
