@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 use webhookd::client::Client;
 use webhookd::clock::{Clock, SystemClock};
-use webhookd::config::Config;
+use webhookd::config::{Config, SqliteSync};
 use webhookd::server::Running;
 use webhookd::store::KeyQueries;
 
@@ -65,6 +65,11 @@ impl Target {
         config.shutdown_grace_secs = 2;
         if let Some(workers) = workers {
             config.workers = workers;
+        }
+        // As `webhookd serve` reads it, so that in-process and spawned runs choose alike.
+        if let Ok(mode) = std::env::var("WEBHOOKD_SQLITE_SYNC") {
+            config.sqlite_sync = <SqliteSync as clap::ValueEnum>::from_str(&mode, true)
+                .map_err(|e| anyhow::anyhow!("WEBHOOKD_SQLITE_SYNC: {e}"))?;
         }
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .enable_all()
