@@ -16,6 +16,7 @@ use crate::error::ApiResult;
 use crate::replay_behind::{Hold, ReadReplays};
 use crate::signing;
 use crate::store::keys::{KeyAuth, Scope};
+use crate::store::replay::FirstUse;
 use crate::store::{Store, StoreError, Tx, Wakers, Watcher};
 use hyper::HeaderMap;
 use std::collections::HashMap;
@@ -559,6 +560,58 @@ impl RequestGuard {
         Some(result)
     }
 
+    /// A read that records its pair itself, where the store's reads can write
+    /// ([`ReplayQueries::carry_first_use`]): a statement of the read carries the pair (one round
+    /// trip for both on PostgreSQL), or the pair is recorded on the read's connection after it,
+    /// and the read's result counts only once the pair is recorded as a first use and the key
+    /// still holds. `None` when the store's reads cannot record it (nothing ran).
+    fn read_carrying(
+        &self,
+        f: &mut dyn FnMut(&mut dyn Tx) -> Result<(), StoreError>,
+    ) -> Option<Result<(), StoreError>> {
+        let c = &self.caller;
+        let mut carried = true;
+        let mut outcome = Guarded::Pending;
+        let result = self.read_store(&mut |tx| {
+            let pair = FirstUse {
+                key_id: c.key_id.clone(),
+                signature: c.signature.clone(),
+                sent_ms: c.sent_ms,
+                expires_ms: c.expires_ms,
+                now_ms: self.now_ms,
+            };
+            if !tx.carry_first_use(pair) {
+                carried = false;
+                return Ok(());
+            }
+            let read = f(tx);
+            // Asked even when the read failed: a statement before the failure may have recorded
+            // the pair, and a pair recorded but thought pending would be refused as a replay at
+            // the end. The read's own error wins over the pair's.
+            let first = match (tx.carried_first_use(), read.is_err()) {
+                (Ok(first), _) => first,
+                (Err(e), false) => return Err(e),
+                (Err(_), true) => return read,
+            };
+            outcome = match first {
+                None => Guarded::Replay,
+                Some(generation) if key_holds(tx, &self.keys, c, generation)? => Guarded::Recorded,
+                Some(_) => Guarded::KeyGone,
+            };
+            if outcome != Guarded::Recorded {
+                return Err(StoreError::Aborted);
+            }
+            read
+        });
+        if !carried {
+            return None;
+        }
+        if outcome != Guarded::Pending {
+            self.set_state(outcome);
+        }
+        Some(result)
+    }
+
     /// The pair kept in memory while the store refuses writes (`failed`: the store's error,
     /// answered when the memory is full); the key is checked with a read.
     fn remember(&self, failed: StoreError) -> Result<Guarded, StoreError> {
@@ -646,6 +699,13 @@ impl Store for RequestGuard {
             && let Some(result) = self.read_behind(behind, f)
         {
             return result;
+        }
+        match self.read_carrying(f) {
+            // The store refuses writes: recorded in memory below, as a separate write would be.
+            Some(Err(StoreError::DiskFull(_) | StoreError::Unwritable(_)))
+                if self.state() == Guarded::Pending => {}
+            Some(result) => return result,
+            None => {}
         }
         let result = self.guarded(&mut |_| Ok(()), |g| {
             self.may_wait(|| self.store.write_unsynced_dyn(g))
