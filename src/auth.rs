@@ -564,7 +564,9 @@ impl RequestGuard {
     /// ([`ReplayQueries::carry_first_use`]): a statement of the read carries the pair (one round
     /// trip for both on PostgreSQL), or the pair is recorded on the read's connection after it,
     /// and the read's result counts only once the pair is recorded as a first use and the key
-    /// still holds. `None` when the store's reads cannot record it (nothing ran).
+    /// still holds. While the store refuses writes, the read stands and its pair goes to
+    /// memory, as in [`RequestGuard::read_dyn`]. `None` when the store's reads cannot record
+    /// it (nothing ran).
     fn read_carrying(
         &self,
         f: &mut dyn FnMut(&mut dyn Tx) -> Result<(), StoreError>,
@@ -572,6 +574,7 @@ impl RequestGuard {
         let c = &self.caller;
         let mut carried = true;
         let mut outcome = Guarded::Pending;
+        let mut unwritten = None;
         let result = self.read_store(&mut |tx| {
             let pair = FirstUse {
                 key_id: c.key_id.clone(),
@@ -590,6 +593,11 @@ impl RequestGuard {
             // the end. The read's own error wins over the pair's.
             let first = match (tx.carried_first_use(), read.is_err()) {
                 (Ok(first), _) => first,
+                // The store refuses writes: the read stands, its pair goes to memory below.
+                (Err(e @ (StoreError::DiskFull(_) | StoreError::Unwritable(_))), false) => {
+                    unwritten = Some(e);
+                    return Ok(());
+                }
                 (Err(e), false) => return Err(e),
                 (Err(_), true) => return read,
             };
@@ -605,6 +613,17 @@ impl RequestGuard {
         });
         if !carried {
             return None;
+        }
+        if let Some(failed) = unwritten {
+            outcome = match self.remember(failed) {
+                Ok(state) => state,
+                Err(e) => return Some(Err(e)),
+            };
+            self.set_state(outcome);
+            return Some(match outcome {
+                Guarded::Remembered => result,
+                _ => Err(StoreError::Aborted),
+            });
         }
         if outcome != Guarded::Pending {
             self.set_state(outcome);
@@ -700,12 +719,8 @@ impl Store for RequestGuard {
         {
             return result;
         }
-        match self.read_carrying(f) {
-            // The store refuses writes: recorded in memory below, as a separate write would be.
-            Some(Err(StoreError::DiskFull(_) | StoreError::Unwritable(_)))
-                if self.state() == Guarded::Pending => {}
-            Some(result) => return result,
-            None => {}
+        if let Some(result) = self.read_carrying(f) {
+            return result;
         }
         let result = self.guarded(&mut |_| Ok(()), |g| {
             self.may_wait(|| self.store.write_unsynced_dyn(g))

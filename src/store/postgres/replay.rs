@@ -87,7 +87,17 @@ impl<C: GenericClient> PgTx<'_, C> {
             &pair.expires_ms,
             &pair.now_ms,
         ]);
-        let row = self.c.query_one(&sql, &all)?;
+        let row = match self.c.query_one(&sql, &all) {
+            Ok(row) => row,
+            // The store refuses writes: the read alone, the pair left pending, so that the
+            // caller may serve the read and keep the pair in memory.
+            Err(e) => match StoreError::from(e) {
+                StoreError::DiskFull(_) | StoreError::Unwritable(_) => {
+                    return Ok(self.c.query_opt(read, params)?);
+                }
+                other => return Err(other),
+            },
+        };
         let n = row.len();
         let generation: Option<i64> = row.try_get(n - 2)?;
         let found: Option<bool> = row.try_get(n - 3)?;
