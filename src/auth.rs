@@ -370,11 +370,13 @@ pub fn authenticate(
 /// The pair is committed before the request's effects are acted on or answered: a replay of
 /// it, on any node, is refused. On a store one process owns, a `GET`'s pair is instead held in
 /// memory and written after its answer ([`ReadReplays`]; docs/dev/storage.md, "A read's replay
-/// record behind its answer"). Elsewhere a `GET` handler's first read is preceded by a short
-/// write of the pair (without waiting for an fsync of its own: only a read-only request's record can be
-/// lost, and only to a power loss), and the read itself runs outside the writer's lock, so a
-/// long list never holds publishes back; a write request's first write carries the pair
-/// (fsynced with the write).
+/// record behind its answer"). Where reads can write (PostgreSQL), a `GET` handler's first
+/// read carries the pair: recorded by the read's own statement, or by one more on its
+/// connection before the answer (docs/dev/storage.md, "A read's replay record on PostgreSQL").
+/// Elsewhere the first read is preceded by a short write of the pair. Either way the pair's
+/// commit waits for no fsync of its own (only a read-only request's record can be lost, and
+/// only to a crash), and the read runs outside the writer's lock, so a long list never holds
+/// publishes back; a write request's first write carries the pair (fsynced with the write).
 /// When no transaction of the request committed (its handler failed, or needed no store), the
 /// pair is written on its own at the end ([`RequestGuard::finish`]), before the reply, as
 /// before this guard existed. While the store refuses writes (disk full, read-only), a read is
@@ -703,10 +705,12 @@ impl RequestGuard {
 /// The store as a signed request's handler sees it: every call goes to the server's store,
 /// and the first transaction while the pair is pending carries the guard ([`RequestGuard`]).
 impl Store for RequestGuard {
-    /// A `GET`'s first read is preceded by the guard's own short write (unsynced, see
-    /// [`RequestGuard`]), and runs as a plain read once that committed: never inside the
-    /// writer's lock. When the store refuses the write, the pair goes to memory and the read is
-    /// served anyway. Other reads go straight to the store.
+    /// A `GET`'s first read records the pair: behind its answer ([`ReadReplays`]), in the read
+    /// itself ([`RequestGuard::read_carrying`]), or, where reads cannot write, in the guard's
+    /// own short write first (unsynced, see [`RequestGuard`]), the read running as a plain read
+    /// once that committed: never inside the writer's lock. When the store refuses the write,
+    /// the pair goes to memory and the read is served anyway. Other reads go straight to the
+    /// store.
     fn read_dyn(
         &self,
         f: &mut dyn FnMut(&mut dyn Tx) -> Result<(), StoreError>,
