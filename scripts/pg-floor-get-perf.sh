@@ -35,7 +35,7 @@ while [ -z "$port" ] && kill -0 "$pid_run" 2>/dev/null; do
     port=$(sed -n 's/^== PostgreSQL .* on port \([0-9]*\):.*/\1/p' "$OUT/bench.err")
     sleep 0.2
 done
-[ -n "$port" ] || { echo "pg-floor-get-perf: bench-pg.sh did not start its server" >&2; cat "$OUT/bench.err" >&2; exit 1; }
+[ -n "$port" ] || { echo "pg-floor-get-perf: bench-pg.sh did not start its server" >&2; cat "$OUT/bench.err" >&2; wait "$pid_run" || true; exit 1; }
 pgpid=$(grep -lx "$port" /tmp/webhookd-bench-pg.*/data/postmaster.pid | head -1 | xargs head -1)
 log=$OUT/bench/run-$CONFIG-api.log
 

@@ -130,7 +130,11 @@ for round in $(seq 1 "$ROUNDS"); do
             pgrep -x pgbench >>"$OUT/$name.pids" || true
             sleep 0.5
         done
-        wait "$pid_bench" || { cat "$OUT/$name.err" >&2; exit 1; }
+        if ! wait "$pid_bench"; then
+            kill "$pid_pidstat" "$pid_mpstat" 2>/dev/null || true
+            cat "$OUT/$name.err" >&2
+            exit 1
+        fi
         sleep 0.5 # the backends exit and are reaped
         cpu1=$(pg_cpu)
         echo "$cpu0 $cpu1" >"$OUT/$name.pgcpu"
