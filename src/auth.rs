@@ -16,6 +16,7 @@ use crate::error::ApiResult;
 use crate::replay_behind::{Hold, ReadReplays};
 use crate::signing;
 use crate::store::keys::{KeyAuth, Scope};
+use crate::store::replay::FirstUse;
 use crate::store::{Store, StoreError, Tx, Wakers, Watcher};
 use hyper::HeaderMap;
 use std::collections::HashMap;
@@ -369,11 +370,13 @@ pub fn authenticate(
 /// The pair is committed before the request's effects are acted on or answered: a replay of
 /// it, on any node, is refused. On a store one process owns, a `GET`'s pair is instead held in
 /// memory and written after its answer ([`ReadReplays`]; docs/dev/storage.md, "A read's replay
-/// record behind its answer"). Elsewhere a `GET` handler's first read is preceded by a short
-/// write of the pair (without waiting for an fsync of its own: only a read-only request's record can be
-/// lost, and only to a power loss), and the read itself runs outside the writer's lock, so a
-/// long list never holds publishes back; a write request's first write carries the pair
-/// (fsynced with the write).
+/// record behind its answer"). Where reads can write (PostgreSQL), a `GET` handler's first
+/// read carries the pair: recorded by the read's own statement, or by one more on its
+/// connection before the answer (docs/dev/storage.md, "A read's replay record on PostgreSQL").
+/// Elsewhere the first read is preceded by a short write of the pair. Either way the pair's
+/// commit waits for no fsync of its own (only a read-only request's record can be lost, and
+/// only to a crash), and the read runs outside the writer's lock, so a long list never holds
+/// publishes back; a write request's first write carries the pair (fsynced with the write).
 /// When no transaction of the request committed (its handler failed, or needed no store), the
 /// pair is written on its own at the end ([`RequestGuard::finish`]), before the reply, as
 /// before this guard existed. While the store refuses writes (disk full, read-only), a read is
@@ -559,6 +562,77 @@ impl RequestGuard {
         Some(result)
     }
 
+    /// A read that records its pair itself, where the store's reads can write
+    /// ([`ReplayQueries::carry_first_use`]): a statement of the read carries the pair (one round
+    /// trip for both on PostgreSQL), or the pair is recorded on the read's connection after it,
+    /// and the read's result counts only once the pair is recorded as a first use and the key
+    /// still holds. While the store refuses writes, the read stands and its pair goes to
+    /// memory, as in [`RequestGuard::read_dyn`]. `None` when the store's reads cannot record
+    /// it (nothing ran).
+    fn read_carrying(
+        &self,
+        f: &mut dyn FnMut(&mut dyn Tx) -> Result<(), StoreError>,
+    ) -> Option<Result<(), StoreError>> {
+        let c = &self.caller;
+        let mut carried = true;
+        let mut outcome = Guarded::Pending;
+        let mut unwritten = None;
+        let result = self.read_store(&mut |tx| {
+            let pair = FirstUse {
+                key_id: c.key_id.clone(),
+                signature: c.signature.clone(),
+                sent_ms: c.sent_ms,
+                expires_ms: c.expires_ms,
+                now_ms: self.now_ms,
+            };
+            if !tx.carry_first_use(pair) {
+                carried = false;
+                return Ok(());
+            }
+            let read = f(tx);
+            // Asked even when the read failed: a statement before the failure may have recorded
+            // the pair, and a pair recorded but thought pending would be refused as a replay at
+            // the end. The read's own error wins over the pair's.
+            let first = match (tx.carried_first_use(), read.is_err()) {
+                (Ok(first), _) => first,
+                // The store refuses writes: the read stands, its pair goes to memory below.
+                (Err(e @ (StoreError::DiskFull(_) | StoreError::Unwritable(_))), false) => {
+                    unwritten = Some(e);
+                    return Ok(());
+                }
+                (Err(e), false) => return Err(e),
+                (Err(_), true) => return read,
+            };
+            outcome = match first {
+                None => Guarded::Replay,
+                Some(generation) if key_holds(tx, &self.keys, c, generation)? => Guarded::Recorded,
+                Some(_) => Guarded::KeyGone,
+            };
+            if outcome != Guarded::Recorded {
+                return Err(StoreError::Aborted);
+            }
+            read
+        });
+        if !carried {
+            return None;
+        }
+        if let Some(failed) = unwritten {
+            outcome = match self.remember(failed) {
+                Ok(state) => state,
+                Err(e) => return Some(Err(e)),
+            };
+            self.set_state(outcome);
+            return Some(match outcome {
+                Guarded::Remembered => result,
+                _ => Err(StoreError::Aborted),
+            });
+        }
+        if outcome != Guarded::Pending {
+            self.set_state(outcome);
+        }
+        Some(result)
+    }
+
     /// The pair kept in memory while the store refuses writes (`failed`: the store's error,
     /// answered when the memory is full); the key is checked with a read.
     fn remember(&self, failed: StoreError) -> Result<Guarded, StoreError> {
@@ -631,10 +705,12 @@ impl RequestGuard {
 /// The store as a signed request's handler sees it: every call goes to the server's store,
 /// and the first transaction while the pair is pending carries the guard ([`RequestGuard`]).
 impl Store for RequestGuard {
-    /// A `GET`'s first read is preceded by the guard's own short write (unsynced, see
-    /// [`RequestGuard`]), and runs as a plain read once that committed: never inside the
-    /// writer's lock. When the store refuses the write, the pair goes to memory and the read is
-    /// served anyway. Other reads go straight to the store.
+    /// A `GET`'s first read records the pair: behind its answer ([`ReadReplays`]), in the read
+    /// itself ([`RequestGuard::read_carrying`]), or, where reads cannot write, in the guard's
+    /// own short write first (unsynced, see [`RequestGuard`]), the read running as a plain read
+    /// once that committed: never inside the writer's lock. When the store refuses the write,
+    /// the pair goes to memory and the read is served anyway. Other reads go straight to the
+    /// store.
     fn read_dyn(
         &self,
         f: &mut dyn FnMut(&mut dyn Tx) -> Result<(), StoreError>,
@@ -645,6 +721,9 @@ impl Store for RequestGuard {
         if let Some(behind) = &self.behind
             && let Some(result) = self.read_behind(behind, f)
         {
+            return result;
+        }
+        if let Some(result) = self.read_carrying(f) {
             return result;
         }
         let result = self.guarded(&mut |_| Ok(()), |g| {

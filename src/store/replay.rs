@@ -52,6 +52,34 @@ pub trait ReplayQueries {
         sent_before_ms: i64,
         limit: usize,
     ) -> Result<usize, StoreError>;
+    /// Hands this read the pair to record ([`ReplayQueries::first_use_at_key_generation`]):
+    /// a statement of the read that can carry it records it too, in the same round trip, and
+    /// [`ReplayQueries::carried_first_use`] tells what became of it. False where a read cannot
+    /// write (the default): the caller records the pair first, in a write of its own
+    /// (docs/dev/storage.md, "A read's replay record on PostgreSQL").
+    fn carry_first_use(&mut self, pair: FirstUse) -> bool {
+        let _ = pair;
+        false
+    }
+    /// The outcome of the pair handed over by [`ReplayQueries::carry_first_use`], as
+    /// [`ReplayQueries::first_use_at_key_generation`] gives it (`None`: a replay); recorded
+    /// now, on the read's connection, when no statement of the read carried it.
+    fn carried_first_use(&mut self) -> Result<Option<i64>, StoreError> {
+        Err(StoreError::Other(anyhow::anyhow!(
+            "no replay record was handed to this read"
+        )))
+    }
+}
+
+/// A signed request's (key id, signature) pair to record, signed at `sent_ms`, used until
+/// `expires_ms`, at `now_ms` ([`ReplayQueries::carry_first_use`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FirstUse {
+    pub key_id: String,
+    pub signature: String,
+    pub sent_ms: i64,
+    pub expires_ms: i64,
+    pub now_ms: i64,
 }
 
 /// The statement of [`ReplayQueries::key_generation_unless_recorded`], the same SQL on both

@@ -641,6 +641,52 @@ fn a_signature_used_on_one_node_is_refused_by_the_others() {
     assert_eq!(events, 1);
 }
 
+/// docs/design.md §2: a signed read of one resource, whose replay record rides with the read
+/// itself on PostgreSQL (docs/dev/storage.md, "A read's replay record on PostgreSQL"), is a
+/// replay on the node that answered it and on every other; a read of a missing resource too
+/// (404 first, then refused), and a read refused as a replay returns no resource.
+#[test]
+fn a_read_of_one_resource_used_on_one_node_is_refused_by_all() {
+    let Some(cluster) = Cluster::start(2, &["--workers", "1"]) else {
+        return;
+    };
+    let key = cluster.key("app1");
+    let made = ok(
+        &cluster.client(0, &key),
+        "POST",
+        "/v1/endpoints",
+        json!({"name": "a", "url": "https://example.com/h"}),
+    );
+    let id = made["id"].as_i64().unwrap();
+    let (key_id, secret) = &key;
+    for (path, first_status) in [
+        (format!("/v1/endpoints/{id}"), 200),
+        (format!("/v1/endpoints/{}", id + 1000), 404),
+    ] {
+        for answering in 0..2 {
+            let timestamp = now_ms().to_string();
+            let headers = signed_headers(key_id, secret, &timestamp, "GET", &path, b"");
+            let (status, first) = raw(&cluster.nodes[answering].url, "GET", &path, &headers, b"");
+            assert_eq!(status, first_status, "{path} on node {answering}: {first}");
+            if status == 200 {
+                assert_eq!(first["data"]["id"], id, "{first}");
+            }
+            for node in [answering, 1 - answering] {
+                let (status, again) = raw(&cluster.nodes[node].url, "GET", &path, &headers, b"");
+                assert_eq!(
+                    (status, again["code"].as_i64()),
+                    (401, Some(40105)),
+                    "{path} answered by node {answering}, replayed on node {node}: {again}"
+                );
+                assert!(
+                    again["data"].is_null(),
+                    "a replay got the resource: {again}"
+                );
+            }
+        }
+    }
+}
+
 /// docs/design.md §16: a key revoked while the nodes run is refused by every node at once (auth reads
 /// the key row on every request; no node caches it).
 #[test]

@@ -378,6 +378,15 @@ fn signed_reads_are_served_while_the_store_refuses_writes_and_replays_stay_refus
         "/v1/events",
         Some(json!({"event_name": "before.fault"})),
     );
+    // A read of one endpoint carries its replay record on PostgreSQL (docs/dev/storage.md,
+    // "A read's replay record on PostgreSQL"): served during the fault too.
+    let endpoint = ok(
+        &c,
+        "POST",
+        "/v1/endpoints",
+        Some(json!({"name": "a", "url": "https://example.com/h"})),
+    );
+    let one_endpoint = format!("/v1/endpoints/{}", endpoint["id"]);
     fault.begin(&server);
 
     // Writes are refused with the store's 503.
@@ -395,25 +404,24 @@ fn signed_reads_are_served_while_the_store_refuses_writes_and_replays_stay_refus
         let events = ok(&c, "GET", "/v1/events", None);
         assert_eq!(events["items"][0]["id"], event["id"], "{events}");
         ok(&c, "GET", &format!("/v1/events/{}", event["id"]), None);
+        assert_eq!(ok(&c, "GET", &one_endpoint, None)["id"], endpoint["id"]);
     }
-    // A read's signature sent again is still a replay.
-    let timestamp = chrono::Utc::now().timestamp_millis().to_string();
-    let headers = signed_headers(
-        &server.key_id,
-        &server.secret,
-        &timestamp,
-        "GET",
-        "/v1/tasks",
-        b"",
-    );
-    let (status, first) = raw(&server.url, "GET", "/v1/tasks", &headers, b"");
-    assert_eq!(status, 200, "{first}");
-    let (status, again) = raw(&server.url, "GET", "/v1/tasks", &headers, b"");
-    assert_eq!(
-        (status, again["code"].as_i64()),
-        (401, Some(40105)),
-        "{again}"
-    );
+    // A read's signature sent again is still a replay (a list, and one resource).
+    // A millisecond past the client's last read of the endpoint, which may have been signed
+    // in this very millisecond (the same signature: a replay).
+    let timestamp = (chrono::Utc::now().timestamp_millis() + 1).to_string();
+    let replayed = ["/v1/tasks", one_endpoint.as_str()];
+    for path in replayed {
+        let headers = signed_headers(&server.key_id, &server.secret, &timestamp, "GET", path, b"");
+        let (status, first) = raw(&server.url, "GET", path, &headers, b"");
+        assert_eq!(status, 200, "{path}: {first}");
+        let (status, again) = raw(&server.url, "GET", path, &headers, b"");
+        assert_eq!(
+            (status, again["code"].as_i64()),
+            (401, Some(40105)),
+            "{path}: {again}"
+        );
+    }
     // Writes still get their 503, signed anew.
     let reply = c.send("POST", "/v1/events", Some(&payload)).unwrap();
     assert_eq!(reply.status, 503, "{}", reply.body);
@@ -431,12 +439,15 @@ fn signed_reads_are_served_while_the_store_refuses_writes_and_replays_stay_refus
         (reply.status == 200).then_some(reply)
     });
     assert!(resumed.is_some(), "writes resumed after the fault");
-    let (status, again) = raw(&server.url, "GET", "/v1/tasks", &headers, b"");
-    assert_eq!(
-        (status, again["code"].as_i64()),
-        (401, Some(40105)),
-        "{again}"
-    );
+    for path in replayed {
+        let headers = signed_headers(&server.key_id, &server.secret, &timestamp, "GET", path, b"");
+        let (status, again) = raw(&server.url, "GET", path, &headers, b"");
+        assert_eq!(
+            (status, again["code"].as_i64()),
+            (401, Some(40105)),
+            "{path}: {again}"
+        );
+    }
     // The server stops before its disk goes.
     drop(server);
     drop(fault);

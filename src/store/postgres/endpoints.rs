@@ -154,15 +154,16 @@ impl<C: GenericClient> EndpointQueries for PgTx<'_, C> {
         Ok(())
     }
 
+    /// Carries a signed read's replay record when it has one (`replay.rs`, `query_carrying`).
     fn get_endpoint(&mut self, app_id: &str, id: i64) -> Result<Option<Endpoint>, StoreError> {
-        let c = &mut *self.c;
-        Ok(c.query_opt(
-            &format!("SELECT {COLUMNS} FROM endpoints WHERE app_id = $1 AND id = $2"),
-            &[&app_id, &id],
-        )?
-        .as_ref()
-        .map(from_row)
-        .transpose()?)
+        Ok(self
+            .query_carrying(
+                &format!("SELECT {COLUMNS} FROM endpoints WHERE app_id = $1 AND id = $2"),
+                &[&app_id, &id],
+            )?
+            .as_ref()
+            .map(from_row)
+            .transpose()?)
     }
 
     fn get_endpoint_any(&mut self, id: i64) -> Result<Option<Endpoint>, StoreError> {

@@ -4,6 +4,7 @@
 //! claims (the lease).
 
 use super::listen::Notifier;
+use super::replay::Carried;
 use super::tasks::ClaimFloors;
 use super::{Conn, Link, PgPool, PgSettings, PgUrl, Sql, Statements};
 use crate::store::{IdleCap, Store, StoreError, Tx, Watcher};
@@ -196,6 +197,7 @@ impl Store for PgStore {
         let mut conn = self.client()?;
         let (client, statements) = conn.split();
         let mut pg = PgTx::cached(client, statements, &self.node);
+        pg.autocommit = true;
         f(&mut pg)?;
         pg.give_new_target_generations()
     }
@@ -395,6 +397,11 @@ pub struct PgTx<'c, C: GenericClient> {
     /// `write_unsynced`: the replay pair's statement turns `synchronous_commit` off for its
     /// transaction, so that its commit does not wait for its WAL flush.
     pub(super) unsynced: bool,
+    /// A read: no transaction block, each statement commits on its own, so a statement of the
+    /// read may carry the request's replay record (`replay.rs`, `PgTx::query_carrying`).
+    pub(super) autocommit: bool,
+    /// The replay record handed to this read, and what became of it (`replay.rs`).
+    pub(super) pair: Carried,
     /// The apps whose targets this transaction changed: they get a new target generation just
     /// before it commits (`endpoints.rs`, `give_new_target_generations`).
     pub(super) targets_changed: Vec<String>,
@@ -409,6 +416,8 @@ impl<'c, C: GenericClient> PgTx<'c, C> {
             wake: Wake::default(),
             floors: None,
             unsynced: false,
+            autocommit: false,
+            pair: Carried::Nothing,
             targets_changed: Vec::new(),
         }
     }
@@ -421,6 +430,8 @@ impl<'c, C: GenericClient> PgTx<'c, C> {
             wake: Wake::default(),
             floors: None,
             unsynced: false,
+            autocommit: false,
+            pair: Carried::Nothing,
             targets_changed: Vec::new(),
         }
     }
