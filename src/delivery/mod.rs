@@ -37,10 +37,10 @@ pub mod target;
 use crate::app::App;
 use crate::metrics::DeliveryOutcome;
 use crate::operator::{self, OperatorEvent};
-use crate::store::endpoints::DisabledReason;
+use crate::store::endpoints::{DisabledReason, EndpointRound};
 use crate::store::{self, IdleCap, StoreError, Tx, Watcher, tasks::Claimed};
 use send::{Sent, Target, Verdict};
-use std::collections::{HashMap, VecDeque};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
@@ -718,7 +718,7 @@ fn recover(app: &App, now_ms: i64) {
 }
 
 /// Commits finished attempts: the attempt row, the task's new state, the endpoint's health
-/// (one statement per endpoint, see [`health`]), a `410 Gone` or auto-disable disabling the
+/// (one call for the round's endpoints, see [`health`]), a `410 Gone` or auto-disable disabling the
 /// endpoint, and the operator events these cause. An attempt whose task is no longer `running`
 /// is not recorded.
 pub(crate) fn record(
@@ -776,23 +776,25 @@ pub(crate) fn record(
         }
     }
     tx.insert_attempts(&attempts)?;
-    for (endpoint_id, endpoint) in seen.into_endpoints() {
-        let disabled = tx.record_endpoint_health(
+    let seen: BTreeMap<i64, health::Seen> = seen.into_endpoints().collect();
+    let rounds: Vec<_> = seen
+        .iter()
+        .map(|(&id, endpoint)| EndpointRound {
+            id,
+            delta: endpoint.delta,
+            now_ms: endpoint.delta.last_failure_at.unwrap_or_default(),
+        })
+        .collect();
+    let disabled =
+        tx.record_endpoints_health(&rounds, health::MIN_FAILURES, rules.failing_after_ms)?;
+    for (endpoint_id, app_id, streak) in disabled {
+        tracing::warn!(
             endpoint_id,
-            &endpoint.delta,
-            health::MIN_FAILURES,
-            rules.failing_after_ms,
-            endpoint.delta.last_failure_at.unwrap_or_default(),
-        )?;
-        if let Some((_, streak)) = &disabled {
-            tracing::warn!(
-                endpoint_id,
-                consecutive_failures = streak,
-                reason = "failing: its deliveries kept failing for --disable-failing-after-hours",
-                "endpoint disabled by webhookd"
-            );
-        }
-        if let Some((app_id, streak)) = disabled
+            consecutive_failures = streak,
+            reason = "failing: its deliveries kept failing for --disable-failing-after-hours",
+            "endpoint disabled by webhookd"
+        );
+        if let Some(endpoint) = seen.get(&endpoint_id)
             && !endpoint.last_failure_quiet
         {
             let event = OperatorEvent::EndpointDisabled {
@@ -887,31 +889,25 @@ fn log_outcome(d: &Done) {
     }
 }
 
-/// Loads the endpoints and retry policies of claimed tasks, once each.
+/// Loads the endpoints (together: `get_endpoints_any`) and retry policies of claimed tasks,
+/// once each.
 fn targets(
     tx: &mut dyn Tx,
     claimed: Vec<Claimed>,
     caps: &HashMap<i64, usize>,
     now_ms: i64,
 ) -> Result<Vec<Job>, StoreError> {
-    let mut targets: HashMap<i64, Option<Arc<Target>>> = HashMap::new();
+    let mut ids: Vec<i64> = claimed.iter().map(|task| task.endpoint_id).collect();
+    ids.sort_unstable();
+    ids.dedup();
+    let mut targets: HashMap<i64, Arc<Target>> = HashMap::with_capacity(ids.len());
+    for ep in tx.get_endpoints_any(&ids)? {
+        let policy = tx.effective_policy(ep.retry_policy_id)?;
+        targets.insert(ep.id, Arc::new(Target::new(&ep, policy)));
+    }
     let mut jobs = Vec::with_capacity(claimed.len());
     for task in claimed {
-        let target = match targets.get(&task.endpoint_id) {
-            Some(target) => target.clone(),
-            None => {
-                let target = match tx.get_endpoint_any(task.endpoint_id)? {
-                    Some(ep) => {
-                        let policy = tx.effective_policy(ep.retry_policy_id)?;
-                        Some(Arc::new(Target::new(&ep, policy)))
-                    }
-                    None => None,
-                };
-                targets.insert(task.endpoint_id, target.clone());
-                target
-            }
-        };
-        match target {
+        match targets.get(&task.endpoint_id).cloned() {
             Some(target) => {
                 let cap = caps.get(&task.endpoint_id).copied().unwrap_or(1);
                 jobs.push(Job {

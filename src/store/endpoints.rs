@@ -110,6 +110,15 @@ pub struct HealthDelta {
     pub first_failure_at: Option<i64>,
 }
 
+/// One endpoint's [`HealthDelta`] of a dispatcher round, and the time its disabling (if any) is
+/// recorded at ([`EndpointQueries::record_endpoints_health`]).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct EndpointRound {
+    pub id: i64,
+    pub delta: HealthDelta,
+    pub now_ms: i64,
+}
+
 /// An enabled endpoint as fan-out sees it: where its tasks go and how many attempts they get.
 #[derive(Debug, Clone)]
 pub struct Target {
@@ -158,6 +167,16 @@ pub trait EndpointQueries {
     fn get_endpoint(&mut self, app_id: &str, id: i64) -> Result<Option<Endpoint>, StoreError>;
     /// Any endpoint by id, whatever its app (for the delivery pool).
     fn get_endpoint_any(&mut self, id: i64) -> Result<Option<Endpoint>, StoreError>;
+    /// The endpoints of `ids` that exist, whatever their app, in no particular order: a
+    /// dispatcher round's claimed tasks' endpoints. One [`EndpointQueries::get_endpoint_any`]
+    /// each unless a backend reads them together (PostgreSQL: one statement, one round trip).
+    fn get_endpoints_any(&mut self, ids: &[i64]) -> Result<Vec<Endpoint>, StoreError> {
+        let mut found = Vec::with_capacity(ids.len());
+        for &id in ids {
+            found.extend(self.get_endpoint_any(id)?);
+        }
+        Ok(found)
+    }
     /// `POST /endpoints/{id}/enable` and `/disable`: enabling clears `disabled_reason` and resets
     /// the failure streak (so auto-disable starts counting afresh); disabling records `reason`.
     /// Returns false when the endpoint already had that status (nothing changes then).
@@ -191,6 +210,31 @@ pub trait EndpointQueries {
         failing_after_ms: Option<i64>,
         now_ms: i64,
     ) -> Result<Option<(String, i64)>, StoreError>;
+    /// [`EndpointQueries::record_endpoint_health`] for each endpoint of a round, `rounds` in id
+    /// order (each id once), with the same rules; returns the endpoints disabled by this call
+    /// (id, app, streak length). One call each unless a backend writes the deltas together
+    /// (PostgreSQL: one statement for the round, and the disabling test only for the endpoints
+    /// whose round failed).
+    fn record_endpoints_health(
+        &mut self,
+        rounds: &[EndpointRound],
+        min_failures: i64,
+        failing_after_ms: Option<i64>,
+    ) -> Result<Vec<(i64, String, i64)>, StoreError> {
+        let mut disabled = Vec::new();
+        for r in rounds {
+            if let Some((app_id, streak)) = self.record_endpoint_health(
+                r.id,
+                &r.delta,
+                min_failures,
+                failing_after_ms,
+                r.now_ms,
+            )? {
+                disabled.push((r.id, app_id, streak));
+            }
+        }
+        Ok(disabled)
+    }
     /// One page, newest first, and the total count of matches.
     fn list_endpoints(
         &mut self,
