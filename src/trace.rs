@@ -192,6 +192,16 @@ impl TaskTraces {
         self.roots.clear();
     }
 
+    /// Where the roots handed out so far end, for [`TaskTraces::rewind`].
+    pub fn mark(&self) -> usize {
+        self.roots.len()
+    }
+
+    /// Forgets the roots handed out since `mark` (tasks planned, then not written).
+    pub fn rewind(&mut self, mark: usize) {
+        self.roots.truncate(mark);
+    }
+
     /// The root spans of the traces started so far (empty unless `keep_roots`).
     pub fn roots(&self) -> &[SpanContext] {
         &self.roots
