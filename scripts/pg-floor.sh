@@ -6,50 +6,48 @@
 #
 # Starts the benchmark's own server (scripts/pg-server.sh: the same configuration as
 # scripts/bench-pg.sh, fsync and synchronous_commit on), lets `webhookd serve` create its schema
-# on a database once, makes one app with FANOUT endpoints, then runs two pgbench processes at
-# once for SECS seconds (prepared protocol):
-#   publishers  CLIENTS connections (the harness's 16 clients), each publishing as fast as it
-#               can: BEGIN, the replay pair (`first_use_at_key_generation`), the target
-#               generation read (`enabled_targets_since`, unchanged), the event and its FANOUT
-#               tasks (`insert_event_with_tasks`), COMMIT; what `POST /v1/events` sends. Picked
-#               at random beside them, NOTICES per publish: `SELECT set_config(…),
-#               pg_notify(…)` in its own transaction, the store-notifier's.
-#   dispatcher  one connection, rounds one after another like the dispatcher thread's: BEGIN,
-#               SET LOCAL synchronous_commit = off, the results of the tasks it claimed last
-#               round (`finish_attempts`, `insert_attempts`, the batched forms) and one health
-#               update per endpoint (`record_endpoint_health`) for EPR endpoints, the walk
-#               (`endpoints_with_pending`, WALKS times), the claim (`claim_endpoints_tasks`, or
-#               `claim_endpoint_tasks` at fan-out 1; at most 256 tasks, MAX_BATCH), one endpoint
-#               read (`get_endpoint_any`) per endpoint for EPR endpoints when it claimed,
-#               COMMIT. A round that claimed fewer than K tasks waits 2 ms (MIN_ROUND) first.
+# on a database once, makes one app with FANOUT endpoints and a history of 20,000 delivered
+# events (so the plans are those of a used table), then measures the two sides of a delivery
+# one after the other with pgbench (prepared protocol), each with the machine to itself:
+#   publish  CLIENTS connections (the harness's 16 clients) for SECS seconds, each publishing
+#            as fast as it can: BEGIN, the replay pair (`first_use_at_key_generation`), the
+#            target generation read (`enabled_targets_since`, unchanged), the event and its
+#            FANOUT tasks (`insert_event_with_tasks`), COMMIT: what `POST /v1/events` sends.
+#            Picked at random beside them, NOTICES per publish: `SELECT set_config(…),
+#            pg_notify(…)`, the store-notifier's transaction.
+#   deliver  one connection (the dispatcher thread has one) draining that backlog in rounds of
+#            K tasks, webhookd's size: BEGIN, SET LOCAL synchronous_commit = off, the results
+#            of the tasks it claimed last round (`finish_attempts`, `insert_attempts`, the
+#            batched forms) and one health update per endpoint (`record_endpoint_health`) for
+#            EPR endpoints, the walk (`endpoints_with_pending`, WALKS times), the claim
+#            (`claim_endpoints_tasks`, or `claim_endpoint_tasks` at fan-out 1), one endpoint
+#            read (`get_endpoint_any`) per endpoint for EPR endpoints, COMMIT.
 # The statements are webhookd's as written in src/store/postgres (same text and parameters,
 # arrays as arrays), with two changes pgbench needs: times are the statement's clock
 # (`statement_timestamp()` in ms) instead of a parameter, and the claim is wrapped in a CTE
 # that aggregates what it returned into the arrays the next round's results send (each task
-# answered 200 in 1 ms). The claim's and walk's floors are webhookd's `ClaimFloors`' (the
-# latest due time claimed less 1 s, a full search at least every second), one for all
-# endpoints (a publish's tasks are due at once).
+# answered 200 in 1 ms). The claim's and walk's floor is exact: the latest due time claimed
+# (webhookd's `ClaimFloors` starts 1 s below it and searches in full every second, for
+# publishes that commit late; the backlog here is committed before the rounds start), so a
+# claim never steps over the index entries of tasks claimed before: PostgreSQL's best case.
 #
 # MIX=ideal runs the smallest mix that could publish and deliver instead: a publish is one
 # statement, its own transaction (pair, event and tasks; the event only when the pair is new;
-# the targets held in memory unchecked), a round is BEGIN, SET LOCAL, one statement for the
-# results and their attempts, one claim, COMMIT, and waits 2 ms unless it claimed IDEAL_BATCH
-# tasks; no health updates, endpoint reads, walks or notices.
+# the targets held in memory unchecked); a round of IDEAL_BATCH tasks is BEGIN, SET LOCAL, one
+# statement for the results and their attempts, one claim, COMMIT; no health updates, endpoint
+# reads, walks or notices.
 #
-# Prints pgbench's report, deliveries/s (tasks that reached `success`, per second), PostgreSQL's
-# CPU per delivery (pidstat: this server's processes only), WAL bytes and statements per
-# delivery; the statements, scripts and samples stay in OUT.
+# Prints per side the rate, PostgreSQL's CPU per delivery (pidstat: this server's processes
+# only), statements and WAL bytes per delivery, and the floor: 2 cores divided by PostgreSQL's
+# CPU per delivery of both sides (what PostgreSQL alone could carry here), and the rate of both
+# sides run in turn as measured. Scripts, statements and samples stay in OUT.
 #
 # Usage: scripts/pg-floor.sh [OUT_DIR]
-# Env: FANOUT (1), MIX (webhookd | ideal), CLIENTS (16), SECS (20), RATE (publishes per second
-#      for all clients together, pgbench -R; default as fast as they can: then the one
-#      dispatcher connection falls behind 16 publishing ones, as webhookd's does, and the
-#      delivered rate is the dispatcher's share of the CPU, not the floor; the floor is the
-#      highest RATE at which delivered keeps up with created), WEBHOOKD (the binary that
+# Env: FANOUT (1), MIX (webhookd | ideal), CLIENTS (16), SECS (10), WEBHOOKD (the binary that
 #      makes the schema; default target/release/webhookd); for MIX=webhookd, taken from main's
 #      pg1 publish1 / publish10 runs of scripts/bench-pg.sh (BENCHMARKS.md, "The floor"):
-#      K (tasks per round before it stops pacing: 6 / 24), NOTICES (per publish: 0.23 / 0.44),
-#      WALKS (per round: 2), EPR (endpoints per round: 1 / 10); IDEAL_BATCH (32), SYNC (on).
+#      K (tasks per round: 6 / 24), NOTICES (per publish: 0.23 / 0.44), WALKS (per round: 2),
+#      EPR (endpoints per round: 1 / 10); IDEAL_BATCH (32), SYNC (on).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export LC_ALL=C S_TIME_FORMAT=ISO
@@ -60,7 +58,7 @@ chmod 755 "$OUT" # pgbench may run as `postgres` and reads its scripts here
 FANOUT=${FANOUT:-1}
 MIX=${MIX:-webhookd}
 CLIENTS=${CLIENTS:-16}
-SECS=${SECS:-20}
+SECS=${SECS:-10}
 WEBHOOKD=${WEBHOOKD:-target/release/webhookd}
 IDEAL_BATCH=${IDEAL_BATCH:-32}
 if [ "$FANOUT" = 1 ]; then
@@ -189,10 +187,7 @@ WITH due AS ($due),
          (SELECT event_name FROM events WHERE events.id = t.event_id),
          t.payload, t.attempts + 1 AS attempt, t.max_attempts, t.next_attempt_at,
          coalesce(t.next_attempt_at, t.run_at), t.app_id, t.trace_id, t.trace_parent, t.trace_flags)
-SELECT count(*) AS n, coalesce(max(next_attempt_at), :r_latest::int8) AS r_latest,
-       CASE WHEN :r_floor::int8 = 0 THEN $NOW ELSE :r_full_at::int8 END AS r_full_at,
-       CASE WHEN $NOW - CASE WHEN :r_floor::int8 = 0 THEN $NOW ELSE :r_full_at::int8 END >= 1000 THEN 0
-            ELSE coalesce(max(next_attempt_at), :r_latest::int8) - 1000 END AS r_floor,
+SELECT count(*) AS n, coalesce(max(next_attempt_at), :r_floor::int8) AS r_floor,
        coalesce(array_agg(id), '{}')::text AS r_ids,
        coalesce(array_agg(attempt), '{}')::text AS r_attempts,
        coalesce(array_agg('success'::text), '{}')::text AS r_statuses,
@@ -329,21 +324,20 @@ ideal_round_sql() {
 }
 
 per_mille() { python3 -c "import sys; print(max(1, round(float(sys.argv[1]) * 1000)))" "$1"; }
-# A round that claimed fewer than K tasks waits MIN_ROUND (2 ms, src/delivery/mod.rs) before the
-# next, as the dispatcher waits for work; else the next round starts at once.
-pace() { printf '%s\n' "\\if :n < $1" "\\sleep 2 ms" "\\endif"; }
 if [ "$MIX" = ideal ]; then
     ideal_publish_sql >"$OUT/publish.sql"
-    { ideal_round_sql; pace "$IDEAL_BATCH"; } >"$OUT/round.sql"
+    ideal_round_sql >"$OUT/round.sql"
     publishers=(-f "$OUT/publish.sql")
 else
     publish_sql >"$OUT/publish.sql"
-    { round_sql; pace "$K"; } >"$OUT/round.sql"
+    round_sql >"$OUT/round.sql"
     echo "SELECT set_config('synchronous_commit', 'off', true), pg_notify(:channel, '');" >"$OUT/notice.sql"
     publishers=(-f "$OUT/publish.sql@1000" -f "$OUT/notice.sql@$(per_mille "$NOTICES")")
 fi
-# Per endpoint, the most one claim takes: MAX_BATCH (256) shared by the endpoints.
-limit=$(( 256 / FANOUT > 16 ? 256 / FANOUT : 16 ))
+# A round claims K tasks in all (IDEAL_BATCH for MIX=ideal), shared by the endpoints.
+[ "$MIX" = ideal ] && K=$IDEAL_BATCH
+limit=$(( (K + FANOUT - 1) / FANOUT ))
+round_size=$(( limit * FANOUT ))
 LIMITS="{$(rep "$limit" | tr -d '{}')}"
 FLOORS="{$(rep 0 | tr -d '{}')}"
 HEADERS='[["content-type","application/json"],["user-agent","webhookd/0.1"],["webhook-id","msg_0000000000000000000000000"],["webhook-timestamp","1764150000"],["webhook-signature","v1,0000000000000000000000000000000000000000000="],["traceparent","00-00000000000000000000000000000000-0000000000000000-01"]]'
@@ -356,72 +350,96 @@ defines=(-D key_id=key_floor -D app_id=app_floor -D event_name=bench.floor -D de
          -D "t_traces=$(rep 0123456789abcdef0123456789abcdef)" -D "t_parents=$(rep 0123456789abcdef)"
          -D "t_flags=$(rep 1)" -D "all_ids=$ALL_IDS" -D "limits=$LIMITS" -D "floors=$FLOORS"
          -D claim_limit="$limit" -D min_id=-9223372036854775808 -D max_id=9223372036854775807
-         -D walk_limit=64 -D "headers=$HEADERS" -D n=0 -D r_floor=0 -D r_latest=0 -D r_full_at=0)
+         -D walk_limit=64 -D "headers=$HEADERS" -D n=0 -D r_floor=0)
 # The walk's floors: the claim's, for every endpoint.
 sed -i "s/:floors::int8\[\]/(SELECT array_agg(:r_floor::int8) FROM unnest(:all_ids::int8[]))/" "$OUT/round.sql"
 
-echo "== pg-floor: MIX=$MIX FANOUT=$FANOUT CLIENTS=$CLIENTS SECS=$SECS RATE=${RATE:-max} K=$K NOTICES=$NOTICES WALKS=$WALKS EPR=$EPR (load average $(cut -d' ' -f1-3 /proc/loadavg))" >&2
-q "SELECT pg_stat_statements_reset()" >/dev/null
-wal0=$(q "SELECT pg_current_wal_lsn()")
-pidstat -u -h 1 -C 'postgres|pgbench' >"$OUT/pidstat" 2>/dev/null &
-pid_pidstat=$!
-trap 'kill $pid_pidstat 2>/dev/null || true; pg_server_stop' EXIT
-pgbench_run() {
-    "${RUN[@]}" "$PGBENCH" -h "$PGDIR" -p "$PORT" -U webhookd -n -M prepared -T "$SECS" \
-        "${defines[@]}" "$@" floor
+# One phase: a pgbench run, PostgreSQL's and pgbench's CPU (pidstat, this server's processes
+# only), WAL bytes and statements; leaves PHASE_SECS (pgbench's own time) and PHASE_CPU (the
+# server's CPU-seconds) and writes OUT/NAME.{txt,pidstat,statements,wal}.
+phase() {
+    local name=$1
+    shift
+    q "SELECT pg_stat_statements_reset()" >/dev/null
+    local wal0
+    wal0=$(q "SELECT pg_current_wal_lsn()")
+    pidstat -u -h 1 -C 'postgres|pgbench' >"$OUT/$name.pidstat" 2>/dev/null &
+    pid_pidstat=$!
+    trap 'kill "$pid_pidstat" 2>/dev/null || true; pg_server_stop' EXIT
+    "${RUN[@]}" "$PGBENCH" -h "$PGDIR" -p "$PORT" -U webhookd -n -M prepared "${defines[@]}" "$@" floor \
+        >"$OUT/$name.txt" 2>"$OUT/$name.err" &
+    local pid_bench=$!
+    echo "$PGPID" >"$OUT/$name.pids"
+    while kill -0 "$pid_bench" 2>/dev/null; do
+        ps -o pid= --ppid "$PGPID" >>"$OUT/$name.pids" || true
+        sleep 0.5
+    done
+    wait "$pid_bench" || { echo "pg-floor: pgbench ($name) failed:" >&2; tail -20 "$OUT/$name.err" >&2; exit 1; }
+    kill "$pid_pidstat" 2>/dev/null || true
+    wait "$pid_pidstat" 2>/dev/null || true
+    q "SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), '$wal0')::bigint" >"$OUT/$name.wal"
+    q "SELECT calls, rows, round(total_exec_time::numeric, 1), round((shared_blks_hit + shared_blks_read)::numeric / greatest(calls, 1), 1), left(regexp_replace(query, '\s+', ' ', 'g'), 120) FROM pg_stat_statements WHERE dbid = (SELECT oid FROM pg_database WHERE datname = 'floor') ORDER BY calls DESC LIMIT 30" >"$OUT/$name.statements"
 }
-# The publishing clients, and the dispatcher: one connection, its rounds one after another.
-rate=()
-[ -n "${RATE:-}" ] && rate=(-R "$RATE")
-pgbench_run -c "$CLIENTS" -j 2 "${rate[@]}" "${publishers[@]}" >"$OUT/pgbench.txt" 2>"$OUT/pgbench.err" &
-pid_bench=$!
-pgbench_run -c 1 -f "$OUT/round.sql" >"$OUT/pgbench-rounds.txt" 2>"$OUT/pgbench-rounds.err" &
-pid_rounds=$!
-echo "$PGPID" >"$OUT/pids"
-while kill -0 "$pid_bench" 2>/dev/null || kill -0 "$pid_rounds" 2>/dev/null; do
-    ps -o pid= --ppid "$PGPID" >>"$OUT/pids" || true
-    sleep 0.5
-done
-wait "$pid_rounds" || { echo "pg-floor: the rounds' pgbench failed:" >&2; tail -20 "$OUT/pgbench-rounds.err" >&2; exit 1; }
-wait "$pid_bench" || { echo "pg-floor: pgbench failed:" >&2; tail -20 "$OUT/pgbench.err" >&2; exit 1; }
-kill "$pid_pidstat" 2>/dev/null || true
-wait "$pid_pidstat" 2>/dev/null || true
-wal=$(q "SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), '$wal0')::bigint")
-q "SELECT calls, rows, round(total_exec_time::numeric, 1), round((shared_blks_hit + shared_blks_read)::numeric / greatest(calls, 1), 1), left(regexp_replace(query, '\s+', ' ', 'g'), 120) FROM pg_stat_statements WHERE dbid = (SELECT oid FROM pg_database WHERE datname = 'floor') ORDER BY calls DESC LIMIT 30" >"$OUT/statements"
-delivered=$(qf "SELECT count(*) FROM tasks WHERE status = 'success' AND attempts > 0 AND run_at > 20000")
+
+# 1. Publishing alone, SECS seconds: what a delivery's publish costs, and the backlog for 2.
+echo "== pg-floor: MIX=$MIX FANOUT=$FANOUT CLIENTS=$CLIENTS SECS=$SECS K=$K NOTICES=$NOTICES WALKS=$WALKS EPR=$EPR (load average $(cut -d' ' -f1-3 /proc/loadavg))" >&2
+phase publish -c "$CLIENTS" -j 2 -T "$SECS" "${publishers[@]}"
 created=$(qf "SELECT count(*) FROM tasks WHERE run_at > 20000")
-grep -E '^(number of (transactions|failed)|latency average|tps|SQL script)' "$OUT/pgbench.txt" "$OUT/pgbench-rounds.txt"
-python3 - "$OUT" "$SECS" "$delivered" "$created" "$wal" <<'PY'
-import os, sys
-out, secs, delivered, created, wal = sys.argv[1], float(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
-ours = set(open(os.path.join(out, "pids")).read().split())
-cpu = {"postgres": 0.0, "pgbench": 0.0}
-for line in open(os.path.join(out, "pidstat")):
-    f = line.split()
-    if len(f) < 10 or f[0].startswith("#"):
-        continue
-    try:
-        pct = float(f[7])
-    except ValueError:
-        continue
-    prog = "postgres" if f[9].startswith("postgres") else f[9]
-    if prog == "postgres" and f[2] not in ours:
-        continue
-    if prog in cpu:
-        cpu[prog] += pct / 100.0
-calls = {}
-for line in open(os.path.join(out, "statements")):
-    c = line.split("|")
-    if len(c) >= 5:
-        calls[c[4].strip()] = int(c[0])
-stmts = sum(n for q, n in calls.items() if q not in ("BEGIN", "COMMIT"))
-tx = sum(n for q, n in calls.items() if q == "BEGIN")
-print(f"\ndelivered {delivered:,} tasks in {secs:.0f} s: {delivered / secs:,.0f} deliveries/s "
-      f"({created:,} created: {created / secs:,.0f}/s)")
-if delivered:
-    print(f"PostgreSQL CPU {cpu['postgres']:.2f} s = {cpu['postgres'] * 1000 / delivered:.3f} ms per delivery; "
-          f"pgbench {cpu['pgbench']:.2f} s; WAL {wal / delivered:,.0f} bytes per delivery; "
-          f"statements {stmts / delivered:.2f}, BEGIN {tx / delivered:.2f} per delivery")
+# 2. The dispatcher alone draining that backlog, its rounds of K tasks (webhookd's size), on one
+# connection as the dispatcher thread has: what a delivery's rounds cost.
+rounds=$(( created / round_size ))
+# Statistics that know the backlog (autovacuum's would by now in a server that has run a while):
+# planned on none, the claim joins it by a scan of every pending task.
+qf "ANALYZE tasks" >/dev/null
+phase deliver -c 1 -t "$rounds" -f "$OUT/round.sql"
+delivered=$(qf "SELECT count(*) FROM tasks WHERE status = 'success' AND attempts > 0 AND run_at > 20000")
+echo "== done (load average $(cut -d' ' -f1-3 /proc/loadavg))" >&2
+grep -E '^(number of (transactions|failed)|latency average|tps|SQL script)' "$OUT/publish.txt" "$OUT/deliver.txt"
+python3 - "$OUT" "$FANOUT" "$SECS" "$created" "$delivered" <<'PY'
+import os, re, sys
+out, fanout, secs, created, delivered = sys.argv[1], int(sys.argv[2]), float(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
+def cpu(name):
+    ours = set(open(os.path.join(out, name + ".pids")).read().split())
+    total = {"postgres": 0.0, "pgbench": 0.0}
+    for line in open(os.path.join(out, name + ".pidstat")):
+        f = line.split()
+        if len(f) < 10 or f[0].startswith("#"):
+            continue
+        try:
+            pct = float(f[7])
+        except ValueError:
+            continue
+        prog = "postgres" if f[9].startswith("postgres") else f[9]
+        if prog == "postgres" and f[2] not in ours:
+            continue
+        if prog in total:
+            total[prog] += pct / 100.0
+    return total
+def statements(name):
+    n = 0
+    for line in open(os.path.join(out, name + ".statements")):
+        c = line.split("|")
+        if len(c) >= 5 and c[4].strip() not in ("BEGIN", "COMMIT"):
+            n += int(c[0])
+    return n
+def pgbench_secs(name):
+    text = open(os.path.join(out, name + ".txt")).read()
+    n = int(re.search(r"number of transactions actually processed: (\d+)", text).group(1))
+    tps = float(re.search(r"tps = ([\d.]+)", text).group(1))
+    return n / tps
+pub, dlv = cpu("publish"), cpu("deliver")
+dsecs = pgbench_secs("deliver")
+wal = [int(open(os.path.join(out, n + ".wal")).read()) for n in ("publish", "deliver")]
+pub_ms = pub["postgres"] * 1000 / created
+dlv_ms = dlv["postgres"] * 1000 / delivered
+print(f"\npublish: {created // fanout:,} events, {created:,} tasks in {secs:.0f} s: {created / secs:,.0f} deliveries/s published; "
+      f"PostgreSQL {pub_ms:.3f} CPU-ms per delivery (pgbench {pub['pgbench'] * 1000 / created:.3f}); "
+      f"{statements('publish') / created:.2f} statements, {wal[0] / created:,.0f} WAL bytes per delivery")
+print(f"deliver: {delivered:,} tasks in {dsecs:.1f} s on one connection: {delivered / dsecs:,.0f} deliveries/s; "
+      f"PostgreSQL {dlv_ms:.3f} CPU-ms per delivery (pgbench {dlv['pgbench'] * 1000 / delivered:.3f}); "
+      f"{statements('deliver') / delivered:.2f} statements, {wal[1] / delivered:,.0f} WAL bytes per delivery")
+print(f"floor: PostgreSQL {pub_ms + dlv_ms:.3f} CPU-ms per delivery: at most {2000 / (pub_ms + dlv_ms):,.0f} deliveries/s on 2 cores "
+      f"with nothing else running; both sides in turn as measured: {1 / (secs / created + dsecs / delivered):,.0f} deliveries/s")
 PY
 cp "$PGDIR/server.log" "$OUT/" 2>/dev/null || true
 echo "(scripts, statements, samples and the server's log in $OUT)" >&2
