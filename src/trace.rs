@@ -251,6 +251,20 @@ mod tests {
     const VALID: &str = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
 
     #[test]
+    fn rewinding_forgets_the_roots_of_tasks_planned_since_the_mark() {
+        let mut traces = TaskTraces::new(None, true);
+        traces.for_task();
+        let mark = traces.mark();
+        traces.for_task();
+        traces.for_task();
+        assert_eq!(traces.roots().len(), 3);
+        traces.rewind(mark);
+        assert_eq!(traces.roots().len(), 1);
+        traces.for_task();
+        assert_eq!(traces.roots().len(), 2);
+    }
+
+    #[test]
     fn parses_the_w3c_example() {
         let ctx = SpanContext::parse(VALID).expect("valid");
         assert_eq!(ctx.trace_id_hex(), "4bf92f3577b34da6a3ce929d0e0e4736");
