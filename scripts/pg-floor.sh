@@ -31,6 +31,11 @@
 # publishes that commit late; the backlog here is committed before the rounds start), so a
 # claim never steps over the index entries of tasks claimed before: PostgreSQL's best case.
 #
+# MIX=checked runs this branch's statements instead: the publish without the target
+# generation read, its event insert testing the generation itself
+# (`insert_event_with_tasks_at`), and a round's health updates and endpoint reads in one
+# statement each (`record_endpoints_health`, `get_endpoints_any`).
+#
 # MIX=ideal runs the smallest mix that could publish and deliver instead: a publish is one
 # statement, its own transaction (pair, event and tasks; the event only when the pair is new;
 # the targets held in memory unchecked); a round of IDEAL_BATCH tasks is BEGIN, SET LOCAL, one
@@ -43,7 +48,7 @@
 # sides run in turn as measured. Scripts, statements and samples stay in OUT.
 #
 # Usage: scripts/pg-floor.sh [OUT_DIR]
-# Env: FANOUT (1), MIX (webhookd | ideal), CLIENTS (16), SECS (10), WEBHOOKD (the binary that
+# Env: FANOUT (1), MIX (webhookd | checked | ideal), CLIENTS (16), SECS (10), WEBHOOKD (the binary that
 #      makes the schema; default target/release/webhookd); for MIX=webhookd, taken from main's
 #      pg1 publish1 / publish10 runs of scripts/bench-pg.sh (BENCHMARKS.md, "The floor"):
 #      K (tasks per round: 6 / 24), NOTICES (per publish: 0.23 / 0.44), WALKS (per round: 2),
@@ -126,6 +131,17 @@ INSERT INTO replay_guard (key_id, signature, sent_at, expires_at) VALUES (:key_i
   ON CONFLICT (sent_at, key_id, signature) DO UPDATE SET expires_at = excluded.expires_at
   WHERE replay_guard.expires_at < $NOW
   RETURNING coalesce((SELECT generation FROM key_generation WHERE id = 1), 0);
+EOF
+    if [ "$MIX" = checked ]; then
+        cat <<EOF
+WITH e AS (
+     INSERT INTO events (app_id, event_name, event_key, payload, status, task_count, created_at)
+     SELECT :app_id, :event_name, NULL, :payload, 'dispatched', $FANOUT, $NOW
+     WHERE coalesce((SELECT generation FROM target_generation WHERE app_id = :app_id), 0) = :held
+     RETURNING id, app_id, event_name, event_key, payload, status, task_count, created_at),
+EOF
+    else
+        cat <<EOF
 WITH g AS (SELECT coalesce(
      (SELECT generation FROM target_generation WHERE app_id = :app_id), 0) AS generation)
  SELECT g.generation, e.id, e.filter_events, coalesce(p.max_attempts, :default_attempts), e.filter_payload
@@ -137,6 +153,9 @@ WITH e AS (
      INSERT INTO events (app_id, event_name, event_key, payload, status, task_count, created_at)
      VALUES (:app_id, :event_name, NULL, :payload, 'dispatched', $FANOUT, $NOW)
      RETURNING id, app_id, event_name, event_key, payload, status, task_count, created_at),
+EOF
+    fi
+    cat <<EOF
  t AS ($(tasks_insert "e.id" ", e"))
  SELECT id, app_id, event_name, event_key, payload, status, task_count, created_at FROM e;
 COMMIT;
@@ -242,16 +261,35 @@ round_sql() {
     echo "\\if :n > 0"
     finish_sql
     attempts_sql
-    for ep in $(seq 1 "$EPR"); do
+    if [ "$MIX" = checked ]; then
         cat <<EOF
+WITH d AS (
+     SELECT * FROM unnest(:all_ids::int8[], :health_at::int8[], :health_nulls::int8[], :health_zeros::int8[], :health_nulls::int8[])
+         AS d(id, last_success_at, last_failure_at, failures, first_failure_at)),
+ locked AS (
+     SELECT e.id FROM endpoints e WHERE e.id IN (SELECT id FROM d)
+     ORDER BY e.id FOR NO KEY UPDATE)
+ UPDATE endpoints e SET
+    last_success_at = coalesce(d.last_success_at, e.last_success_at),
+    last_failure_at = coalesce(d.last_failure_at, e.last_failure_at),
+    consecutive_failures = CASE WHEN d.last_success_at IS NULL
+        THEN e.consecutive_failures + d.failures ELSE d.failures END,
+    failing_since = CASE WHEN d.last_success_at IS NULL
+        THEN coalesce(e.failing_since, d.first_failure_at) ELSE d.first_failure_at END
+   FROM d, locked WHERE e.id = d.id AND locked.id = d.id;
+EOF
+    else
+        for ep in $(seq 1 "$EPR"); do
+            cat <<EOF
 UPDATE endpoints SET
-    last_success_at = coalesce($NOW, last_success_at),
-    last_failure_at = coalesce(NULL::bigint, last_failure_at),
-    consecutive_failures = CASE WHEN $NOW IS NULL THEN consecutive_failures + 0::bigint ELSE 0::bigint END,
-    failing_since = CASE WHEN $NOW IS NULL THEN coalesce(failing_since, NULL::bigint) ELSE NULL::bigint END
+        last_success_at = coalesce($NOW, last_success_at),
+        last_failure_at = coalesce(NULL::bigint, last_failure_at),
+        consecutive_failures = CASE WHEN $NOW IS NULL THEN consecutive_failures + 0::bigint ELSE 0::bigint END,
+        failing_since = CASE WHEN $NOW IS NULL THEN coalesce(failing_since, NULL::bigint) ELSE NULL::bigint END
  WHERE id = $ep;
 EOF
-    done
+        done
+    fi
     echo "\\endif"
     for _ in $(seq 1 "$WALKS"); do
         cat <<EOF
@@ -287,9 +325,13 @@ EOF
     done
     claim_sql
     echo "\\if :n > 0"
-    for ep in $(seq 1 "$EPR"); do
-        echo "SELECT id, app_id, name, url, method, headers, secret, timeout_ms, retry_policy_id, filter_events, status, created_at, updated_at, rate_limit_per_sec, max_in_flight, previous_secret, previous_secret_expires_at, disabled_reason, last_success_at, last_failure_at, consecutive_failures, filter_payload FROM endpoints WHERE id = $ep;"
-    done
+    if [ "$MIX" = checked ]; then
+        echo "SELECT id, app_id, name, url, method, headers, secret, timeout_ms, retry_policy_id, filter_events, status, created_at, updated_at, rate_limit_per_sec, max_in_flight, previous_secret, previous_secret_expires_at, disabled_reason, last_success_at, last_failure_at, consecutive_failures, filter_payload FROM endpoints WHERE id = ANY(:all_ids::int8[]);"
+    else
+        for ep in $(seq 1 "$EPR"); do
+            echo "SELECT id, app_id, name, url, method, headers, secret, timeout_ms, retry_policy_id, filter_events, status, created_at, updated_at, rate_limit_per_sec, max_in_flight, previous_secret, previous_secret_expires_at, disabled_reason, last_success_at, last_failure_at, consecutive_failures, filter_payload FROM endpoints WHERE id = $ep;"
+        done
+    fi
     echo "\\endif"
     echo "COMMIT;"
 }
@@ -350,7 +392,8 @@ defines=(-D key_id=key_floor -D app_id=app_floor -D event_name=bench.floor -D de
          -D "t_traces=$(rep 0123456789abcdef0123456789abcdef)" -D "t_parents=$(rep 0123456789abcdef)"
          -D "t_flags=$(rep 1)" -D "all_ids=$ALL_IDS" -D "limits=$LIMITS" -D "floors=$FLOORS"
          -D claim_limit="$limit" -D min_id=-9223372036854775808 -D max_id=9223372036854775807
-         -D walk_limit=64 -D "headers=$HEADERS" -D n=0 -D r_floor=0)
+         -D walk_limit=64 -D "headers=$HEADERS" -D n=0 -D r_floor=0
+         -D "health_nulls=$(rep NULL)" -D "health_zeros=$(rep 0)" -D "health_at=$(rep 1764150000000)")
 # The walk's floors: the claim's, for every endpoint.
 sed -i "s/:floors::int8\[\]/(SELECT array_agg(:r_floor::int8) FROM unnest(:all_ids::int8[]))/" "$OUT/round.sql"
 
