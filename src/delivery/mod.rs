@@ -37,10 +37,10 @@ pub mod target;
 use crate::app::App;
 use crate::metrics::DeliveryOutcome;
 use crate::operator::{self, OperatorEvent};
-use crate::store::endpoints::{DisabledReason, EndpointRound};
+use crate::store::endpoints::DisabledReason;
 use crate::store::{self, IdleCap, StoreError, Tx, Watcher, tasks::Claimed};
 use send::{Sent, Target, Verdict};
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
@@ -718,8 +718,8 @@ fn recover(app: &App, now_ms: i64) {
 }
 
 /// Commits finished attempts: the attempt row, the task's new state, the endpoint's health
-/// (one call for the round's endpoints, see [`health`]), a `410 Gone` or auto-disable disabling the
-/// endpoint, and the operator events these cause. An attempt whose task is no longer `running`
+/// (one call for the round's endpoints, see [`health`]), a `410 Gone` or auto-disable
+/// disabling the endpoint, and the operator events these cause. An attempt whose task is no longer `running`
 /// is not recorded.
 pub(crate) fn record(
     tx: &mut dyn Tx,
@@ -776,34 +776,33 @@ pub(crate) fn record(
         }
     }
     tx.insert_attempts(&attempts)?;
-    let seen: BTreeMap<i64, health::Seen> = seen.into_endpoints().collect();
-    let rounds: Vec<_> = seen
-        .iter()
-        .map(|(&id, endpoint)| EndpointRound {
-            id,
-            delta: endpoint.delta,
-            now_ms: endpoint.delta.last_failure_at.unwrap_or_default(),
-        })
-        .collect();
-    let disabled =
-        tx.record_endpoints_health(&rounds, health::MIN_FAILURES, rules.failing_after_ms)?;
-    for (endpoint_id, app_id, streak) in disabled {
+    let seen: Vec<(i64, health::Seen)> = seen.into_endpoints().collect();
+    let deltas: Vec<_> = seen.iter().map(|(id, e)| (*id, e.delta)).collect();
+    tx.record_endpoints_health(&deltas)?;
+    let Some(after_ms) = rules.failing_after_ms else {
+        return Ok(());
+    };
+    for (endpoint_id, endpoint) in seen.iter().filter(|(_, e)| e.delta.failures > 0) {
+        let endpoint_id = *endpoint_id;
+        let at = endpoint.delta.last_failure_at.unwrap_or_default();
+        let Some((app_id, streak)) =
+            tx.disable_failing_endpoint(endpoint_id, health::MIN_FAILURES, after_ms, at)?
+        else {
+            continue;
+        };
         tracing::warn!(
             endpoint_id,
             consecutive_failures = streak,
             reason = "failing: its deliveries kept failing for --disable-failing-after-hours",
             "endpoint disabled by webhookd"
         );
-        if let Some(endpoint) = seen.get(&endpoint_id)
-            && !endpoint.last_failure_quiet
-        {
+        if !endpoint.last_failure_quiet {
             let event = OperatorEvent::EndpointDisabled {
                 endpoint_id,
                 reason: DisabledReason::Failing.as_str(),
                 task_id: None,
                 consecutive_failures: Some(streak),
             };
-            let at = endpoint.delta.last_failure_at.unwrap_or_default();
             operator::publish(tx, &app_id, &event, at)?;
         }
     }

@@ -110,15 +110,6 @@ pub struct HealthDelta {
     pub first_failure_at: Option<i64>,
 }
 
-/// One endpoint's [`HealthDelta`] of a dispatcher round, and the time its disabling (if any) is
-/// recorded at ([`EndpointQueries::record_endpoints_health`]).
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct EndpointRound {
-    pub id: i64,
-    pub delta: HealthDelta,
-    pub now_ms: i64,
-}
-
 /// An enabled endpoint as fan-out sees it: where its tasks go and how many attempts they get.
 #[derive(Debug, Clone)]
 pub struct Target {
@@ -210,31 +201,28 @@ pub trait EndpointQueries {
         failing_after_ms: Option<i64>,
         now_ms: i64,
     ) -> Result<Option<(String, i64)>, StoreError>;
-    /// [`EndpointQueries::record_endpoint_health`] for each endpoint of a round, `rounds` in id
-    /// order (each id once), with the same rules; returns the endpoints disabled by this call
-    /// (id, app, streak length). One call each unless a backend writes the deltas together
-    /// (PostgreSQL: one statement for the round, and the disabling test only for the endpoints
-    /// whose round failed).
-    fn record_endpoints_health(
-        &mut self,
-        rounds: &[EndpointRound],
-        min_failures: i64,
-        failing_after_ms: Option<i64>,
-    ) -> Result<Vec<(i64, String, i64)>, StoreError> {
-        let mut disabled = Vec::new();
-        for r in rounds {
-            if let Some((app_id, streak)) = self.record_endpoint_health(
-                r.id,
-                &r.delta,
-                min_failures,
-                failing_after_ms,
-                r.now_ms,
-            )? {
-                disabled.push((r.id, app_id, streak));
-            }
+    /// The health deltas of a round's endpoints (id, delta; in id order, each id once), with
+    /// [`EndpointQueries::record_endpoint_health`]'s rules and without its disabling test (the
+    /// caller asks [`EndpointQueries::disable_failing_endpoint`] for the endpoints whose round
+    /// failed). One call each unless a backend writes them together (PostgreSQL: one
+    /// statement for the round).
+    fn record_endpoints_health(&mut self, deltas: &[(i64, HealthDelta)]) -> Result<(), StoreError> {
+        for (id, delta) in deltas {
+            self.record_endpoint_health(*id, delta, 0, None, 0)?;
         }
-        Ok(disabled)
+        Ok(())
     }
+    /// Disables endpoint `id` with reason `failing` when its streak reached `min_failures`
+    /// attempts over at least `failing_after_ms` by `now_ms`; returns its app and streak
+    /// length when this call did (the disabling test of
+    /// [`EndpointQueries::record_endpoint_health`]).
+    fn disable_failing_endpoint(
+        &mut self,
+        id: i64,
+        min_failures: i64,
+        failing_after_ms: i64,
+        now_ms: i64,
+    ) -> Result<Option<(String, i64)>, StoreError>;
     /// One page, newest first, and the total count of matches.
     fn list_endpoints(
         &mut self,

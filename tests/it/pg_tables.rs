@@ -9,7 +9,7 @@ use std::time::Duration;
 use webhookd::retry::Backoff;
 use webhookd::store::Page;
 use webhookd::store::attempts::{Attempt, RequestHeaders};
-use webhookd::store::endpoints::{DisabledReason, Endpoint, EndpointRound, HealthDelta};
+use webhookd::store::endpoints::{DisabledReason, Endpoint, HealthDelta};
 use webhookd::store::policies::Policy;
 use webhookd::store::postgres as pg;
 use webhookd::store::postgres::PgTx;
@@ -665,7 +665,8 @@ fn endpoints_round_trip_and_their_status_and_health_statements() {
     );
 }
 
-/// A round's health in one statement (`record_endpoints_health`) leaves every endpoint as one
+/// A round's health in one statement (`record_endpoints_health`), then the disabling test for
+/// the endpoints whose round failed (`disable_failing_endpoint`), leaves every endpoint as one
 /// `record_endpoint_health` per endpoint leaves its twin, and disables the same ones; the
 /// round's endpoints are read in one statement too (`get_endpoints_any`).
 #[test]
@@ -716,16 +717,23 @@ fn a_rounds_health_and_endpoints_are_written_and_read_together_as_one_at_a_time(
     let mut disabled_together = Vec::new();
     let mut disabled_alone = Vec::new();
     for _ in 0..2 {
-        let batch: Vec<EndpointRound> = together
+        let batch: Vec<(i64, HealthDelta)> = together
             .iter()
             .zip(&rounds)
-            .map(|(&id, &(delta, now_ms))| EndpointRound { id, delta, now_ms })
+            .map(|(&id, &(delta, _))| (id, delta))
             .collect();
-        disabled_together.extend(
-            PgTx::new(&mut c, "test")
-                .record_endpoints_health(&batch, 3, Some(1_000))
-                .unwrap(),
-        );
+        PgTx::new(&mut c, "test")
+            .record_endpoints_health(&batch)
+            .unwrap();
+        for (&id, (delta, now_ms)) in together.iter().zip(&rounds) {
+            if delta.failures > 0
+                && let Some((app, streak)) = PgTx::new(&mut c, "test")
+                    .disable_failing_endpoint(id, 3, 1_000, *now_ms)
+                    .unwrap()
+            {
+                disabled_together.push((id, app, streak));
+            }
+        }
         for (&id, (delta, now_ms)) in alone.iter().zip(&rounds) {
             if let Some((app, streak)) = PgTx::new(&mut c, "test")
                 .record_endpoint_health(id, delta, 3, Some(1_000), *now_ms)
@@ -766,12 +774,9 @@ fn a_rounds_health_and_endpoints_are_written_and_read_together_as_one_at_a_time(
             got.id
         );
     }
-    assert!(
-        PgTx::new(&mut c, "test")
-            .record_endpoints_health(&[], 3, Some(1_000))
-            .unwrap()
-            .is_empty()
-    );
+    PgTx::new(&mut c, "test")
+        .record_endpoints_health(&[])
+        .unwrap();
     assert!(
         PgTx::new(&mut c, "test")
             .get_endpoints_any(&[])

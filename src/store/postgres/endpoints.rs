@@ -3,8 +3,8 @@
 use super::list::{Filters, list_page};
 use crate::store::Page;
 use crate::store::endpoints::{
-    DisabledReason, Endpoint, EndpointRound, HealthDelta, Target, TargetsRead,
-    filter_payload_from_text, filter_payload_text, fresh_generation,
+    DisabledReason, Endpoint, HealthDelta, Target, TargetsRead, filter_payload_from_text,
+    filter_payload_text, fresh_generation,
 };
 use crate::store::postgres::PgTx;
 use crate::store::{EndpointQueries, StoreError};
@@ -51,32 +51,6 @@ impl<C: GenericClient> PgTx<'_, C> {
         if !self.targets_changed.iter().any(|a| a == app_id) {
             self.targets_changed.push(app_id.to_string());
         }
-    }
-
-    /// Disables endpoint `id` with reason `failing` when its streak reached `min_failures`
-    /// attempts over at least `after_ms`; the app and streak length when this call did.
-    fn disable_failing(
-        &mut self,
-        id: i64,
-        min_failures: i64,
-        after_ms: i64,
-        now_ms: i64,
-    ) -> Result<Option<(String, i64)>, StoreError> {
-        let c = &mut *self.c;
-        let disabled: Option<(String, i64)> = c
-            .query_opt(
-                "UPDATE endpoints SET status = 'disabled', disabled_reason = 'failing', updated_at = $4
-                 WHERE id = $1 AND status = 'enabled' AND consecutive_failures >= $2
-                   AND failing_since IS NOT NULL AND $4 - failing_since >= $3
-                 RETURNING app_id, consecutive_failures",
-                &[&id, &min_failures, &after_ms, &now_ms],
-            )?
-            .map(|r| Ok::<_, Error>((r.try_get(0)?, r.try_get(1)?)))
-            .transpose()?;
-        if let Some((app_id, _)) = &disabled {
-            self.target_changed(app_id);
-        }
-        Ok(disabled)
     }
 
     /// Gives each app noted by [`PgTx::target_changed`] a new target generation, in one
@@ -311,29 +285,46 @@ impl<C: GenericClient> EndpointQueries for PgTx<'_, C> {
         if delta.failures == 0 {
             return Ok(None);
         }
-        self.disable_failing(id, min_failures, after_ms, now_ms)
+        self.disable_failing_endpoint(id, min_failures, after_ms, now_ms)
+    }
+
+    fn disable_failing_endpoint(
+        &mut self,
+        id: i64,
+        min_failures: i64,
+        failing_after_ms: i64,
+        now_ms: i64,
+    ) -> Result<Option<(String, i64)>, StoreError> {
+        let c = &mut *self.c;
+        let disabled: Option<(String, i64)> = c
+            .query_opt(
+                "UPDATE endpoints SET status = 'disabled', disabled_reason = 'failing', updated_at = $4
+                 WHERE id = $1 AND status = 'enabled' AND consecutive_failures >= $2
+                   AND failing_since IS NOT NULL AND $4 - failing_since >= $3
+                 RETURNING app_id, consecutive_failures",
+                &[&id, &min_failures, &failing_after_ms, &now_ms],
+            )?
+            .map(|r| Ok::<_, Error>((r.try_get(0)?, r.try_get(1)?)))
+            .transpose()?;
+        if let Some((app_id, _)) = &disabled {
+            self.target_changed(app_id);
+        }
+        Ok(disabled)
     }
 
     /// The round's deltas in one `UPDATE … FROM unnest(…)` with
     /// [`EndpointQueries::record_endpoint_health`]'s rules row by row; its rows are locked in
     /// id order first (`ORDER BY … FOR NO KEY UPDATE`), as one statement per endpoint in id
-    /// order locked them, so two nodes' rounds cannot deadlock on each other's endpoints. Then
-    /// the disabling test, one statement per endpoint whose round failed (none in a healthy
-    /// round).
-    fn record_endpoints_health(
-        &mut self,
-        rounds: &[EndpointRound],
-        min_failures: i64,
-        failing_after_ms: Option<i64>,
-    ) -> Result<Vec<(i64, String, i64)>, StoreError> {
-        if rounds.is_empty() {
-            return Ok(Vec::new());
+    /// order locked them, so two nodes' rounds cannot deadlock on each other's endpoints.
+    fn record_endpoints_health(&mut self, deltas: &[(i64, HealthDelta)]) -> Result<(), StoreError> {
+        if deltas.is_empty() {
+            return Ok(());
         }
         let column = |f: fn(&HealthDelta) -> Option<i64>| -> Vec<Option<i64>> {
-            rounds.iter().map(|r| f(&r.delta)).collect()
+            deltas.iter().map(|(_, d)| f(d)).collect()
         };
-        let ids: Vec<i64> = rounds.iter().map(|r| r.id).collect();
-        let failures: Vec<i64> = rounds.iter().map(|r| r.delta.failures).collect();
+        let ids: Vec<i64> = deltas.iter().map(|(id, _)| *id).collect();
+        let failures: Vec<i64> = deltas.iter().map(|(_, d)| d.failures).collect();
         let c = &mut *self.c;
         c.execute(
             "WITH d AS (
@@ -358,18 +349,7 @@ impl<C: GenericClient> EndpointQueries for PgTx<'_, C> {
                 &column(|d| d.first_failure_at),
             ],
         )?;
-        let Some(after_ms) = failing_after_ms else {
-            return Ok(Vec::new());
-        };
-        let mut disabled = Vec::new();
-        for r in rounds.iter().filter(|r| r.delta.failures > 0) {
-            if let Some((app_id, streak)) =
-                self.disable_failing(r.id, min_failures, after_ms, r.now_ms)?
-            {
-                disabled.push((r.id, app_id, streak));
-            }
-        }
-        Ok(disabled)
+        Ok(())
     }
 
     fn list_endpoints(
