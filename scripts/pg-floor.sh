@@ -8,7 +8,7 @@
 # scripts/bench-pg.sh, fsync and synchronous_commit on), lets `webhookd serve` create its schema
 # on a database once, makes one app with FANOUT endpoints and a history of 20,000 delivered
 # events (so the plans are those of a used table), then measures the two sides of a delivery
-# one after the other with pgbench (prepared protocol), each with the machine to itself:
+# one after the other with pgbench (prepared protocol), neither running while the other does:
 #   publish  CLIENTS connections (the harness's 16 clients) for SECS seconds, each publishing
 #            as fast as it can: BEGIN, the replay pair (`first_use_at_key_generation`), the
 #            target generation read (`enabled_targets_since`, unchanged), the event and its
