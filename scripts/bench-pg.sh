@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Issue #13's benchmark matrix: SQLite beside PostgreSQL with 1 and 3 nodes, on this machine.
 #
-# Starts a private, tuned PostgreSQL server (initdb on a temp folder, a free loopback port; as
-# the `postgres` user when run as root), builds the release binary and harness, and runs
-# publish (fan-out 1 and 10), api (signed GETs) and schedules (10,000 on one minute) for:
+# Starts a private, tuned PostgreSQL server (scripts/pg-server.sh: initdb on a temp folder, a
+# free loopback port; as the `postgres` user when run as root), builds the release binary and
+# harness, and runs publish (fan-out 1 and 10), api (signed GETs) and schedules (10,000 on one
+# minute) for:
 #   sqlite  one `webhookd serve` process on a temporary SQLite file (--spawn: a real process,
 #           like the PostgreSQL nodes, so the two stores compare on equal terms)
 #   pg1     one node on a fresh PostgreSQL database
@@ -33,7 +34,8 @@
 #      BINS="main=/tmp/webhookd-main new=target/release/webhookd" (A/B: each run is made with
 #      each binary in turn, interleaved, on the same PostgreSQL server; default: this tree's
 #      build only), ROUNDS (default 1): every run repeated, the table shows medians,
-#      BUILD=0 (use target/release/examples/bench as it is; with BINS, nothing is built).
+#      BUILD=0 (use target/release/examples/bench as it is; with BINS, nothing is built),
+#      BENCH (another harness binary than target/release/examples/bench, e.g. main's).
 # Counts per run (docs/scaling.md): WAL bytes (pg_current_wal_lsn before and after), statements
 # (pg_stat_statements), transactions and peak connections of the run's database (sampled).
 set -euo pipefail
@@ -54,14 +56,15 @@ SYNC=${SYNC:-on}
 for tool in pidstat mpstat jq; do
     command -v "$tool" >/dev/null || { echo "bench-pg: $tool is missing (apt-get install -y sysstat jq)" >&2; exit 2; }
 done
-PGBIN=$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -1)
+# shellcheck source=scripts/pg-server.sh
+source scripts/pg-server.sh
 [ -x "$PGBIN/initdb" ] || { echo "bench-pg: no PostgreSQL server (apt-get install -y postgresql)" >&2; exit 2; }
 
 if [ "${BUILD:-1}" = 1 ]; then
     echo "== building the release binary and harness" >&2
     cargo build --release --bin webhookd --example bench >&2
 fi
-BENCH=$PWD/target/release/examples/bench
+BENCH=${BENCH:-$PWD/target/release/examples/bench}
 ROUNDS=${ROUNDS:-1}
 BINS=${BINS:-}
 # Each binary as OUT/bin-LABEL/webhookd (the process keeps its name for pidstat); the harness
@@ -76,69 +79,17 @@ for bin in $BINS; do
 done
 [ ${#LABELS[@]} -gt 0 ] || LABELS=(-)
 
-PGDIR=$(mktemp -d /tmp/webhookd-bench-pg.XXXXXX)
-RUN=()
-if [ "$(id -u)" = 0 ]; then
-    chown postgres: "$PGDIR"
-    RUN=(runuser -u postgres --)
-fi
-cleanup() {
-    "${RUN[@]}" "$PGBIN/pg_ctl" -D "$PGDIR/data" -m fast -w stop >/dev/null 2>&1 || true
-    rm -rf "$PGDIR"
-}
-trap cleanup EXIT
-
-PASSWORD=pw-$(od -An -N8 -tx8 /dev/urandom | tr -d ' ')
-printf '%s' "$PASSWORD" >"$PGDIR/pwfile"
-chmod 600 "$PGDIR/pwfile"
-[ ${#RUN[@]} -gt 0 ] && chown postgres: "$PGDIR/pwfile"
-"${RUN[@]}" "$PGBIN/initdb" -D "$PGDIR/data" -U webhookd --pwfile "$PGDIR/pwfile" \
-    --auth-host=scram-sha-256 --auth-local=trust -E UTF8 --locale=C >/dev/null
-rm -f "$PGDIR/pwfile"
-PORT=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
-# Tuned for this machine (2 cores, 24 GB, one SSD-backed disk): memory for the working set,
-# checkpoints far apart, durability left on.
-cat >>"$PGDIR/data/postgresql.conf" <<EOF
-listen_addresses = '127.0.0.1'
-port = $PORT
-unix_socket_directories = '$PGDIR'
-max_connections = 300
-shared_buffers = 1GB
-effective_cache_size = 8GB
-work_mem = 16MB
-maintenance_work_mem = 256MB
-wal_buffers = 64MB
-max_wal_size = 8GB
-min_wal_size = 1GB
-checkpoint_timeout = 15min
-checkpoint_completion_target = 0.9
-random_page_cost = 1.1
-jit = off
-fsync = on
-full_page_writes = on
-synchronous_commit = $SYNC
-shared_preload_libraries = 'pg_stat_statements'
-pg_stat_statements.track = all
-pg_stat_statements.max = 10000
-${PG_CONF_EXTRA:-}
-EOF
-"${RUN[@]}" "$PGBIN/pg_ctl" -D "$PGDIR/data" -l "$PGDIR/server.log" -w -t 60 start >/dev/null
-"${RUN[@]}" "$PGBIN/psql" -h "$PGDIR" -p "$PORT" -U webhookd -d postgres -qc 'CREATE DATABASE bench'
-"${RUN[@]}" "$PGBIN/psql" -h "$PGDIR" -p "$PORT" -U webhookd -d bench -qc 'CREATE EXTENSION pg_stat_statements'
-URL="postgres://webhookd:$PASSWORD@127.0.0.1:$PORT/bench"
-# One line of SQL on the bench server's socket, unaligned.
-q() { "${RUN[@]}" "$PGBIN/psql" -h "$PGDIR" -p "$PORT" -U webhookd -d bench -AtXqc "$1"; }
+pg_server_start
 # The run's own database is the one the harness makes: bench_b<pid>_<n>.
 RUN_DB="datname LIKE 'bench\_b%'"
 if [ "${ROUNDTRIPS:-0}" = 1 ]; then
     PROXY_PORT=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
     python3 scripts/pg-roundtrips.py "$PROXY_PORT" "$PORT" "$OUT/roundtrips.json" &
     PROXY_PID=$!
-    trap 'kill $PROXY_PID 2>/dev/null || true; cleanup' EXIT
+    trap 'kill $PROXY_PID 2>/dev/null || true; pg_server_stop' EXIT
     sleep 1
     URL="postgres://webhookd:$PASSWORD@127.0.0.1:$PROXY_PORT/bench?sslmode=disable"
 fi
-PGPID=$(head -1 "$PGDIR/data/postmaster.pid")
 echo "== PostgreSQL $("$PGBIN/postgres" --version | awk '{print $3}') on port $PORT: fsync=on, synchronous_commit=$SYNC" >&2
 
 args_for_config() {

@@ -9,7 +9,7 @@ use crate::store::events::Event;
 use crate::store::schedules::{Firing, Overlap};
 use crate::store::tasks::{NewTask, TaskKind};
 use crate::store::{StoreError, Tx};
-use crate::targets::TargetCache;
+use crate::targets::{TargetCache, TargetSet};
 use crate::trace::TaskTraces;
 use serde_json::Value;
 use std::collections::{HashMap, HashSet};
@@ -20,8 +20,9 @@ use std::collections::{HashMap, HashSet};
 /// the event as stored and how many tasks it made.
 ///
 /// The app's endpoints come from `targets` (held in memory, checked against the store in
-/// `tx`): their `filter_payload`s are parsed when read, not per publish, and the payload is
-/// parsed only when an endpoint the name reaches has one.
+/// `tx` by the insert itself when held: `insert_event_with_tasks_at`): their
+/// `filter_payload`s are parsed when read, not per publish, and the payload is parsed only
+/// when an endpoint the name reaches has one.
 // The event's fields, the time and the traces: one each, nothing to group.
 #[allow(clippy::too_many_arguments)]
 pub fn event(
@@ -34,16 +35,43 @@ pub fn event(
     now_ms: i64,
     traces: &mut TaskTraces,
 ) -> Result<(Event, usize), StoreError> {
+    // The targets held are checked by the insert itself (one statement on PostgreSQL); when
+    // their generation moved, nothing was written and the targets are read again.
+    if let Some(set) = targets.held(app_id) {
+        let mark = traces.mark();
+        let mut tasks = event_tasks(&set, app_id, event_name, payload, now_ms, traces);
+        let generation = set.generation();
+        if let Some(event) = tx.insert_event_with_tasks_at(
+            app_id, event_name, event_key, payload, now_ms, generation, &mut tasks,
+        )? {
+            return Ok((event, tasks.len()));
+        }
+        traces.rewind(mark);
+    }
     let set = targets.current(tx, app_id)?;
+    let mut tasks = event_tasks(&set, app_id, event_name, payload, now_ms, traces);
+    let event =
+        tx.insert_event_with_tasks(app_id, event_name, event_key, payload, now_ms, &mut tasks)?;
+    Ok((event, tasks.len()))
+}
+
+/// The tasks an event gets from `set`: the targets whose `filter_events` takes `event_name`
+/// and whose `filter_payload` holds for `payload` (parsed only when one has a filter).
+fn event_tasks<'a>(
+    set: &TargetSet,
+    app_id: &'a str,
+    event_name: &str,
+    payload: &'a str,
+    now_ms: i64,
+    traces: &mut TaskTraces,
+) -> Vec<NewTask<'a>> {
     let mut parsed: Option<Value> = None;
     let chosen = set
         .subscribed(event_name)
         .into_iter()
         .filter(|target| target.takes_payload(payload, &mut parsed))
         .map(|target| (target.id, target.max_attempts));
-    publish(
-        tx, app_id, event_name, event_key, payload, now_ms, traces, chosen,
-    )
+    new_tasks(app_id, payload, now_ms, traces, chosen)
 }
 
 /// `POST /endpoints/{id}/filter-test`: whether an event would reach an endpoint with these
@@ -126,7 +154,22 @@ fn publish(
     traces: &mut TaskTraces,
     chosen: impl Iterator<Item = (i64, i64)>,
 ) -> Result<(Event, usize), StoreError> {
-    let mut tasks: Vec<_> = chosen
+    let mut tasks = new_tasks(app_id, payload, now_ms, traces, chosen);
+    let event =
+        tx.insert_event_with_tasks(app_id, event_name, event_key, payload, now_ms, &mut tasks)?;
+    Ok((event, tasks.len()))
+}
+
+/// One pending `event` task per endpoint of `chosen` (endpoint id, `max_attempts`), due now,
+/// each in the next trace of `traces`.
+fn new_tasks<'a>(
+    app_id: &'a str,
+    payload: &'a str,
+    now_ms: i64,
+    traces: &mut TaskTraces,
+    chosen: impl Iterator<Item = (i64, i64)>,
+) -> Vec<NewTask<'a>> {
+    chosen
         .map(|(endpoint_id, max_attempts)| NewTask {
             app_id,
             schedule_id: None,
@@ -139,10 +182,7 @@ fn publish(
             now_ms,
             trace: traces.for_task(),
         })
-        .collect();
-    let event =
-        tx.insert_event_with_tasks(app_id, event_name, event_key, payload, now_ms, &mut tasks)?;
-    Ok((event, tasks.len()))
+        .collect()
 }
 
 /// The tasks one firing made.

@@ -67,8 +67,9 @@ impl TargetCache {
         }
     }
 
-    /// The set held for `app_id`, marked as used now.
-    fn held(&self, app_id: &str) -> Option<Arc<TargetSet>> {
+    /// The set held for `app_id`, marked as used now; not checked against the store (a writer
+    /// that uses it checks its generation, `EventQueries::insert_event_with_tasks_at`).
+    pub fn held(&self, app_id: &str) -> Option<Arc<TargetSet>> {
         let mut inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
         inner.tick += 1;
         let tick = inner.tick;
@@ -192,6 +193,11 @@ impl TargetSet {
             });
         }
         set
+    }
+
+    /// The target generation the set was read at.
+    pub fn generation(&self) -> i64 {
+        self.generation
     }
 
     /// The targets `filter_events` gives `event_name` to (by the rules of `filter::matches`),

@@ -192,6 +192,16 @@ impl TaskTraces {
         self.roots.clear();
     }
 
+    /// Where the roots handed out so far end, for [`TaskTraces::rewind`].
+    pub fn mark(&self) -> usize {
+        self.roots.len()
+    }
+
+    /// Forgets the roots handed out since `mark` (tasks planned, then not written).
+    pub fn rewind(&mut self, mark: usize) {
+        self.roots.truncate(mark);
+    }
+
     /// The root spans of the traces started so far (empty unless `keep_roots`).
     pub fn roots(&self) -> &[SpanContext] {
         &self.roots
@@ -239,6 +249,20 @@ mod tests {
     use super::*;
 
     const VALID: &str = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+
+    #[test]
+    fn rewinding_forgets_the_roots_of_tasks_planned_since_the_mark() {
+        let mut traces = TaskTraces::new(None, true);
+        traces.for_task();
+        let mark = traces.mark();
+        traces.for_task();
+        traces.for_task();
+        assert_eq!(traces.roots().len(), 3);
+        traces.rewind(mark);
+        assert_eq!(traces.roots().len(), 1);
+        traces.for_task();
+        assert_eq!(traces.roots().len(), 2);
+    }
 
     #[test]
     fn parses_the_w3c_example() {

@@ -734,8 +734,8 @@ fn recover(app: &App, now_ms: i64) {
 }
 
 /// Commits finished attempts: the attempt row, the task's new state, the endpoint's health
-/// (one statement per endpoint, see [`health`]), a `410 Gone` or auto-disable disabling the
-/// endpoint, and the operator events these cause. An attempt whose task is no longer `running`
+/// (one call for the round's endpoints, see [`health`]), a `410 Gone` or auto-disable
+/// disabling the endpoint, and the operator events these cause. An attempt whose task is no longer `running`
 /// is not recorded.
 pub(crate) fn record(
     tx: &mut dyn Tx,
@@ -792,32 +792,33 @@ pub(crate) fn record(
         }
     }
     tx.insert_attempts(&attempts)?;
-    for (endpoint_id, endpoint) in seen.into_endpoints() {
-        let disabled = tx.record_endpoint_health(
+    let seen: Vec<(i64, health::Seen)> = seen.into_endpoints().collect();
+    let deltas: Vec<_> = seen.iter().map(|(id, e)| (*id, e.delta)).collect();
+    tx.record_endpoints_health(&deltas)?;
+    let Some(after_ms) = rules.failing_after_ms else {
+        return Ok(());
+    };
+    for (endpoint_id, endpoint) in seen.iter().filter(|(_, e)| e.delta.failures > 0) {
+        let endpoint_id = *endpoint_id;
+        let at = endpoint.delta.last_failure_at.unwrap_or_default();
+        let Some((app_id, streak)) =
+            tx.disable_failing_endpoint(endpoint_id, health::MIN_FAILURES, after_ms, at)?
+        else {
+            continue;
+        };
+        tracing::warn!(
             endpoint_id,
-            &endpoint.delta,
-            health::MIN_FAILURES,
-            rules.failing_after_ms,
-            endpoint.delta.last_failure_at.unwrap_or_default(),
-        )?;
-        if let Some((_, streak)) = &disabled {
-            tracing::warn!(
-                endpoint_id,
-                consecutive_failures = streak,
-                reason = "failing: its deliveries kept failing for --disable-failing-after-hours",
-                "endpoint disabled by webhookd"
-            );
-        }
-        if let Some((app_id, streak)) = disabled
-            && !endpoint.last_failure_quiet
-        {
+            consecutive_failures = streak,
+            reason = "failing: its deliveries kept failing for --disable-failing-after-hours",
+            "endpoint disabled by webhookd"
+        );
+        if !endpoint.last_failure_quiet {
             let event = OperatorEvent::EndpointDisabled {
                 endpoint_id,
                 reason: DisabledReason::Failing.as_str(),
                 task_id: None,
                 consecutive_failures: Some(streak),
             };
-            let at = endpoint.delta.last_failure_at.unwrap_or_default();
             operator::publish(tx, &app_id, &event, at)?;
         }
     }
@@ -903,31 +904,25 @@ fn log_outcome(d: &Done) {
     }
 }
 
-/// Loads the endpoints and retry policies of claimed tasks, once each.
+/// Loads the endpoints (together: `get_endpoints_any`) and retry policies of claimed tasks,
+/// once each.
 fn targets(
     tx: &mut dyn Tx,
     claimed: Vec<Claimed>,
     caps: &HashMap<i64, usize>,
     now_ms: i64,
 ) -> Result<Vec<Job>, StoreError> {
-    let mut targets: HashMap<i64, Option<Arc<Target>>> = HashMap::new();
+    let mut ids: Vec<i64> = claimed.iter().map(|task| task.endpoint_id).collect();
+    ids.sort_unstable();
+    ids.dedup();
+    let mut targets: HashMap<i64, Arc<Target>> = HashMap::with_capacity(ids.len());
+    for ep in tx.get_endpoints_any(&ids)? {
+        let policy = tx.effective_policy(ep.retry_policy_id)?;
+        targets.insert(ep.id, Arc::new(Target::new(&ep, policy)));
+    }
     let mut jobs = Vec::with_capacity(claimed.len());
     for task in claimed {
-        let target = match targets.get(&task.endpoint_id) {
-            Some(target) => target.clone(),
-            None => {
-                let target = match tx.get_endpoint_any(task.endpoint_id)? {
-                    Some(ep) => {
-                        let policy = tx.effective_policy(ep.retry_policy_id)?;
-                        Some(Arc::new(Target::new(&ep, policy)))
-                    }
-                    None => None,
-                };
-                targets.insert(task.endpoint_id, target.clone());
-                target
-            }
-        };
-        match target {
+        match targets.get(&task.endpoint_id).cloned() {
             Some(target) => {
                 let cap = caps.get(&task.endpoint_id).copied().unwrap_or(1);
                 jobs.push(Job {

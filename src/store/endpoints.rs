@@ -158,6 +158,16 @@ pub trait EndpointQueries {
     fn get_endpoint(&mut self, app_id: &str, id: i64) -> Result<Option<Endpoint>, StoreError>;
     /// Any endpoint by id, whatever its app (for the delivery pool).
     fn get_endpoint_any(&mut self, id: i64) -> Result<Option<Endpoint>, StoreError>;
+    /// The endpoints of `ids` that exist, whatever their app, in no particular order: a
+    /// dispatcher round's claimed tasks' endpoints. One [`EndpointQueries::get_endpoint_any`]
+    /// each unless a backend reads them together (PostgreSQL: one statement, one round trip).
+    fn get_endpoints_any(&mut self, ids: &[i64]) -> Result<Vec<Endpoint>, StoreError> {
+        let mut found = Vec::with_capacity(ids.len());
+        for &id in ids {
+            found.extend(self.get_endpoint_any(id)?);
+        }
+        Ok(found)
+    }
     /// `POST /endpoints/{id}/enable` and `/disable`: enabling clears `disabled_reason` and resets
     /// the failure streak (so auto-disable starts counting afresh); disabling records `reason`.
     /// Returns false when the endpoint already had that status (nothing changes then).
@@ -189,6 +199,28 @@ pub trait EndpointQueries {
         delta: &HealthDelta,
         min_failures: i64,
         failing_after_ms: Option<i64>,
+        now_ms: i64,
+    ) -> Result<Option<(String, i64)>, StoreError>;
+    /// The health deltas of a round's endpoints (id, delta; in id order, each id once), with
+    /// [`EndpointQueries::record_endpoint_health`]'s rules and without its disabling test (the
+    /// caller asks [`EndpointQueries::disable_failing_endpoint`] for the endpoints whose round
+    /// failed). One call each unless a backend writes them together (PostgreSQL: one
+    /// statement for the round).
+    fn record_endpoints_health(&mut self, deltas: &[(i64, HealthDelta)]) -> Result<(), StoreError> {
+        for (id, delta) in deltas {
+            self.record_endpoint_health(*id, delta, 0, None, 0)?;
+        }
+        Ok(())
+    }
+    /// Disables endpoint `id` with reason `failing` when its streak reached `min_failures`
+    /// attempts over at least `failing_after_ms` by `now_ms`; returns its app and streak
+    /// length when this call did (the disabling test of
+    /// [`EndpointQueries::record_endpoint_health`]).
+    fn disable_failing_endpoint(
+        &mut self,
+        id: i64,
+        min_failures: i64,
+        failing_after_ms: i64,
         now_ms: i64,
     ) -> Result<Option<(String, i64)>, StoreError>;
     /// One page, newest first, and the total count of matches.

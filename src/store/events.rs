@@ -3,6 +3,7 @@
 //! in its own `events.rs` (`store::sqlite::events`, `store::postgres::events`).
 
 use crate::clock::ser_ms;
+use crate::store::endpoints::{EndpointQueries, TargetsRead};
 use crate::store::tasks::{NewTask, TaskQueries};
 use crate::store::{Page, StoreError};
 use serde::Serialize;
@@ -29,7 +30,7 @@ pub struct Event {
 /// The queries on events, one body per backend (`store::sqlite::events`,
 /// `store::postgres::events`); part of [`crate::store::Tx`]. An event is written with its tasks
 /// ([`EventQueries::insert_event_with_tasks`]), hence the tasks' queries.
-pub trait EventQueries: TaskQueries {
+pub trait EventQueries: TaskQueries + EndpointQueries {
     /// Inserts an event; `payload` is compact JSON text.
     fn insert_event(
         &mut self,
@@ -40,6 +41,29 @@ pub trait EventQueries: TaskQueries {
         task_count: i64,
         now_ms: i64,
     ) -> Result<i64, StoreError>;
+    /// [`EventQueries::insert_event_with_tasks`] if the app's target generation is still
+    /// `generation`, the one the targets `tasks` were chosen from were read at
+    /// ([`crate::targets::TargetCache`]); else writes nothing and returns `None`, and the caller
+    /// reads the targets again. The generation is read in this call, as a publish reading it
+    /// first would. PostgreSQL tests it and writes in one statement, one round trip.
+    #[allow(clippy::too_many_arguments)]
+    fn insert_event_with_tasks_at(
+        &mut self,
+        app_id: &str,
+        event_name: &str,
+        event_key: Option<&str>,
+        payload: &str,
+        now_ms: i64,
+        generation: i64,
+        tasks: &mut [NewTask<'_>],
+    ) -> Result<Option<Event>, StoreError> {
+        match self.enabled_targets_since(app_id, Some(generation))? {
+            TargetsRead::Unchanged => self
+                .insert_event_with_tasks(app_id, event_name, event_key, payload, now_ms, tasks)
+                .map(Some),
+            TargetsRead::Changed { .. } => Ok(None),
+        }
+    }
     /// The first event published with this name and key since `since_ms`.
     fn find_event_by_key(
         &mut self,

@@ -665,6 +665,126 @@ fn endpoints_round_trip_and_their_status_and_health_statements() {
     );
 }
 
+/// A round's health in one statement (`record_endpoints_health`), then the disabling test for
+/// the endpoints whose round failed (`disable_failing_endpoint`), leaves every endpoint as one
+/// `record_endpoint_health` per endpoint leaves its twin, and disables the same ones; the
+/// round's endpoints are read in one statement too (`get_endpoints_any`).
+#[test]
+fn a_rounds_health_and_endpoints_are_written_and_read_together_as_one_at_a_time() {
+    let Some((_server, _url, mut c)) = opened("round_health") else {
+        return;
+    };
+    let mut insert = |app: &str, name: &str| {
+        PgTx::new(&mut c, "test")
+            .insert_endpoint(&endpoint(app, name, None))
+            .unwrap()
+            .id
+    };
+    let (together, alone): (Vec<i64>, Vec<i64>) = (
+        vec![insert("a", "t1"), insert("a", "t2"), insert("b", "t3")],
+        vec![insert("a", "a1"), insert("a", "a2"), insert("b", "a3")],
+    );
+    let rounds = [
+        // failing for long enough: disabled at the second round
+        (
+            HealthDelta {
+                last_failure_at: Some(7_000),
+                failures: 2,
+                first_failure_at: Some(6_000),
+                ..Default::default()
+            },
+            7_000,
+        ),
+        // a success, then a failure after it
+        (
+            HealthDelta {
+                last_success_at: Some(9_000),
+                last_failure_at: Some(9_500),
+                failures: 1,
+                first_failure_at: Some(9_500),
+            },
+            9_500,
+        ),
+        // successes only
+        (
+            HealthDelta {
+                last_success_at: Some(9_000),
+                ..Default::default()
+            },
+            0,
+        ),
+    ];
+    let mut disabled_together = Vec::new();
+    let mut disabled_alone = Vec::new();
+    for _ in 0..2 {
+        let batch: Vec<(i64, HealthDelta)> = together
+            .iter()
+            .zip(&rounds)
+            .map(|(&id, &(delta, _))| (id, delta))
+            .collect();
+        PgTx::new(&mut c, "test")
+            .record_endpoints_health(&batch)
+            .unwrap();
+        for (&id, (delta, now_ms)) in together.iter().zip(&rounds) {
+            if delta.failures > 0
+                && let Some((app, streak)) = PgTx::new(&mut c, "test")
+                    .disable_failing_endpoint(id, 3, 1_000, *now_ms)
+                    .unwrap()
+            {
+                disabled_together.push((id, app, streak));
+            }
+        }
+        for (&id, (delta, now_ms)) in alone.iter().zip(&rounds) {
+            if let Some((app, streak)) = PgTx::new(&mut c, "test")
+                .record_endpoint_health(id, delta, 3, Some(1_000), *now_ms)
+                .unwrap()
+            {
+                disabled_alone.push((id, app, streak));
+            }
+        }
+    }
+    assert_eq!(disabled_together, vec![(together[0], "a".to_string(), 4)]);
+    assert_eq!(disabled_alone, vec![(alone[0], "a".to_string(), 4)]);
+    let mut ids = together.clone();
+    ids.push(999_999);
+    let mut read = PgTx::new(&mut c, "test").get_endpoints_any(&ids).unwrap();
+    read.sort_by_key(|e| e.id);
+    assert_eq!(read.len(), 3);
+    for (got, &twin) in read.iter().zip(&alone) {
+        let want = PgTx::new(&mut c, "test")
+            .get_endpoint_any(twin)
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            (
+                &got.status,
+                &got.disabled_reason,
+                got.consecutive_failures,
+                got.last_success_at,
+                got.last_failure_at,
+            ),
+            (
+                &want.status,
+                &want.disabled_reason,
+                want.consecutive_failures,
+                want.last_success_at,
+                want.last_failure_at,
+            ),
+            "endpoint {} against its twin {twin}",
+            got.id
+        );
+    }
+    PgTx::new(&mut c, "test")
+        .record_endpoints_health(&[])
+        .unwrap();
+    assert!(
+        PgTx::new(&mut c, "test")
+            .get_endpoints_any(&[])
+            .unwrap()
+            .is_empty()
+    );
+}
+
 #[test]
 fn deleting_an_endpoint_cancels_its_tasks_and_pauses_schedules_left_without_targets() {
     let Some((_server, _url, mut c)) = opened("cascade") else {

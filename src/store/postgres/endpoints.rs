@@ -177,6 +177,21 @@ impl<C: GenericClient> EndpointQueries for PgTx<'_, C> {
         .transpose()?)
     }
 
+    /// One statement, so one round trip per dispatcher round, however many endpoints it claimed.
+    fn get_endpoints_any(&mut self, ids: &[i64]) -> Result<Vec<Endpoint>, StoreError> {
+        if ids.is_empty() {
+            return Ok(Vec::new());
+        }
+        let c = &mut *self.c;
+        Ok(c.query(
+            &format!("SELECT {COLUMNS} FROM endpoints WHERE id = ANY($1::int8[])"),
+            &[&ids],
+        )?
+        .iter()
+        .map(from_row)
+        .collect::<Result<_, _>>()?)
+    }
+
     /// Wakes the delivery pools when an endpoint is enabled: its waiting tasks may go.
     fn set_endpoint_status(
         &mut self,
@@ -271,13 +286,24 @@ impl<C: GenericClient> EndpointQueries for PgTx<'_, C> {
         if delta.failures == 0 {
             return Ok(None);
         }
+        self.disable_failing_endpoint(id, min_failures, after_ms, now_ms)
+    }
+
+    fn disable_failing_endpoint(
+        &mut self,
+        id: i64,
+        min_failures: i64,
+        failing_after_ms: i64,
+        now_ms: i64,
+    ) -> Result<Option<(String, i64)>, StoreError> {
+        let c = &mut *self.c;
         let disabled: Option<(String, i64)> = c
             .query_opt(
                 "UPDATE endpoints SET status = 'disabled', disabled_reason = 'failing', updated_at = $4
                  WHERE id = $1 AND status = 'enabled' AND consecutive_failures >= $2
                    AND failing_since IS NOT NULL AND $4 - failing_since >= $3
                  RETURNING app_id, consecutive_failures",
-                &[&id, &min_failures, &after_ms, &now_ms],
+                &[&id, &min_failures, &failing_after_ms, &now_ms],
             )?
             .map(|r| Ok::<_, Error>((r.try_get(0)?, r.try_get(1)?)))
             .transpose()?;
@@ -285,6 +311,46 @@ impl<C: GenericClient> EndpointQueries for PgTx<'_, C> {
             self.target_changed(app_id);
         }
         Ok(disabled)
+    }
+
+    /// The round's deltas in one `UPDATE … FROM unnest(…)` with
+    /// [`EndpointQueries::record_endpoint_health`]'s rules row by row; its rows are locked in
+    /// id order first (`ORDER BY … FOR NO KEY UPDATE`), as one statement per endpoint in id
+    /// order locked them, so two nodes' rounds cannot deadlock on each other's endpoints.
+    fn record_endpoints_health(&mut self, deltas: &[(i64, HealthDelta)]) -> Result<(), StoreError> {
+        if deltas.is_empty() {
+            return Ok(());
+        }
+        let column = |f: fn(&HealthDelta) -> Option<i64>| -> Vec<Option<i64>> {
+            deltas.iter().map(|(_, d)| f(d)).collect()
+        };
+        let ids: Vec<i64> = deltas.iter().map(|(id, _)| *id).collect();
+        let failures: Vec<i64> = deltas.iter().map(|(_, d)| d.failures).collect();
+        let c = &mut *self.c;
+        c.execute(
+            "WITH d AS (
+                 SELECT * FROM unnest($1::int8[], $2::int8[], $3::int8[], $4::int8[], $5::int8[])
+                     AS d(id, last_success_at, last_failure_at, failures, first_failure_at)),
+             locked AS (
+                 SELECT e.id FROM endpoints e WHERE e.id IN (SELECT id FROM d)
+                 ORDER BY e.id FOR NO KEY UPDATE)
+             UPDATE endpoints e SET
+                last_success_at = coalesce(d.last_success_at, e.last_success_at),
+                last_failure_at = coalesce(d.last_failure_at, e.last_failure_at),
+                consecutive_failures = CASE WHEN d.last_success_at IS NULL
+                    THEN e.consecutive_failures + d.failures ELSE d.failures END,
+                failing_since = CASE WHEN d.last_success_at IS NULL
+                    THEN coalesce(e.failing_since, d.first_failure_at) ELSE d.first_failure_at END
+               FROM d, locked WHERE e.id = d.id AND locked.id = d.id",
+            &[
+                &ids,
+                &column(|d| d.last_success_at),
+                &column(|d| d.last_failure_at),
+                &failures,
+                &column(|d| d.first_failure_at),
+            ],
+        )?;
+        Ok(())
     }
 
     fn list_endpoints(

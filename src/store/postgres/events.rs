@@ -26,6 +26,62 @@ fn from_row(r: &Row) -> Result<Event, Error> {
     })
 }
 
+impl<C: GenericClient> PgTx<'_, C> {
+    /// The event row and its tasks in one statement; with `at_generation`, only while the app's
+    /// target generation (0 when it has none yet) is that one, else nothing (`None`).
+    #[allow(clippy::too_many_arguments)]
+    fn event_with_tasks(
+        &mut self,
+        app_id: &str,
+        event_name: &str,
+        event_key: Option<&str>,
+        payload: &str,
+        now_ms: i64,
+        at_generation: Option<i64>,
+        tasks: &mut [NewTask<'_>],
+    ) -> Result<Option<Event>, StoreError> {
+        let task_count = i64::try_from(tasks.len()).unwrap_or(i64::MAX);
+        let columns = TaskColumns::new(tasks);
+        let only_at = if at_generation.is_some() {
+            "WHERE coalesce((SELECT generation FROM target_generation WHERE app_id = $1), 0) = $19"
+        } else {
+            ""
+        };
+        let sql = format!(
+            "WITH e AS (
+                 INSERT INTO events (app_id, event_name, event_key, payload, status, task_count, created_at)
+                 SELECT $1, $2, $3, $4, 'dispatched', $5, $6 {only_at} RETURNING {COLUMNS}),
+             t AS ({})
+             SELECT {COLUMNS} FROM e",
+            insert_tasks_sql(7, "e.id", ", e")
+        );
+        let mut params: Vec<&(dyn ToSql + Sync)> = vec![
+            &app_id,
+            &event_name,
+            &event_key,
+            &payload,
+            &task_count,
+            &now_ms,
+        ];
+        params.extend(columns.params());
+        if let Some(generation) = &at_generation {
+            params.push(generation);
+        }
+        let c = &mut *self.c;
+        let Some(row) = c.query_opt(&sql, &params)? else {
+            return Ok(None);
+        };
+        let event = from_row(&row)?;
+        for task in tasks.iter_mut() {
+            task.event_id = Some(event.id);
+        }
+        if !tasks.is_empty() {
+            self.tasks_due();
+        }
+        Ok(Some(event))
+    }
+}
+
 impl<C: GenericClient> EventQueries for PgTx<'_, C> {
     /// Inserts an event; `payload` is compact JSON text. Returns its id.
     #[allow(clippy::too_many_arguments)]
@@ -58,34 +114,32 @@ impl<C: GenericClient> EventQueries for PgTx<'_, C> {
         now_ms: i64,
         tasks: &mut [NewTask<'_>],
     ) -> Result<Event, StoreError> {
-        let task_count = i64::try_from(tasks.len()).unwrap_or(i64::MAX);
-        let columns = TaskColumns::new(tasks);
-        let sql = format!(
-            "WITH e AS (
-                 INSERT INTO events (app_id, event_name, event_key, payload, status, task_count, created_at)
-                 VALUES ($1, $2, $3, $4, 'dispatched', $5, $6) RETURNING {COLUMNS}),
-             t AS ({})
-             SELECT {COLUMNS} FROM e",
-            insert_tasks_sql(7, "e.id", ", e")
-        );
-        let mut params: Vec<&(dyn ToSql + Sync)> = vec![
-            &app_id,
-            &event_name,
-            &event_key,
-            &payload,
-            &task_count,
-            &now_ms,
-        ];
-        params.extend(columns.params());
-        let c = &mut *self.c;
-        let event = from_row(&c.query_one(&sql, &params)?)?;
-        for task in tasks.iter_mut() {
-            task.event_id = Some(event.id);
-        }
-        if !tasks.is_empty() {
-            self.tasks_due();
-        }
-        Ok(event)
+        let row =
+            self.event_with_tasks(app_id, event_name, event_key, payload, now_ms, None, tasks)?;
+        row.ok_or_else(|| StoreError::Other(anyhow::anyhow!("the event's insert returned no row")))
+    }
+
+    /// The same statement, its event inserted only while the generation is `generation`: the
+    /// target generation read and the publish in one round trip.
+    fn insert_event_with_tasks_at(
+        &mut self,
+        app_id: &str,
+        event_name: &str,
+        event_key: Option<&str>,
+        payload: &str,
+        now_ms: i64,
+        generation: i64,
+        tasks: &mut [NewTask<'_>],
+    ) -> Result<Option<Event>, StoreError> {
+        self.event_with_tasks(
+            app_id,
+            event_name,
+            event_key,
+            payload,
+            now_ms,
+            Some(generation),
+            tasks,
+        )
     }
 
     fn find_event_by_key(

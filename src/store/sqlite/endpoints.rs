@@ -228,6 +228,17 @@ impl EndpointQueries for SqliteTx<'_> {
         if delta.failures == 0 {
             return Ok(None);
         }
+        self.disable_failing_endpoint(id, min_failures, after_ms, now_ms)
+    }
+
+    fn disable_failing_endpoint(
+        &mut self,
+        id: i64,
+        min_failures: i64,
+        failing_after_ms: i64,
+        now_ms: i64,
+    ) -> Result<Option<(String, i64)>, StoreError> {
+        let conn = self.0;
         let disabled: Option<(String, i64)> = conn
             .prepare_cached(
                 "UPDATE endpoints SET status = 'disabled', disabled_reason = 'failing', updated_at = ?4
@@ -235,7 +246,7 @@ impl EndpointQueries for SqliteTx<'_> {
                AND failing_since IS NOT NULL AND ?4 - failing_since >= ?3
              RETURNING app_id, consecutive_failures",
             )?
-            .query_row(params![id, min_failures, after_ms, now_ms], |r| {
+            .query_row(params![id, min_failures, failing_after_ms, now_ms], |r| {
                 Ok((r.get(0)?, r.get(1)?))
             })
             .optional()?;
