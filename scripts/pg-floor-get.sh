@@ -39,12 +39,11 @@ command -v pidstat >/dev/null || { echo "pg-floor-get: pidstat is missing (apt-g
 PGBIN=$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -1)
 [ -x "$PGBIN/pgbench" ] || { echo "pg-floor-get: no PostgreSQL server and pgbench (apt-get install -y postgresql)" >&2; exit 2; }
 
-# The private server: bench-pg.sh's own setup lines (from `PGDIR=` to the line that announces
-# the server), run here, so both measure the same server configuration. No copy to drift.
-SETUP=$(sed -n '/^PGDIR=\$(mktemp/,/^echo "== PostgreSQL/p' scripts/bench-pg.sh)
-[ -n "$SETUP" ] || { echo "pg-floor-get: bench-pg.sh's server setup not found" >&2; exit 2; }
-ROUNDTRIPS=0
-eval "$SETUP"
+# The private server, made as bench-pg.sh makes its own (scripts/pg-server.sh), so both
+# measure the same server configuration.
+# shellcheck source=scripts/pg-server.sh
+source scripts/pg-server.sh
+pg_server_start
 
 # webhookd's schema in a database of its own (as the harness makes one per run), an API key,
 # and one endpoint to read (as the api scenario's).
