@@ -184,6 +184,8 @@ done
 LABELS="${LABELS[*]}" ROUNDS=$ROUNDS python3 - "$OUT" $CONFIGS -- $SCENARIOS <<'PY'
 import json, os, statistics, sys
 from collections import defaultdict
+sys.path.insert(0, "scripts")
+from pidstat_cpu import cpu_seconds
 out = sys.argv[1]
 split = sys.argv.index("--")
 configs, scenarios = sys.argv[2:split], sys.argv[split + 1:]
@@ -217,28 +219,15 @@ def report(name):
         return None
     return reports[-1] if reports else None
 def cpu(name):
-    secs, samples = defaultdict(float), set()
     try:
         ours = set(open(os.path.join(out, name + ".pids")).read().split())
     except FileNotFoundError:
         ours = set()
     try:
-        for line in open(os.path.join(out, name + ".pidstat")):
-            f = line.split()
-            if not f or f[0].startswith("#") or len(f) < 10:
-                continue
-            try:
-                pct = float(f[7])
-            except ValueError:
-                continue
-            if f[2] not in ours:
-                continue
-            samples.add(f[0])
-            prog = f[9]
-            prog = "postgres" if prog.startswith("postgres") else prog
-            secs[prog] += pct / 100.0
+        counted, samples = cpu_seconds(os.path.join(out, name + ".pidstat"), ours)
     except FileNotFoundError:
-        pass
+        counted, samples = {}, 0
+    secs = defaultdict(float, counted)
     busy, n = 0.0, 0
     try:
         for line in open(os.path.join(out, name + ".mpstat")):
@@ -247,7 +236,7 @@ def cpu(name):
                 busy += 100.0 - float(f[-1]); n += 1
     except FileNotFoundError:
         pass
-    return secs, (busy / n if n else float("nan")), len(samples)
+    return secs, (busy / n if n else float("nan")), samples
 if rounds > 1:
     print(f"\nMedians of {rounds} rounds (each round runs every binary in turn).")
 for scenario in scenarios:

@@ -141,25 +141,15 @@ for round in $(seq 1 "$ROUNDS"); do
         wait "$pid_pidstat" "$pid_mpstat" 2>/dev/null || true
         python3 - "$OUT" "$name" "$script" "$round" "$load" "$PGPID" >>"$OUT/table.md" <<'PY'
 import os, re, sys
+sys.path.insert(0, "scripts")
+from pidstat_cpu import cpu_seconds
 out, name, script, rnd, load, pgpid = sys.argv[1:]
 text = open(os.path.join(out, name + ".out")).read()
 tps = float(re.search(r"tps = ([\d.]+)", text).group(1))
 gets = int(re.search(r"number of transactions actually processed: (\d+)", text).group(1))
 ours = set(open(os.path.join(out, name + ".pids")).read().split())
-secs = {"postgres": 0.0, "pgbench": 0.0}
-for line in open(os.path.join(out, name + ".pidstat")):
-    f = line.split()
-    if len(f) < 10 or f[0].startswith("#"):
-        continue
-    try:
-        pct = float(f[7])
-    except ValueError:
-        continue
-    prog = "postgres" if f[9].startswith("postgres") else f[9]
-    if f[2] not in ours:
-        continue
-    if prog in secs:
-        secs[prog] += pct / 100.0
+counted, _ = cpu_seconds(os.path.join(out, name + ".pidstat"), ours)
+secs = {prog: counted.get(prog, 0.0) for prog in ("postgres", "pgbench")}
 busy = [100.0 - float(l.split()[-1]) for l in open(os.path.join(out, name + ".mpstat"))
         if len(l.split()) > 3 and l.split()[1] == "all" and not l.startswith("Average")]
 cpu0, cpu1 = map(float, open(os.path.join(out, name + ".pgcpu")).read().split())

@@ -440,24 +440,13 @@ echo "== done (load average $(cut -d' ' -f1-3 /proc/loadavg))" >&2
 grep -E '^(number of (transactions|failed)|latency average|tps|SQL script)' "$OUT/publish.txt" "$OUT/deliver.txt"
 python3 - "$OUT" "$FANOUT" "$SECS" "$created" "$delivered" <<'PY'
 import os, re, sys
+sys.path.insert(0, "scripts")
+from pidstat_cpu import cpu_seconds
 out, fanout, secs, created, delivered = sys.argv[1], int(sys.argv[2]), float(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
 def cpu(name):
     ours = set(open(os.path.join(out, name + ".pids")).read().split())
-    total = {"postgres": 0.0, "pgbench": 0.0}
-    for line in open(os.path.join(out, name + ".pidstat")):
-        f = line.split()
-        if len(f) < 10 or f[0].startswith("#"):
-            continue
-        try:
-            pct = float(f[7])
-        except ValueError:
-            continue
-        prog = "postgres" if f[9].startswith("postgres") else f[9]
-        if prog == "postgres" and f[2] not in ours:
-            continue
-        if prog in total:
-            total[prog] += pct / 100.0
-    return total
+    counted, _ = cpu_seconds(os.path.join(out, name + ".pidstat"), ours, only={"postgres"})
+    return {prog: counted.get(prog, 0.0) for prog in ("postgres", "pgbench")}
 def statements(name):
     n = 0
     for line in open(os.path.join(out, name + ".statements")):
