@@ -407,9 +407,11 @@ fn signed_reads_are_served_while_the_store_refuses_writes_and_replays_stay_refus
         assert_eq!(ok(&c, "GET", &one_endpoint, None)["id"], endpoint["id"]);
     }
     // A read's signature sent again is still a replay (a list, and one resource).
-    // A millisecond past the client's last read of the endpoint, which may have been signed
-    // in this very millisecond (the same signature: a replay).
-    let timestamp = (chrono::Utc::now().timestamp_millis() + 1).to_string();
+    // Signed 5 s ago (well inside the allowed skew): the client's own timestamps rise by at
+    // least a millisecond a request and may run ahead of the clock, so "now + 1 ms" could be
+    // one it already used on this path (the same signature: refused as a replay at once; seen
+    // in CI).
+    let timestamp = (chrono::Utc::now().timestamp_millis() - 5_000).to_string();
     let replayed = ["/v1/tasks", one_endpoint.as_str()];
     for path in replayed {
         let headers = signed_headers(&server.key_id, &server.secret, &timestamp, "GET", path, b"");
