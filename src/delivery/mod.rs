@@ -735,8 +735,8 @@ fn recover(app: &App, now_ms: i64) {
 
 /// Commits finished attempts: the attempt row, the task's new state, the endpoint's health
 /// (one call for the round's endpoints, see [`health`]), a `410 Gone` or auto-disable
-/// disabling the endpoint, and the operator events these cause. An attempt whose task is no longer `running`
-/// is not recorded.
+/// disabling the endpoint, and the operator events these cause. An attempt whose task is no
+/// longer `running` is not recorded.
 pub(crate) fn record(
     tx: &mut dyn Tx,
     done: &[Done],
