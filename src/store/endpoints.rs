@@ -40,7 +40,8 @@ pub struct Endpoint {
     /// Why the endpoint is disabled ([`DisabledReason`]); `None` while enabled.
     pub disabled_reason: Option<String>,
     /// The health fields below are written only by the delivery pool's result commit
-    /// ([`Tx::record_endpoint_health`](super::Tx::record_endpoint_health)) and by enable/disable, never by PATCH.
+    /// ([`Tx::write_endpoint_health`](super::Tx::write_endpoint_health)) and by
+    /// enable/disable, never by PATCH.
     #[serde(serialize_with = "ser_opt_ms")]
     pub last_success_at: Option<i64>,
     #[serde(serialize_with = "ser_opt_ms")]
@@ -151,7 +152,7 @@ pub trait EndpointQueries {
     fn insert_endpoint(&mut self, ep: &Endpoint) -> Result<Endpoint, StoreError>;
     /// Writes every field a PATCH may change back. Status and health are left alone: they have
     /// their own statements ([`EndpointQueries::set_endpoint_status`],
-    /// [`EndpointQueries::record_endpoint_health`]), so a PATCH racing the delivery pool cannot
+    /// [`EndpointQueries::write_endpoint_health`]), so a PATCH racing the delivery pool cannot
     /// undo a disabling.
     fn update_endpoint(&mut self, ep: &Endpoint) -> Result<(), StoreError>;
     /// An endpoint of an app.
@@ -188,34 +189,27 @@ pub trait EndpointQueries {
         reason: DisabledReason,
         now_ms: i64,
     ) -> Result<Option<String>, StoreError>;
-    /// Applies a round's [`HealthDelta`] to an endpoint in the result commit, and disables it
-    /// with reason `failing` when its streak reached `min_failures` attempts over at least
-    /// `failing_after_ms` (`None`: never). Returns the app and streak length of an endpoint
-    /// disabled by this call.
-    /// One statement per endpoint per round, however many of its attempts the round holds.
-    fn record_endpoint_health(
-        &mut self,
-        id: i64,
-        delta: &HealthDelta,
-        min_failures: i64,
-        failing_after_ms: Option<i64>,
-        now_ms: i64,
-    ) -> Result<Option<(String, i64)>, StoreError>;
-    /// The health deltas of a round's endpoints (id, delta; in id order, each id once), with
-    /// [`EndpointQueries::record_endpoint_health`]'s rules and without its disabling test (the
-    /// caller asks [`EndpointQueries::disable_failing_endpoint`] for the endpoints whose round
-    /// failed). One call each unless a backend writes them together (PostgreSQL: one
-    /// statement for the round).
+    /// Applies a round's [`HealthDelta`] to an endpoint in the result commit: a success in the
+    /// round restarts the streak from the failures after it, and without one the round's
+    /// failures extend it. One statement, however many of its attempts the round holds; the
+    /// disabling test is [`EndpointQueries::disable_failing_endpoint`]'s.
+    fn write_endpoint_health(&mut self, id: i64, delta: &HealthDelta) -> Result<(), StoreError>;
+    /// The health deltas of a round's endpoints (id, delta; in id order, each id once), as
+    /// [`EndpointQueries::write_endpoint_health`] writes each (the caller asks
+    /// [`EndpointQueries::disable_failing_endpoint`] for the endpoints whose round failed).
+    /// One call each unless a backend writes them together (PostgreSQL: one statement for the
+    /// round).
     fn record_endpoints_health(&mut self, deltas: &[(i64, HealthDelta)]) -> Result<(), StoreError> {
         for (id, delta) in deltas {
-            self.record_endpoint_health(*id, delta, 0, None, 0)?;
+            self.write_endpoint_health(*id, delta)?;
         }
         Ok(())
     }
     /// Disables endpoint `id` with reason `failing` when its streak reached `min_failures`
     /// attempts over at least `failing_after_ms` by `now_ms`; returns its app and streak
-    /// length when this call did (the disabling test of
-    /// [`EndpointQueries::record_endpoint_health`]).
+    /// length when this call did (the disabling test after
+    /// [`EndpointQueries::write_endpoint_health`]; the delivery pool's `record` asks it for the
+    /// endpoints whose round failed).
     fn disable_failing_endpoint(
         &mut self,
         id: i64,

@@ -592,9 +592,7 @@ fn endpoints_round_trip_and_their_status_and_health_statements() {
         ..Default::default()
     };
     assert_eq!(
-        PgTx::new(&mut c, "test")
-            .record_endpoint_health(e1.id, &failing, 3, Some(1_000), 7_000)
-            .unwrap(),
+        record_health(&mut c, e1.id, &failing, Some(1_000), 7_000),
         None
     );
     let more = HealthDelta {
@@ -604,9 +602,7 @@ fn endpoints_round_trip_and_their_status_and_health_statements() {
         ..Default::default()
     };
     assert_eq!(
-        PgTx::new(&mut c, "test")
-            .record_endpoint_health(e1.id, &more, 3, Some(1_000), 8_000)
-            .unwrap(),
+        record_health(&mut c, e1.id, &more, Some(1_000), 8_000),
         Some(("a".to_string(), 3))
     );
     let got = PgTx::new(&mut c, "test")
@@ -628,16 +624,9 @@ fn endpoints_round_trip_and_their_status_and_health_statements() {
         first_failure_at: Some(9_500),
         last_failure_at: Some(9_500),
     };
+    assert_eq!(record_health(&mut c, e2.id, &failing, None, 7_000), None);
     assert_eq!(
-        PgTx::new(&mut c, "test")
-            .record_endpoint_health(e2.id, &failing, 3, None, 7_000)
-            .unwrap(),
-        None
-    );
-    assert_eq!(
-        PgTx::new(&mut c, "test")
-            .record_endpoint_health(e2.id, &healed, 3, Some(1_000), 9_500)
-            .unwrap(),
+        record_health(&mut c, e2.id, &healed, Some(1_000), 9_500),
         None
     );
     let got = PgTx::new(&mut c, "test")
@@ -667,8 +656,9 @@ fn endpoints_round_trip_and_their_status_and_health_statements() {
 
 /// A round's health in one statement (`record_endpoints_health`), then the disabling test for
 /// the endpoints whose round failed (`disable_failing_endpoint`), leaves every endpoint as one
-/// `record_endpoint_health` per endpoint leaves its twin, and disables the same ones; the
-/// round's endpoints are read in one statement too (`get_endpoints_any`).
+/// `write_endpoint_health` and disabling test per endpoint (`record_health`) leaves its twin,
+/// and disables the same ones; the round's endpoints are read in one statement too
+/// (`get_endpoints_any`).
 #[test]
 fn a_rounds_health_and_endpoints_are_written_and_read_together_as_one_at_a_time() {
     let Some((_server, _url, mut c)) = opened("round_health") else {
@@ -735,10 +725,7 @@ fn a_rounds_health_and_endpoints_are_written_and_read_together_as_one_at_a_time(
             }
         }
         for (&id, (delta, now_ms)) in alone.iter().zip(&rounds) {
-            if let Some((app, streak)) = PgTx::new(&mut c, "test")
-                .record_endpoint_health(id, delta, 3, Some(1_000), *now_ms)
-                .unwrap()
-            {
+            if let Some((app, streak)) = record_health(&mut c, id, delta, Some(1_000), *now_ms) {
                 disabled_alone.push((id, app, streak));
             }
         }
@@ -1192,4 +1179,24 @@ fn signed_reads_on_two_nodes_at_once_accept_each_pair_once() {
         ),
         20_000
     );
+}
+
+/// One endpoint's round as the delivery pool records it: the health write, then (when the
+/// round failed and auto-disabling is on) the disabling test at 3 failures over
+/// `failing_after_ms`. Returns the app and streak of an endpoint this disabled.
+fn record_health(
+    c: &mut postgres::Client,
+    id: i64,
+    delta: &HealthDelta,
+    failing_after_ms: Option<i64>,
+    now_ms: i64,
+) -> Option<(String, i64)> {
+    let mut tx = PgTx::new(c, "test");
+    tx.write_endpoint_health(id, delta).unwrap();
+    match failing_after_ms {
+        Some(after_ms) if delta.failures > 0 => tx
+            .disable_failing_endpoint(id, 3, after_ms, now_ms)
+            .unwrap(),
+        _ => None,
+    }
 }

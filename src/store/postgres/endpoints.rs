@@ -249,19 +249,9 @@ impl<C: GenericClient> EndpointQueries for PgTx<'_, C> {
         Ok(app_id)
     }
 
-    /// Applies a round's [`HealthDelta`] to an endpoint in the result commit, and disables it with
-    /// reason `failing` when its streak reached `min_failures` attempts over at least
-    /// `failing_after_ms` (`None`: never). Returns the app and streak length of an endpoint
-    /// disabled by this call. The increments are relative (`consecutive_failures + $4`), so two
-    /// nodes' result commits on one endpoint add up rather than overwrite each other.
-    fn record_endpoint_health(
-        &mut self,
-        id: i64,
-        delta: &HealthDelta,
-        min_failures: i64,
-        failing_after_ms: Option<i64>,
-        now_ms: i64,
-    ) -> Result<Option<(String, i64)>, StoreError> {
+    /// The increments are relative (`consecutive_failures + $4`), so two nodes' result commits
+    /// on one endpoint add up rather than overwrite each other.
+    fn write_endpoint_health(&mut self, id: i64, delta: &HealthDelta) -> Result<(), StoreError> {
         let c = &mut *self.c;
         // A success in the round restarts the streak from the failures after it; without one the
         // round's failures extend the streak. The casts type `$2` where it is only tested for NULL.
@@ -280,13 +270,7 @@ impl<C: GenericClient> EndpointQueries for PgTx<'_, C> {
                 &delta.first_failure_at,
             ],
         )?;
-        let Some(after_ms) = failing_after_ms else {
-            return Ok(None);
-        };
-        if delta.failures == 0 {
-            return Ok(None);
-        }
-        self.disable_failing_endpoint(id, min_failures, after_ms, now_ms)
+        Ok(())
     }
 
     fn disable_failing_endpoint(
@@ -314,7 +298,7 @@ impl<C: GenericClient> EndpointQueries for PgTx<'_, C> {
     }
 
     /// The round's deltas in one `UPDATE … FROM unnest(…)` with
-    /// [`EndpointQueries::record_endpoint_health`]'s rules row by row; its rows are locked in
+    /// [`EndpointQueries::write_endpoint_health`]'s rules row by row; its rows are locked in
     /// id order first (`ORDER BY … FOR NO KEY UPDATE`), as one statement per endpoint in id
     /// order locked them, so two nodes' rounds cannot deadlock on each other's endpoints.
     fn record_endpoints_health(&mut self, deltas: &[(i64, HealthDelta)]) -> Result<(), StoreError> {

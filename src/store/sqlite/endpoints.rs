@@ -196,14 +196,7 @@ impl EndpointQueries for SqliteTx<'_> {
         Ok(app_id)
     }
 
-    fn record_endpoint_health(
-        &mut self,
-        id: i64,
-        delta: &HealthDelta,
-        min_failures: i64,
-        failing_after_ms: Option<i64>,
-        now_ms: i64,
-    ) -> Result<Option<(String, i64)>, StoreError> {
+    fn write_endpoint_health(&mut self, id: i64, delta: &HealthDelta) -> Result<(), StoreError> {
         let conn = self.0;
         // A success in the round restarts the streak from the failures after it; without one the
         // round's failures extend the streak.
@@ -222,13 +215,7 @@ impl EndpointQueries for SqliteTx<'_> {
             delta.failures,
             delta.first_failure_at
         ])?;
-        let Some(after_ms) = failing_after_ms else {
-            return Ok(None);
-        };
-        if delta.failures == 0 {
-            return Ok(None);
-        }
-        self.disable_failing_endpoint(id, min_failures, after_ms, now_ms)
+        Ok(())
     }
 
     fn disable_failing_endpoint(
