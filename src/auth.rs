@@ -333,10 +333,21 @@ fn record_pair(
     let c = caller;
     let first =
         tx.first_use_at_key_generation(&c.key_id, &c.signature, c.sent_ms, c.expires_ms, now_ms)?;
+    judge_pair(tx, keys, c, first)
+}
+
+/// What a pair's check in `tx` found (`first`: the key generation when the pair was a first
+/// use, `None` for a replay) means for the request: recorded only while its key still holds.
+fn judge_pair(
+    tx: &mut dyn Tx,
+    keys: &KeyCache,
+    caller: &Caller,
+    first: Option<i64>,
+) -> Result<Guarded, StoreError> {
     let Some(generation) = first else {
         return Ok(Guarded::Replay);
     };
-    Ok(if key_holds(tx, keys, c, generation)? {
+    Ok(if key_holds(tx, keys, caller, generation)? {
         Guarded::Recorded
     } else {
         Guarded::KeyGone
@@ -536,11 +547,7 @@ impl RequestGuard {
             let (sent, now) = (c.sent_ms, self.now_ms);
             let unrecorded =
                 tx.key_generation_unless_recorded(&c.key_id, &c.signature, sent, now)?;
-            outcome = match unrecorded {
-                None => Guarded::Replay,
-                Some(generation) if key_holds(tx, &self.keys, c, generation)? => Guarded::Recorded,
-                Some(_) => Guarded::KeyGone,
-            };
+            outcome = judge_pair(tx, &self.keys, c, unrecorded)?;
             if outcome != Guarded::Recorded {
                 return Err(StoreError::Aborted);
             }
@@ -603,11 +610,7 @@ impl RequestGuard {
                 (Err(e), false) => return Err(e),
                 (Err(_), true) => return read,
             };
-            outcome = match first {
-                None => Guarded::Replay,
-                Some(generation) if key_holds(tx, &self.keys, c, generation)? => Guarded::Recorded,
-                Some(_) => Guarded::KeyGone,
-            };
+            outcome = judge_pair(tx, &self.keys, c, first)?;
             if outcome != Guarded::Recorded {
                 return Err(StoreError::Aborted);
             }
