@@ -39,7 +39,8 @@ pub fn event(
     // their generation moved, nothing was written and the targets are read again.
     if let Some(set) = targets.held(app_id) {
         let mark = traces.mark();
-        let mut tasks = event_tasks(&set, app_id, event_name, payload, now_ms, traces);
+        let chosen = chosen_targets(&set, event_name, payload);
+        let mut tasks = new_tasks(app_id, payload, now_ms, traces, chosen.into_iter());
         let generation = set.generation();
         if let Some(event) = tx.insert_event_with_tasks_at(
             app_id, event_name, event_key, payload, now_ms, generation, &mut tasks,
@@ -49,29 +50,29 @@ pub fn event(
         traces.rewind(mark);
     }
     let set = targets.current(tx, app_id)?;
-    let mut tasks = event_tasks(&set, app_id, event_name, payload, now_ms, traces);
-    let event =
-        tx.insert_event_with_tasks(app_id, event_name, event_key, payload, now_ms, &mut tasks)?;
-    Ok((event, tasks.len()))
+    let chosen = chosen_targets(&set, event_name, payload);
+    publish(
+        tx,
+        app_id,
+        event_name,
+        event_key,
+        payload,
+        now_ms,
+        traces,
+        chosen.into_iter(),
+    )
 }
 
-/// The tasks an event gets from `set`: the targets whose `filter_events` takes `event_name`
-/// and whose `filter_payload` holds for `payload` (parsed only when one has a filter).
-fn event_tasks<'a>(
-    set: &TargetSet,
-    app_id: &'a str,
-    event_name: &str,
-    payload: &'a str,
-    now_ms: i64,
-    traces: &mut TaskTraces,
-) -> Vec<NewTask<'a>> {
+/// The targets of `set` an event reaches, as (endpoint id, `max_attempts`): those whose
+/// `filter_events` takes `event_name` and whose `filter_payload` holds for `payload` (parsed
+/// only when one has a filter).
+fn chosen_targets(set: &TargetSet, event_name: &str, payload: &str) -> Vec<(i64, i64)> {
     let mut parsed: Option<Value> = None;
-    let chosen = set
-        .subscribed(event_name)
+    set.subscribed(event_name)
         .into_iter()
         .filter(|target| target.takes_payload(payload, &mut parsed))
-        .map(|target| (target.id, target.max_attempts));
-    new_tasks(app_id, payload, now_ms, traces, chosen)
+        .map(|target| (target.id, target.max_attempts))
+        .collect()
 }
 
 /// `POST /endpoints/{id}/filter-test`: whether an event would reach an endpoint with these
