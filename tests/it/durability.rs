@@ -167,6 +167,93 @@ fn sigkill_while_delivering_loses_no_task() {
     );
 }
 
+const ID_TABLES: [&str; 3] = ["events", "tasks", "attempts"];
+
+/// Every id each of [`ID_TABLES`] holds.
+fn all_ids(db: &str) -> [BTreeSet<i64>; 3] {
+    let mut db = Db::open(db);
+    ID_TABLES.map(|table| {
+        db.ints(&format!("SELECT id FROM {table}"), &[])
+            .into_iter()
+            .collect()
+    })
+}
+
+/// SQLite hands the ids of events, tasks and attempts out of blocks reserved in memory (the
+/// high-water mark on disk is raised once per block, docs/dev/storage.md, "Ids from reserved
+/// blocks"): a SIGKILL loses the rest of the blocks, and the ids after the restart are still
+/// above every id handed out before, even once the newest rows are deleted (as retention
+/// deletes whole rows). PostgreSQL's sequences give the same answer.
+#[test]
+fn ids_after_a_sigkill_and_a_restart_are_never_handed_out_again() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = db_in(&dir);
+    let rx = Receiver::start();
+    let far = (chrono::Utc::now() + chrono::Duration::days(30)).to_rfc3339();
+    // An event (its endpoint's task is sent now), three tasks due in a month and one sent now:
+    // 1 event, 5 tasks and 2 attempts.
+    let written = [1, 5, 2];
+    let write = |c: &Client, ep: i64, sent: usize, attempts: i64| {
+        for _ in 0..3 {
+            ok(
+                c,
+                "POST",
+                "/tasks",
+                Some(json!({"endpoint_id": ep, "run_at": far})),
+            );
+        }
+        ok(
+            c,
+            "POST",
+            "/events",
+            Some(json!({"event_name": "nobody.listens", "payload": {}})),
+        );
+        ok(c, "POST", "/tasks", Some(json!({"endpoint_id": ep})));
+        rx.wait_for(sent, Duration::from_secs(10));
+        let attempted = wait_for(Duration::from_secs(10), || {
+            let n = Db::open(&db).int("SELECT count(*) FROM attempts", &[]);
+            (n >= attempts).then_some(())
+        });
+        assert!(attempted.is_some(), "the sent task's attempt is recorded");
+    };
+    let mut server = Served::start(&db, &[]);
+    let c = server.client(&db);
+    let ep = endpoint(&c, &rx.url, json!({ "timeout_ms": TIMEOUT_MS }));
+    write(&c, ep, 2, 2);
+    server.child.kill().unwrap(); // SIGKILL
+    server.child.wait().unwrap();
+    let before = all_ids(&db);
+    {
+        let mut conn = Db::open(&db);
+        for (table, ids) in ID_TABLES.iter().zip(&before).rev() {
+            let newest = *ids.last().expect("rows were written");
+            if backend() == Backend::Sqlite {
+                // The mark on disk covers every id handed out, whatever was left in memory.
+                let mark = conn.int(
+                    "SELECT seq FROM sqlite_sequence WHERE name = ?1",
+                    &[&table.to_string()],
+                );
+                assert!(mark >= newest, "{table}: mark {mark} below id {newest}");
+            }
+            conn.execute(&format!("DELETE FROM {table} WHERE id = ?1"), &[&newest]);
+        }
+    }
+
+    let restarted = Served::start(&db, &[]);
+    let c = restarted.client(&db);
+    // One attempt was deleted: 1 + 2.
+    write(&c, ep, 4, 3);
+    let after = all_ids(&db);
+    for (((table, old), now), n) in ID_TABLES.iter().zip(&before).zip(&after).zip(written) {
+        let newest = old.last().copied().unwrap_or(0);
+        let new: Vec<i64> = now.difference(old).copied().collect();
+        assert!(
+            new.len() == n && new.iter().all(|id| *id > newest),
+            "{table}: before the kill {old:?}, after the restart {now:?}"
+        );
+    }
+}
+
 #[test]
 fn sigterm_finishes_in_flight_deliveries_and_exits_zero() {
     let dir = tempfile::tempdir().unwrap();

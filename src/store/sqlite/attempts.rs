@@ -3,6 +3,7 @@
 use crate::store::Page;
 use crate::store::attempts::{Attempt, RequestHeaders};
 use crate::store::sqlite::SqliteTx;
+use crate::store::sqlite::ids;
 use crate::store::{AttemptQueries, StoreError};
 use rusqlite::{Row, params};
 
@@ -27,9 +28,10 @@ fn from_row(r: &Row<'_>) -> rusqlite::Result<Attempt> {
 impl AttemptQueries for SqliteTx<'_> {
     fn insert_attempt(&mut self, a: &Attempt) -> Result<(), StoreError> {
         let conn = self.0;
+        let id = ids::take(conn, ids::Table::Attempts, 1)?;
         conn.prepare_cached(
-            "INSERT INTO attempts (task_id, attempt, started_at, duration_ms, status_code, error, response_body, request_headers)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+            "INSERT INTO attempts (id, task_id, attempt, started_at, duration_ms, status_code, error, response_body, request_headers)
+             VALUES (?9, ?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
         )?
         .execute(params![
             a.task_id,
@@ -39,7 +41,8 @@ impl AttemptQueries for SqliteTx<'_> {
             a.status_code,
             a.error,
             a.response_body,
-            a.request_headers.as_ref().map(RequestHeaders::as_str)
+            a.request_headers.as_ref().map(RequestHeaders::as_str),
+            id
         ])?;
         Ok(())
     }

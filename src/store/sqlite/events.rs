@@ -4,6 +4,7 @@ use crate::store::Page;
 #[allow(unused_imports)]
 use crate::store::events::*;
 use crate::store::sqlite::SqliteTx;
+use crate::store::sqlite::ids;
 use crate::store::sqlite::list::{Filters, list_page};
 use crate::store::{EventQueries, StoreError};
 use rusqlite::{OptionalExtension, Row, params};
@@ -35,12 +36,13 @@ impl EventQueries for SqliteTx<'_> {
         now_ms: i64,
     ) -> Result<i64, StoreError> {
         let conn = self.0;
+        let id = ids::take(conn, ids::Table::Events, 1)?;
         conn.prepare_cached(
-            "INSERT INTO events (app_id, event_name, event_key, payload, status, task_count, created_at)
-             VALUES (?1, ?2, ?3, ?4, 'dispatched', ?5, ?6)",
+            "INSERT INTO events (id, app_id, event_name, event_key, payload, status, task_count, created_at)
+             VALUES (?1, ?2, ?3, ?4, ?5, 'dispatched', ?6, ?7)",
         )?
-        .execute(params![app_id, event_name, event_key, payload, task_count, now_ms])?;
-        Ok(conn.last_insert_rowid())
+        .execute(params![id, app_id, event_name, event_key, payload, task_count, now_ms])?;
+        Ok(id)
     }
 
     fn find_event_by_key(

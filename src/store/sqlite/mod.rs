@@ -8,6 +8,7 @@ pub mod attempts;
 pub mod endpoints;
 pub mod events;
 mod health;
+mod ids;
 pub mod keys;
 pub mod list;
 mod migrate;
@@ -71,10 +72,17 @@ pub fn open_limited(
         conn.pragma_update(None, "journal_mode", "WAL")
             .with_context(|| format!("cannot switch {} to WAL mode", path.display()))?;
         migrate::upgrade(&mut conn)?;
-        store::file_state(&conn).durable_commits.store(
+        let state = store::file_state(&conn);
+        state.durable_commits.store(
             sync == SqliteSync::Full,
             std::sync::atomic::Ordering::SeqCst,
         );
+        // The file may not be the one an earlier store of this path reserved ids in.
+        state
+            .ids
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clear();
     }
     let manager = SqliteConnectionManager::file(path)
         .with_flags(OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX)

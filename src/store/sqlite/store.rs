@@ -48,6 +48,8 @@ pub(super) struct FileState {
     /// An fsync failed: the kernel may have dropped the unwritten pages and a later fsync could
     /// succeed without them, so no later commit is called durable until a restart.
     sync_failed: AtomicBool,
+    /// The ids of `events`, `tasks` and `attempts` reserved and not yet used ([`super::ids`]).
+    pub(super) ids: Mutex<super::ids::IdBlocks>,
 }
 
 /// The writer side of a database file, behind [`FileState::writer`].

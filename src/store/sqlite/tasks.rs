@@ -3,6 +3,7 @@
 use crate::store::Page;
 use crate::store::endpoints::Limits;
 use crate::store::sqlite::SqliteTx;
+use crate::store::sqlite::ids;
 use crate::store::sqlite::list::{Filters, list_page, page_of};
 use crate::store::sqlite::rows;
 #[allow(unused_imports)]
@@ -57,31 +58,33 @@ impl TaskQueries for SqliteTx<'_> {
     }
 
     /// A few multi-row statements (`rows::chunks`): row by row, each insert would set up the
-    /// `task_counts` trigger and its statement journal again. Ids come back in `tasks`' order:
-    /// AUTOINCREMENT hands them out rising by one in the order the rows are inserted, and the
-    /// writer lock keeps any other insert out of a statement, so a chunk's ids are the
-    /// `range.len()` up to its last one (`last_insert_rowid`; the trigger's own insert into
-    /// `task_counts` does not change it once the trigger ends). Without `RETURNING`, which
-    /// SQLite runs through an ephemeral table per statement: see BENCHMARKS.md, "fanout1".
+    /// `task_counts` trigger and its statement journal again. The ids are taken first, in
+    /// `tasks`' order, from the block reserved in memory (`ids`: no `sqlite_sequence` write
+    /// per commit), and inserted with the rows. Without `RETURNING`, which SQLite runs through
+    /// an ephemeral table per statement: see BENCHMARKS.md, "fanout1".
     fn insert_tasks(&mut self, tasks: &[NewTask<'_>]) -> Result<Vec<i64>, StoreError> {
         let conn = self.0;
         let traces: Vec<_> = tasks.iter().map(|t| t.trace.to_columns()).collect();
-        let mut ids = Vec::with_capacity(tasks.len());
+        let first = ids::take(conn, ids::Table::Tasks, tasks.len())?;
+        let ids: Vec<i64> = (first..).take(tasks.len()).collect();
         for range in rows::chunks(tasks.len()) {
             let sql = rows::values(
-                "INSERT INTO tasks (app_id, schedule_id, event_id, endpoint_id, task_type, payload, status, run_at,
+                "INSERT INTO tasks (id, app_id, schedule_id, event_id, endpoint_id, task_type, payload, status, run_at,
                                     attempts, max_attempts, next_attempt_at, created_at, updated_at,
                                     trace_id, trace_parent, trace_flags)",
-                "(?, ?, ?, ?, ?, ?, 'pending', ?, 0, ?, ?, ?, ?, ?, ?, ?)",
+                "(?, ?, ?, ?, ?, ?, ?, 'pending', ?, 0, ?, ?, ?, ?, ?, ?, ?)",
                 range.len(),
                 "",
             );
-            let mut args: Vec<&dyn ToSql> = Vec::with_capacity(range.len() * 14);
-            for (t, (trace_id, trace_parent, trace_flags)) in
-                tasks[range.clone()].iter().zip(&traces[range])
+            let mut args: Vec<&dyn ToSql> = Vec::with_capacity(range.len() * 15);
+            for ((t, (trace_id, trace_parent, trace_flags)), id) in tasks[range.clone()]
+                .iter()
+                .zip(&traces[range.clone()])
+                .zip(&ids[range])
             {
                 args.extend([
-                    &t.app_id as &dyn ToSql,
+                    id as &dyn ToSql,
+                    &t.app_id,
                     &t.schedule_id,
                     &t.event_id,
                     &t.endpoint_id,
@@ -97,10 +100,7 @@ impl TaskQueries for SqliteTx<'_> {
                     trace_flags,
                 ]);
             }
-            let inserted = conn.prepare_cached(&sql)?.execute(&*args)?;
-            let last = conn.last_insert_rowid();
-            let first = last - i64::try_from(inserted).unwrap_or(i64::MAX) + 1;
-            ids.extend(first..=last);
+            conn.prepare_cached(&sql)?.execute(&*args)?;
         }
         Ok(ids)
     }
