@@ -143,8 +143,16 @@ fn an_upgraded_database_counts_the_tasks_it_held_on_sqlite() {
     // Upgraded by the store alone: nothing else changes a task meanwhile.
     drop(webhookd::store::open(&db, 1).unwrap());
     let mut conn = Db::open(&db);
+    // The row ('', '') is the mark below which pending tasks are counted: every task held.
+    assert_eq!(
+        conn.int(
+            "SELECT n FROM task_counts WHERE app_id = '' AND status = ''",
+            &[]
+        ),
+        conn.int("SELECT max(id) FROM tasks", &[])
+    );
     let counters = conn.rows(
-        "SELECT app_id, status, n FROM task_counts WHERE n <> 0 ORDER BY 1, 2",
+        "SELECT app_id, status, n FROM task_counts WHERE n <> 0 AND app_id <> '' ORDER BY 1, 2",
         &[],
     );
     let counted = conn.rows(

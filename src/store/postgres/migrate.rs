@@ -33,6 +33,7 @@ const UPGRADES: &[&str] = &[
     include_str!("../../../migrations/postgres/key_generation.sql"),
     include_str!("../../../migrations/postgres/target_generation.sql"),
     include_str!("../../../migrations/postgres/replay_guard_by_time.sql"),
+    include_str!("../../../migrations/postgres/pending_counted.sql"),
 ];
 
 /// The schema version this binary writes.

@@ -63,11 +63,21 @@ impl IdBlocks {
 /// The first of `n` consecutive new ids of `table`, for rows the caller inserts with them in
 /// its write transaction (under the writer lock, which keeps ids in insert order).
 pub(super) fn take(conn: &Connection, table: Table, n: usize) -> rusqlite::Result<i64> {
+    take_reserving(conn, table, n).map(|(first, _)| first)
+}
+
+/// [`take`], and whether it reserved a new block (and so wrote `sqlite_sequence`).
+pub(super) fn take_reserving(
+    conn: &Connection,
+    table: Table,
+    n: usize,
+) -> rusqlite::Result<(i64, bool)> {
     let state = file_state(conn);
     let mut blocks = state.ids.lock().unwrap_or_else(PoisonError::into_inner);
     let block = &mut blocks.0[table as usize];
     let n = i64::try_from(n).unwrap_or(i64::MAX / 2);
-    if block.end - block.next < n {
+    let reserved = block.end - block.next < n;
+    if reserved {
         let size = n.max(BLOCK);
         let first = reserve(conn, table.name(), size)?;
         *block = Block {
@@ -77,7 +87,7 @@ pub(super) fn take(conn: &Connection, table: Table, n: usize) -> rusqlite::Resul
     }
     let first = block.next;
     block.next += n;
-    Ok(first)
+    Ok((first, reserved))
 }
 
 /// Raises `table`'s mark by `size` above the highest id it or the table holds and returns the

@@ -27,6 +27,7 @@ const UPGRADES: &[&str] = &[
     include_str!("../../../migrations/key_generation.sql"),
     include_str!("../../../migrations/target_generation.sql"),
     include_str!("../../../migrations/replay_guard_by_time.sql"),
+    include_str!("../../../migrations/pending_counted.sql"),
 ];
 
 /// The schema version this binary writes.

@@ -65,7 +65,12 @@ impl TaskQueries for SqliteTx<'_> {
     fn insert_tasks(&mut self, tasks: &[NewTask<'_>]) -> Result<Vec<i64>, StoreError> {
         let conn = self.0;
         let traces: Vec<_> = tasks.iter().map(|t| t.trace.to_columns()).collect();
-        let first = ids::take(conn, ids::Table::Tasks, tasks.len())?;
+        let (first, reserved) = ids::take_reserving(conn, ids::Table::Tasks, tasks.len())?;
+        if reserved {
+            // Bounds the pending tasks left uncounted when no round claims (all due later):
+            // this commit writes `sqlite_sequence` anyway, and `task_counts` once per block.
+            count_pending(conn)?;
+        }
         let ids: Vec<i64> = (first..).take(tasks.len()).collect();
         for range in rows::chunks(tasks.len()) {
             let sql = rows::values(
@@ -148,7 +153,7 @@ impl TaskQueries for SqliteTx<'_> {
         if !counted {
             return Ok(list_page(conn, "tasks", COLUMNS, &filters, page, from_row)?);
         }
-        let total = match status {
+        let counters: i64 = match status {
             Some(status) => conn
                 .prepare_cached(
                     "SELECT coalesce(sum(n), 0) FROM task_counts WHERE app_id = ?1 AND status = ?2",
@@ -157,6 +162,11 @@ impl TaskQueries for SqliteTx<'_> {
             None => conn
                 .prepare_cached("SELECT coalesce(sum(n), 0) FROM task_counts WHERE app_id = ?1")?
                 .query_row(params![app_id], |r| r.get(0))?,
+        };
+        // The newest pending tasks are not in the counters yet ([`count_pending`]).
+        let total = match status {
+            None | Some("pending") => counters + uncounted_pending(conn, app_id)?,
+            Some(_) => counters,
         };
         Ok((
             total,
@@ -248,6 +258,10 @@ impl TaskQueries for SqliteTx<'_> {
             ))?
             .query_map(params![endpoint_id, now_ms, limit], claimed_from)?
             .collect::<rusqlite::Result<Vec<_>>>()?;
+        if !claimed.is_empty() {
+            // The round writes `task_counts` anyway (the claimed tasks are now `running`).
+            count_pending(conn)?;
+        }
         claimed.sort_by_key(|((due, _), c)| (*due, c.id));
         Ok(claimed.into_iter().map(|(_, c)| c).collect())
     }
@@ -431,13 +445,63 @@ impl TaskQueries for SqliteTx<'_> {
 
     fn count_tasks_by_status(&mut self) -> Result<Vec<(String, i64)>, StoreError> {
         let conn = self.0;
-        Ok(conn
+        let mut counts: Vec<(String, i64)> = conn
             .prepare_cached(
-                "SELECT status, sum(n) FROM task_counts GROUP BY status HAVING sum(n) > 0",
+                "SELECT status, sum(n) FROM task_counts WHERE status <> '' GROUP BY status",
             )?
             .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?
-            .collect::<Result<_, _>>()?)
+            .collect::<Result<_, _>>()?;
+        // The newest pending tasks of every app, not in the counters yet ([`count_pending`]).
+        let uncounted: i64 = conn
+            .prepare_cached(&format!(
+                "SELECT count(*) FROM tasks WHERE id > {MARK} AND status = 'pending'"
+            ))?
+            .query_row([], |r| r.get(0))?;
+        match counts.iter_mut().find(|(status, _)| status == "pending") {
+            Some((_, n)) => *n += uncounted,
+            None => counts.push(("pending".into(), uncounted)),
+        }
+        counts.retain(|(_, n)| *n > 0);
+        Ok(counts)
     }
+}
+
+/// The mark in `task_counts` below which pending tasks are counted (migrations/pending_counted.sql).
+const MARK: &str = "(SELECT n FROM task_counts WHERE app_id = '' AND status = '')";
+
+/// `app_id`'s pending tasks above the mark: the newest ones, which no counter holds yet, found
+/// through `tasks_app_status` (a few hundred entries at most: [`count_pending`]).
+fn uncounted_pending(conn: &rusqlite::Connection, app_id: &str) -> rusqlite::Result<i64> {
+    conn.prepare_cached(&format!(
+        "SELECT count(*) FROM tasks WHERE app_id = ?1 AND status = 'pending' AND id > {MARK}"
+    ))?
+    .query_row(params![app_id], |r| r.get(0))
+}
+
+/// Raises the mark to the newest task, adding the pending tasks it passes to their apps'
+/// counters (docs/dev/storage.md, "Pending tasks counted in arrears"). Called where a write
+/// already changes `task_counts` or `sqlite_sequence`: the delivery round's claim, and the
+/// insert that takes a new block of task ids, so at most about two blocks of tasks are above
+/// the mark when nothing is claimed.
+fn count_pending(conn: &rusqlite::Connection) -> rusqlite::Result<()> {
+    let (mark, newest): (i64, i64) = conn
+        .prepare_cached(&format!(
+            "SELECT {MARK}, (SELECT coalesce(max(id), 0) FROM tasks)"
+        ))?
+        .query_row([], |r| Ok((r.get(0)?, r.get(1)?)))?;
+    if newest <= mark {
+        return Ok(());
+    }
+    conn.prepare_cached(
+        "INSERT INTO task_counts (app_id, status, n)
+         SELECT app_id, 'pending', count(*) FROM tasks
+          WHERE id > ?1 AND id <= ?2 AND status = 'pending' GROUP BY app_id
+         ON CONFLICT (app_id, status) DO UPDATE SET n = n + excluded.n",
+    )?
+    .execute(params![mark, newest])?;
+    conn.prepare_cached("UPDATE task_counts SET n = ?1 WHERE app_id = '' AND status = ''")?
+        .execute(params![newest])?;
+    Ok(())
 }
 
 /// What a claim returns of each task; `claimed_from` reads it in this order.
@@ -468,4 +532,124 @@ fn claimed_from(r: &Row<'_>) -> rusqlite::Result<((i64, i64), Claimed)> {
             ),
         },
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    type Totals = Vec<(String, String, i64)>;
+
+    /// (app, status, total) for every app and status with tasks: what `list_tasks` answers
+    /// (the counters, and for `pending` the tasks above the mark) against a count of the rows.
+    fn totals(conn: &rusqlite::Connection) -> (Totals, Totals) {
+        let counted: Totals = conn
+            .prepare("SELECT app_id, status, count(*) FROM tasks GROUP BY 1, 2 ORDER BY 1, 2")
+            .unwrap()
+            .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap();
+        let answered = counted
+            .iter()
+            .map(|(app, status, _)| {
+                let mut n: i64 = conn
+                    .query_row(
+                        "SELECT coalesce(sum(n), 0) FROM task_counts WHERE app_id = ?1 AND status = ?2",
+                        params![app, status],
+                        |r| r.get(0),
+                    )
+                    .unwrap();
+                if status == "pending" {
+                    n += uncounted_pending(conn, app).unwrap();
+                }
+                (app.clone(), status.clone(), n)
+            })
+            .collect();
+        (answered, counted)
+    }
+
+    fn pending_counter(conn: &rusqlite::Connection, app: &str) -> Option<i64> {
+        conn.query_row(
+            "SELECT n FROM task_counts WHERE app_id = ?1 AND status = 'pending'",
+            [app],
+            |r| r.get(0),
+        )
+        .optional()
+        .unwrap()
+    }
+
+    #[test]
+    fn pending_totals_stay_exact_on_both_sides_of_the_mark() {
+        let dir = tempfile::tempdir().unwrap();
+        let pool = crate::store::sqlite::open(&dir.path().join("t.db"), 1).unwrap();
+        let conn = pool.get().unwrap();
+        let insert = |id: i64, app: &str| {
+            conn.execute(
+                "INSERT INTO tasks (id, app_id, endpoint_id, task_type, status, run_at,
+                                    max_attempts, created_at, updated_at)
+                 VALUES (?1, ?2, 1, 'manual', 'pending', 0, 1, 0, 0)",
+                params![id, app],
+            )
+            .unwrap();
+        };
+        let set = |id: i64, status: &str| {
+            conn.execute(
+                "UPDATE tasks SET status = ?2 WHERE id = ?1",
+                params![id, status],
+            )
+            .unwrap();
+        };
+        let exact = |step: &str| {
+            let (answered, counted) = totals(&conn);
+            assert_eq!(answered, counted, "{step}");
+        };
+        for (id, app) in [(1, "a"), (2, "a"), (3, "a"), (4, "b")] {
+            insert(id, app);
+        }
+        exact("inserted, none counted");
+        assert_eq!(
+            pending_counter(&conn, "a"),
+            None,
+            "a pending insert leaves the counters"
+        );
+        count_pending(&conn).unwrap();
+        assert_eq!(
+            (pending_counter(&conn, "a"), pending_counter(&conn, "b")),
+            (Some(3), Some(1))
+        );
+        exact("counted up to 4");
+        insert(5, "a");
+        insert(6, "a");
+        exact("two above the mark");
+        for (id, status) in [
+            (2, "running"),
+            (5, "running"),
+            (5, "pending"),
+            (2, "pending"),
+            (6, "success"),
+            (1, "canceled"),
+        ] {
+            set(id, status);
+            exact(&format!("task {id} {status}"));
+        }
+        for id in [3, 6, 5] {
+            conn.execute("DELETE FROM tasks WHERE id = ?1", [id])
+                .unwrap();
+            exact(&format!("task {id} deleted"));
+        }
+        insert(7, "b");
+        count_pending(&conn).unwrap();
+        exact("counted up to 7");
+        assert_eq!(
+            conn.query_row(&format!("SELECT {MARK}"), [], |r| r.get::<_, i64>(0))
+                .unwrap(),
+            7
+        );
+        // A task inserted at or below the mark (another process's id) is counted at once.
+        conn.execute("DELETE FROM tasks WHERE id = 4", []).unwrap();
+        insert(4, "b");
+        exact("inserted below the mark");
+        assert_eq!(pending_counter(&conn, "b"), Some(2));
+    }
 }

@@ -1,0 +1,3 @@
+-- Nothing to change: the twin of migrations/pending_counted.sql, which changes how SQLite's
+-- `task_counts` triggers count pending tasks. PostgreSQL has no `task_counts` (it counts the
+-- rows); this step keeps version N the same on both stores.
