@@ -451,10 +451,21 @@ impl TaskQueries for SqliteTx<'_> {
             )?
             .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?
             .collect::<Result<_, _>>()?;
-        // The newest pending tasks of every app, not in the counters yet ([`count_pending`]).
+        // The newest pending tasks of every app, not in the counters yet ([`count_pending`]):
+        // app by app (one seek each in `tasks_app`), then each app's range of
+        // `tasks_app_status` above the mark. Not a `rowid` range above the mark: rows written
+        // by another program (a fill, `migrate`) can leave every task above it until a claim.
         let uncounted: i64 = conn
             .prepare_cached(&format!(
-                "SELECT count(*) FROM tasks WHERE id > {MARK} AND status = 'pending'"
+                "WITH RECURSIVE apps(app_id) AS (
+                     SELECT (SELECT min(app_id) FROM tasks)
+                     UNION ALL
+                     SELECT (SELECT min(t.app_id) FROM tasks t WHERE t.app_id > apps.app_id)
+                       FROM apps WHERE apps.app_id IS NOT NULL)
+                 SELECT coalesce(sum((SELECT count(*) FROM tasks t
+                                       WHERE t.app_id = apps.app_id AND t.status = 'pending'
+                                         AND t.id > {MARK})), 0)
+                   FROM apps WHERE app_id IS NOT NULL"
             ))?
             .query_row([], |r| r.get(0))?;
         match counts.iter_mut().find(|(status, _)| status == "pending") {
