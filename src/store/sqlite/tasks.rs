@@ -493,7 +493,9 @@ fn uncounted_pending(conn: &rusqlite::Connection, app_id: &str) -> rusqlite::Res
 /// counters (docs/dev/storage.md, "Pending tasks counted in arrears"). Called where a write
 /// already changes `task_counts` or `sqlite_sequence`: the delivery round's claim, and the
 /// insert that takes a new block of task ids, so at most about two blocks of tasks are above
-/// the mark when nothing is claimed.
+/// the mark when nothing is claimed. It reads the `rowid` range it passes: the tasks inserted
+/// since the last raise, a few; once after another program filled the file (a bench fill of a
+/// million tasks, which leaves the mark where it was) the whole fill, in one round.
 fn count_pending(conn: &rusqlite::Connection) -> rusqlite::Result<()> {
     let (mark, newest): (i64, i64) = conn
         .prepare_cached(&format!(
