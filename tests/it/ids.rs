@@ -2,7 +2,7 @@
 //! deleted (by hand or by retention, which deletes whole rows), and across a restart, the next
 //! one gets a new id. SQLite tables are AUTOINCREMENT (their high-water mark is kept in
 //! `sqlite_sequence`, committed with the row or, for events, tasks and attempts, raised a block
-//! of ids ahead and committed before the rows that use it: docs/dev/storage.md, "Ids from
+//! of ids ahead and committed with or before the rows that use it: docs/dev/storage.md, "Ids from
 //! reserved blocks"); PostgreSQL identities come from sequences,
 //! which never go back (both stores).
 
