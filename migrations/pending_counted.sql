@@ -12,7 +12,8 @@ DROP TRIGGER task_counts_insert;
 DROP TRIGGER task_counts_status;
 DROP TRIGGER task_counts_delete;
 -- Every task held so far is counted: the mark starts at the highest id.
-INSERT INTO task_counts (app_id, status, n) VALUES ('', '', (SELECT coalesce(max(id), 0) FROM tasks));
+INSERT INTO task_counts (app_id, status, n)
+    VALUES ('', '', (SELECT coalesce(max(id), 0) FROM tasks));
 CREATE TRIGGER task_counts_insert AFTER INSERT ON tasks
     WHEN new.status <> 'pending'
       OR new.id <= (SELECT n FROM task_counts WHERE app_id = '' AND status = '') BEGIN

@@ -477,7 +477,8 @@ impl TaskQueries for SqliteTx<'_> {
     }
 }
 
-/// The mark in `task_counts` below which pending tasks are counted (migrations/pending_counted.sql).
+/// The mark in `task_counts` at or below which pending tasks are counted
+/// (migrations/pending_counted.sql).
 const MARK: &str = "(SELECT n FROM task_counts WHERE app_id = '' AND status = '')";
 
 /// `app_id`'s pending tasks above the mark: the newest ones, which no counter holds yet, found
