@@ -3,7 +3,9 @@
 //!
 //! A signed `GET`'s pair rides with its read ([`PgTx::query_carrying`]): one autocommit
 //! statement records the pair and reads the resource, so the read costs one checkout and one
-//! round trip (docs/dev/storage.md, "A read's replay record on PostgreSQL").
+//! round trip (docs/dev/storage.md, "A read's replay record on PostgreSQL"); a publish's pair
+//! rides with its event's statement the same way (`events.rs`; "A publish in one statement on
+//! PostgreSQL").
 
 use crate::store::postgres::PgTx;
 use crate::store::replay::{FirstUse, KEY_GENERATION_UNLESS_RECORDED};
