@@ -580,42 +580,63 @@ impl RequestGuard {
         &self,
         f: &mut dyn FnMut(&mut dyn Tx) -> Result<(), StoreError>,
     ) -> Option<Result<(), StoreError>> {
+        self.carrying(f, |g| Some(self.read_store(g)))
+    }
+
+    /// Runs `f` through `run` (a read, or [`Store::write_statement_dyn`]'s write) with the
+    /// pair handed to its connection ([`ReplayQueries::carry_first_use`]): a statement of `f`
+    /// carries it, or it is recorded on that connection after `f`; `f`'s result counts only
+    /// once the pair is recorded as a first use and the key still holds. A write's statement
+    /// writes only while the key generation is the one the caller was authenticated at
+    /// ([`FirstUse`]), so what it wrote stands. While the store refuses writes, a read stands
+    /// and its pair goes to memory; a write fails. `None` when `run` did not run `f`, or the
+    /// connection cannot carry the pair (nothing ran).
+    fn carrying(
+        &self,
+        f: &mut dyn FnMut(&mut dyn Tx) -> Result<(), StoreError>,
+        run: impl FnOnce(
+            &mut dyn FnMut(&mut dyn Tx) -> Result<(), StoreError>,
+        ) -> Option<Result<(), StoreError>>,
+    ) -> Option<Result<(), StoreError>> {
         let c = &self.caller;
         let mut carried = true;
         let mut outcome = Guarded::Pending;
         let mut unwritten = None;
-        let result = self.read_store(&mut |tx| {
+        let result = run(&mut |tx| {
             let pair = FirstUse {
                 key_id: c.key_id.clone(),
                 signature: c.signature.clone(),
                 sent_ms: c.sent_ms,
                 expires_ms: c.expires_ms,
                 now_ms: self.now_ms,
+                generation: c.generation,
             };
             if !tx.carry_first_use(pair) {
                 carried = false;
                 return Ok(());
             }
-            let read = f(tx);
-            // Asked even when the read failed: a statement before the failure may have recorded
+            let done = f(tx);
+            // Asked even when `f` failed: a statement before the failure may have recorded
             // the pair, and a pair recorded but thought pending would be refused as a replay at
-            // the end. The read's own error wins over the pair's.
-            let first = match (tx.carried_first_use(), read.is_err()) {
+            // the end. `f`'s own error wins over the pair's.
+            let first = match (tx.carried_first_use(), done.is_err()) {
                 (Ok(first), _) => first,
-                // The store refuses writes: the read stands, its pair goes to memory below.
-                (Err(e @ (StoreError::DiskFull(_) | StoreError::Unwritable(_))), false) => {
+                // The store refuses writes: a read stands, its pair goes to memory below.
+                (Err(e @ (StoreError::DiskFull(_) | StoreError::Unwritable(_))), false)
+                    if self.read_only =>
+                {
                     unwritten = Some(e);
                     return Ok(());
                 }
                 (Err(e), false) => return Err(e),
-                (Err(_), true) => return read,
+                (Err(_), true) => return done,
             };
             outcome = judge_pair(tx, &self.keys, c, first)?;
             if outcome != Guarded::Recorded {
                 return Err(StoreError::Aborted);
             }
-            read
-        });
+            done
+        })?;
         if !carried {
             return None;
         }
@@ -760,6 +781,19 @@ impl Store for RequestGuard {
         f: &mut dyn FnMut(&mut dyn Tx) -> Result<(), StoreError>,
     ) -> Result<(), StoreError> {
         self.guarded(f, |g| self.may_wait(|| self.store.write_unsynced_dyn(g)))
+    }
+
+    /// While the pair is pending, the write's statement carries it
+    /// ([`RequestGuard::carrying`]: a publish is one statement on PostgreSQL); `None` where
+    /// the store has no such writes, and the caller writes with [`Store::write_dyn`].
+    fn write_statement_dyn(
+        &self,
+        f: &mut dyn FnMut(&mut dyn Tx) -> Result<(), StoreError>,
+    ) -> Option<Result<(), StoreError>> {
+        if self.state() != Guarded::Pending {
+            return self.may_wait(|| self.store.write_statement_dyn(f));
+        }
+        self.carrying(f, |g| self.may_wait(|| self.store.write_statement_dyn(g)))
     }
 
     fn quick_check(&self) -> Result<(), StoreError> {

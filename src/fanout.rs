@@ -20,9 +20,9 @@ use std::collections::{HashMap, HashSet};
 /// the event as stored and how many tasks it made.
 ///
 /// The app's endpoints come from `targets` (held in memory, checked against the store in
-/// `tx` by the insert itself when held: `insert_event_with_tasks_at`): their
-/// `filter_payload`s are parsed when read, not per publish, and the payload is parsed only
-/// when an endpoint the name reaches has one.
+/// `tx` by the insert itself when held: [`held_event`]): their `filter_payload`s are parsed
+/// when read, not per publish, and the payload is parsed only when an endpoint the name
+/// reaches has one.
 // The event's fields, the time and the traces: one each, nothing to group.
 #[allow(clippy::too_many_arguments)]
 pub fn event(
@@ -35,20 +35,63 @@ pub fn event(
     now_ms: i64,
     traces: &mut TaskTraces,
 ) -> Result<(Event, usize), StoreError> {
-    // The targets held are checked by the insert itself (one statement on PostgreSQL); when
-    // their generation moved, nothing was written and the targets are read again.
-    if let Some(set) = targets.held(app_id) {
-        let mark = traces.mark();
-        let chosen = chosen_targets(&set, event_name, payload);
-        let mut tasks = new_tasks(app_id, payload, now_ms, traces, chosen.into_iter());
-        let generation = set.generation();
-        if let Some(event) = tx.insert_event_with_tasks_at(
-            app_id, event_name, event_key, payload, now_ms, generation, &mut tasks,
-        )? {
-            return Ok((event, tasks.len()));
-        }
+    if let Some(done) = held_event(
+        tx, targets, app_id, event_name, event_key, payload, now_ms, traces,
+    )? {
+        return Ok(done);
+    }
+    read_targets_event(
+        tx, targets, app_id, event_name, event_key, payload, now_ms, traces,
+    )
+}
+
+/// [`event`] with the targets held, when `targets` holds the app's: the insert tests their
+/// generation itself (`insert_event_with_tasks_at`: one statement on PostgreSQL, which may
+/// carry the request's replay record too, `Store::write_statement`). `None`, nothing written
+/// and `traces` as they were, when none are held or their generation moved (or the statement
+/// found the request a replay): then [`read_targets_event`], in a transaction.
+// The event's fields, the time and the traces: one each, nothing to group.
+#[allow(clippy::too_many_arguments)]
+pub fn held_event(
+    tx: &mut dyn Tx,
+    targets: &TargetCache,
+    app_id: &str,
+    event_name: &str,
+    event_key: Option<&str>,
+    payload: &str,
+    now_ms: i64,
+    traces: &mut TaskTraces,
+) -> Result<Option<(Event, usize)>, StoreError> {
+    let Some(set) = targets.held(app_id) else {
+        return Ok(None);
+    };
+    let mark = traces.mark();
+    let chosen = chosen_targets(&set, event_name, payload);
+    let mut tasks = new_tasks(app_id, payload, now_ms, traces, chosen.into_iter());
+    let generation = set.generation();
+    let written = tx.insert_event_with_tasks_at(
+        app_id, event_name, event_key, payload, now_ms, generation, &mut tasks,
+    )?;
+    if written.is_none() {
         traces.rewind(mark);
     }
+    Ok(written.map(|event| (event, tasks.len())))
+}
+
+/// [`event`] with the app's targets read in `tx` (and held for the next publishes): after
+/// [`held_event`] wrote nothing.
+// The event's fields, the time and the traces: one each, nothing to group.
+#[allow(clippy::too_many_arguments)]
+pub fn read_targets_event(
+    tx: &mut dyn Tx,
+    targets: &TargetCache,
+    app_id: &str,
+    event_name: &str,
+    event_key: Option<&str>,
+    payload: &str,
+    now_ms: i64,
+    traces: &mut TaskTraces,
+) -> Result<(Event, usize), StoreError> {
     let set = targets.current(tx, app_id)?;
     let chosen = chosen_targets(&set, event_name, payload);
     publish(

@@ -48,29 +48,57 @@ pub fn publish(ctx: &mut Ctx<'_>, req: &Request) -> ApiResult<Data> {
     body.finish_ignoring(READ_ONLY)?;
     let (app_id, now_ms) = (ctx.app_id, ctx.now_ms);
 
-    // Check-then-insert inside one IMMEDIATE transaction: concurrent publishes with the same
-    // key are serialized by SQLite's write lock, so only the first creates tasks.
+    // Without an `event_key` and with the app's targets held, a publish is one write of one
+    // statement where the store has those (PostgreSQL: the replay record, both generations'
+    // checks, the event and its tasks; docs/dev/storage.md, "A publish in one statement on
+    // PostgreSQL"). It writes nothing when the targets held went stale: then the transaction
+    // below reads them again. An `event_key` publish always takes the transaction: its check
+    // for a first event holds a lock until its commit.
     let traces = &mut *ctx.traces;
-    let (event, created) = ctx.store.write(|tx| -> ApiResult<_> {
-        traces.restart();
-        if let Some(key) = &event_key
-            && let Some(first) =
-                tx.find_event_by_key(app_id, &event_name, key, now_ms - IDEMPOTENCY_WINDOW_MS)?
-        {
-            return Ok((first, false));
-        }
-        let (event, tasks) = crate::fanout::event(
-            tx,
-            &ctx.app.targets,
-            app_id,
-            &event_name,
-            event_key.as_deref(),
-            &payload,
-            now_ms,
-            traces,
-        )?;
-        Ok((event, tasks > 0))
-    })?;
+    let targets = &ctx.app.targets;
+    let one = match event_key {
+        None if targets.held(app_id).is_some() => ctx.store.write_statement(|tx| -> ApiResult<_> {
+            traces.restart();
+            let (name, payload) = (event_name.as_str(), payload.as_str());
+            Ok(crate::fanout::held_event(
+                tx, targets, app_id, name, None, payload, now_ms, traces,
+            )?)
+        }),
+        _ => None,
+    };
+    let held_tried = one.is_some();
+    let written = match one.transpose()?.flatten() {
+        Some(written) => written,
+        // Check-then-insert inside one transaction: concurrent publishes with the same key are
+        // serialized (SQLite's write lock, PostgreSQL's lock on the key), so only the first
+        // creates tasks.
+        None => ctx.store.write(|tx| -> ApiResult<_> {
+            traces.restart();
+            if let Some(key) = &event_key
+                && let Some(first) =
+                    tx.find_event_by_key(app_id, &event_name, key, now_ms - IDEMPOTENCY_WINDOW_MS)?
+            {
+                return Ok((first, 0));
+            }
+            let key = event_key.as_deref();
+            let publish = if held_tried {
+                crate::fanout::read_targets_event
+            } else {
+                crate::fanout::event
+            };
+            Ok(publish(
+                tx,
+                targets,
+                app_id,
+                &event_name,
+                key,
+                &payload,
+                now_ms,
+                traces,
+            )?)
+        })?,
+    };
+    let (event, created) = (written.0, written.1 > 0);
     if created {
         ctx.app.delivery_wake.notify();
     }

@@ -118,6 +118,21 @@ pub trait Store: Send + Sync + 'static {
         self.write_dyn(f)
     }
 
+    /// Runs `f` outside any transaction where the store can: each statement of `f` commits on
+    /// its own, as durably as [`Store::write_dyn`]'s commit (an answer after it means
+    /// committed), and no round trips begin and end a transaction. For a request whose write
+    /// is one statement (a publish with its targets held, whose statement also carries the
+    /// request's replay record: docs/dev/storage.md, "A publish in one statement on
+    /// PostgreSQL"); `f` must not write twice. `None`, `f` not run, where the store writes in
+    /// transactions only (the default): the caller uses [`Store::write_dyn`].
+    fn write_statement_dyn(
+        &self,
+        f: &mut dyn FnMut(&mut dyn Tx) -> Result<(), StoreError>,
+    ) -> Option<Result<(), StoreError>> {
+        let _ = f;
+        None
+    }
+
     /// [`Store::write_dyn`] for a write that is redone when a crash loses it: one transaction,
     /// committed and seen by every reader when it returns, but its return does not wait for
     /// the commit to reach the disk. A crash of the machine (or of the database server) can
@@ -196,6 +211,22 @@ impl dyn Store {
         f: impl FnOnce(&mut dyn Tx) -> Result<T, E>,
     ) -> Result<T, E> {
         run(f, |g| self.write_unsynced_dyn(g))
+    }
+
+    /// [`Store::write_statement_dyn`] with `f`'s own result type: `None`, `f` not run, where
+    /// the store writes in transactions only.
+    pub fn write_statement<T, E: From<StoreError>>(
+        &self,
+        f: impl FnOnce(&mut dyn Tx) -> Result<T, E>,
+    ) -> Option<Result<T, E>> {
+        let mut ran = true;
+        let result = run(f, |g| {
+            self.write_statement_dyn(g).unwrap_or_else(|| {
+                ran = false;
+                Ok(())
+            })
+        });
+        ran.then_some(result)
     }
 
     /// [`Store::write`] for a write that a crash may undo and that is then done again

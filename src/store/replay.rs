@@ -52,18 +52,19 @@ pub trait ReplayQueries {
         sent_before_ms: i64,
         limit: usize,
     ) -> Result<usize, StoreError>;
-    /// Hands this read the pair to record ([`ReplayQueries::first_use_at_key_generation`]):
-    /// a statement of the read that can carry it records it too, in the same round trip, and
-    /// [`ReplayQueries::carried_first_use`] tells what became of it. False where a read cannot
-    /// write (the default): the caller records the pair first, in a write of its own
-    /// (docs/dev/storage.md, "A read's replay record on PostgreSQL").
+    /// Hands this read (or [`crate::store::Store::write_statement`]'s write) the pair to
+    /// record ([`ReplayQueries::first_use_at_key_generation`]): a statement that can carry it
+    /// records it too, in the same round trip, and [`ReplayQueries::carried_first_use`] tells
+    /// what became of it. False where a read cannot write (the default): the caller records
+    /// the pair first, in a write of its own (docs/dev/storage.md, "A read's replay record on
+    /// PostgreSQL", "A publish in one statement on PostgreSQL").
     fn carry_first_use(&mut self, pair: FirstUse) -> bool {
         let _ = pair;
         false
     }
     /// The outcome of the pair handed over by [`ReplayQueries::carry_first_use`], as
     /// [`ReplayQueries::first_use_at_key_generation`] gives it (`None`: a replay); recorded
-    /// now, on the read's connection, when no statement of the read carried it.
+    /// now, on the read's (or write's) connection, when no statement carried it.
     fn carried_first_use(&mut self) -> Result<Option<i64>, StoreError> {
         Err(StoreError::Other(anyhow::anyhow!(
             "no replay record was handed to this read"
@@ -72,7 +73,10 @@ pub trait ReplayQueries {
 }
 
 /// A signed request's (key id, signature) pair to record, signed at `sent_ms`, used until
-/// `expires_ms`, at `now_ms` ([`ReplayQueries::carry_first_use`]).
+/// `expires_ms`, at `now_ms` ([`ReplayQueries::carry_first_use`]). `generation`: the key
+/// generation the request's key was read at; a write that carries the pair writes (the pair
+/// and its own rows) only while that generation holds, so that what it wrote stands
+/// (`EventQueries::insert_event_with_tasks_at`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FirstUse {
     pub key_id: String,
@@ -80,6 +84,7 @@ pub struct FirstUse {
     pub sent_ms: i64,
     pub expires_ms: i64,
     pub now_ms: i64,
+    pub generation: i64,
 }
 
 /// The statement of [`ReplayQueries::key_generation_unless_recorded`], the same SQL on both

@@ -641,6 +641,111 @@ fn a_signature_used_on_one_node_is_refused_by_the_others() {
     assert_eq!(events, 1);
 }
 
+/// docs/dev/storage.md, "A publish in one statement on PostgreSQL": with the app's targets held
+/// by every node (a publish on each first), a publish is one statement that also records its
+/// replay record. Replayed to the node that accepted it or to another, it is refused and writes
+/// nothing; after an endpoint is created through another node, the held targets are stale, the
+/// statement writes nothing, and the publish (through a transaction) reaches the new endpoint
+/// too; after a key is created (the key generation moved) a publish is still written once; a key
+/// revoked through another node is refused, its publish not written.
+#[test]
+fn a_publish_in_one_statement_refuses_replays_and_follows_changes_made_elsewhere() {
+    let Some(cluster) = Cluster::start(2, &["--workers", "1"]) else {
+        return;
+    };
+    let key = cluster.key("app1");
+    let doomed = cluster.key("app1");
+    let (c0, c1) = (cluster.client(0, &key), cluster.client(1, &key));
+    let nowhere = |name: &str| json!({ "name": name, "url": "http://127.0.0.1:9/hook" });
+    let a = ok(&c1, "POST", "/v1/endpoints", nowhere("a"))["id"]
+        .as_i64()
+        .unwrap();
+    let mut sql = cluster.sql();
+    let events_named = |sql: &mut postgres::Client, name: &str| -> i64 {
+        sql.query_one(
+            "SELECT count(*) FROM events WHERE event_name = $1",
+            &[&name],
+        )
+        .unwrap()
+        .get(0)
+    };
+    let reached = |sql: &mut postgres::Client, event: &Value| -> Vec<i64> {
+        let id = event["id"].as_i64().unwrap();
+        sql.query(
+            "SELECT endpoint_id FROM tasks WHERE event_id = $1 ORDER BY endpoint_id",
+            &[&id],
+        )
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect()
+    };
+    // Each node holds app1's targets from its first publish on.
+    // And each holds both keys.
+    for node in [0, 1] {
+        for k in [&key, &doomed] {
+            let c = cluster.client(node, k);
+            ok(&c, "POST", "/v1/events", json!({ "event_name": "warm" }));
+        }
+    }
+
+    let (path, body) = ("/v1/events", &br#"{"event_name":"replayed"}"#[..]);
+    let timestamp = now_ms().to_string();
+    let mut headers = signed_headers(&key.0, &key.1, &timestamp, "POST", path, body);
+    headers.push(("Content-Type", "application/json".into()));
+    let (status, first) = raw(&cluster.nodes[0].url, "POST", path, &headers, body);
+    assert_eq!((status, first["code"].as_i64()), (200, Some(0)), "{first}");
+    assert_eq!(reached(&mut sql, &first["data"]), vec![a]);
+    for node in [0, 1] {
+        let (status, again) = raw(&cluster.nodes[node].url, "POST", path, &headers, body);
+        assert_eq!(
+            (status, again["code"].as_i64()),
+            (401, Some(40105)),
+            "a publish replayed on node {node}: {again}"
+        );
+    }
+    assert_eq!(events_named(&mut sql, "replayed"), 1);
+
+    // An endpoint created through node 1: node 0's next publish reaches it.
+    let b = ok(&c1, "POST", "/v1/endpoints", nowhere("b"))["id"]
+        .as_i64()
+        .unwrap();
+    let event = ok(&c0, "POST", "/v1/events", json!({ "event_name": "after" }));
+    assert_eq!(event["task_count"], 2, "{event}");
+    assert_eq!(reached(&mut sql, &event), vec![a, b]);
+    assert_eq!(events_named(&mut sql, "after"), 1);
+
+    // A key created meanwhile: node 0's next publish is written, once.
+    cluster.key("app1");
+    let event = ok(
+        &c0,
+        "POST",
+        "/v1/events",
+        json!({ "event_name": "new-key" }),
+    );
+    assert_eq!(reached(&mut sql, &event), vec![a, b]);
+    assert_eq!(events_named(&mut sql, "new-key"), 1);
+
+    // A key revoked through node 1: node 0 refuses its next publish and writes nothing.
+    let revoked = ok(
+        &c1,
+        "DELETE",
+        &format!("/v1/keys/{}", doomed.0),
+        Value::Null,
+    );
+    assert_eq!(revoked["deleted"], true);
+    let reply = cluster
+        .client(0, &doomed)
+        .send(
+            "POST",
+            "/v1/events",
+            Some(&json!({ "event_name": "doomed" })),
+        )
+        .unwrap();
+    assert_eq!((reply.status, reply.code()), (401, 40102), "{}", reply.body);
+    assert_eq!(events_named(&mut sql, "doomed"), 0);
+}
+
 /// docs/design.md §2: a signed read of one resource, whose replay record rides with the read
 /// itself on PostgreSQL (docs/dev/storage.md, "A read's replay record on PostgreSQL"), is a
 /// replay on the node that answered it and on every other; a read of a missing resource too

@@ -372,12 +372,6 @@ fn signed_reads_are_served_while_the_store_refuses_writes_and_replays_stay_refus
         crate::support::Backend::Postgres => (TestServer::start(), Fault::ReadOnlyPg),
     };
     let c = server.client();
-    let event = ok(
-        &c,
-        "POST",
-        "/v1/events",
-        Some(json!({"event_name": "before.fault"})),
-    );
     // A read of one endpoint carries its replay record on PostgreSQL (docs/dev/storage.md,
     // "A read's replay record on PostgreSQL"): served during the fault too.
     let endpoint = ok(
@@ -385,6 +379,15 @@ fn signed_reads_are_served_while_the_store_refuses_writes_and_replays_stay_refus
         "POST",
         "/v1/endpoints",
         Some(json!({"name": "a", "url": "https://example.com/h"})),
+    );
+    // Published after the endpoint, so that the app's targets are held and current: the
+    // publishes during the fault are one statement each on PostgreSQL (docs/dev/storage.md,
+    // "A publish in one statement on PostgreSQL"), refused with the rest.
+    let event = ok(
+        &c,
+        "POST",
+        "/v1/events",
+        Some(json!({"event_name": "before.fault"})),
     );
     let one_endpoint = format!("/v1/endpoints/{}", endpoint["id"]);
     fault.begin(&server);

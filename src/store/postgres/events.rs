@@ -4,6 +4,7 @@ use super::list::{Filters, list_page};
 use crate::store::Page;
 use crate::store::events::Event;
 use crate::store::postgres::PgTx;
+use crate::store::postgres::replay::{Carried, record_pair_if};
 use crate::store::postgres::tasks::{TaskColumns, insert_tasks_sql};
 use crate::store::tasks::NewTask;
 use crate::store::{EventQueries, StoreError};
@@ -29,6 +30,25 @@ fn from_row(r: &Row) -> Result<Event, Error> {
 impl<C: GenericClient> PgTx<'_, C> {
     /// The event row and its tasks in one statement; with `at_generation`, only while the app's
     /// target generation (0 when it has none yet) is that one, else nothing (`None`).
+    ///
+    /// At a generation, outside a transaction and handed the request's replay record
+    /// ([`crate::store::ReplayQueries::carry_first_use`], `Store::write_statement`), the same
+    /// statement records the pair too, and only while the key generation is the one the
+    /// request was authenticated at: the whole publish is one autocommit statement, durable
+    /// at its commit (docs/dev/storage.md, "A publish in one statement on PostgreSQL"),
+    ///
+    /// ```sql
+    /// WITH g AS (SELECT <target generation> = $19 AS targets_held, <key generation> = $25 AS key_held),
+    ///      pair AS (INSERT INTO replay_guard … SELECT … FROM g WHERE targets_held AND key_held
+    ///               ON CONFLICT … RETURNING 1),
+    ///      e AS (INSERT INTO events … SELECT … FROM pair RETURNING …),
+    ///      t AS (INSERT INTO tasks … FROM unnest(…), e)
+    /// SELECT <event>, targets_held, key_held FROM g LEFT JOIN e ON true
+    /// ```
+    ///
+    /// which tells apart: written (the event), a replay (no event, both generations held: the
+    /// pair is settled as refused), and a generation moved (nothing written: the pair stays
+    /// to record, `None`, and the caller goes the transaction's way).
     #[allow(clippy::too_many_arguments)]
     fn event_with_tasks(
         &mut self,
@@ -42,19 +62,44 @@ impl<C: GenericClient> PgTx<'_, C> {
     ) -> Result<Option<Event>, StoreError> {
         let task_count = i64::try_from(tasks.len()).unwrap_or(i64::MAX);
         let columns = TaskColumns::new(tasks);
-        let only_at = if at_generation.is_some() {
-            "WHERE coalesce((SELECT generation FROM target_generation WHERE app_id = $1), 0) = $19"
-        } else {
-            ""
+        let pair = match (at_generation, std::mem::take(&mut self.pair)) {
+            (Some(_), Carried::Pending(pair)) => Some(pair),
+            (_, other) => {
+                self.pair = other;
+                None
+            }
         };
-        let sql = format!(
-            "WITH e AS (
-                 INSERT INTO events (app_id, event_name, event_key, payload, status, task_count, created_at)
-                 SELECT $1, $2, $3, $4, 'dispatched', $5, $6 {only_at} RETURNING {COLUMNS}),
-             t AS ({})
-             SELECT {COLUMNS} FROM e",
-            insert_tasks_sql(7, "e.id", ", e")
-        );
+        const TARGET_GENERATION: &str =
+            "coalesce((SELECT generation FROM target_generation WHERE app_id = $1), 0) = $19";
+        let tasks_sql = insert_tasks_sql(7, "e.id", ", e");
+        let sql = match (&pair, at_generation) {
+            (Some(_), _) => format!(
+                "WITH g AS (
+                     SELECT {TARGET_GENERATION} AS targets_held,
+                            coalesce((SELECT generation FROM key_generation WHERE id = 1), 0) = $25 AS key_held),
+                 pair AS ({} RETURNING 1),
+                 e AS (
+                     INSERT INTO events (app_id, event_name, event_key, payload, status, task_count, created_at)
+                     SELECT $1, $2, $3, $4, 'dispatched', $5, $6 FROM pair RETURNING {COLUMNS}),
+                 t AS ({tasks_sql})
+                 SELECT {COLUMNS}, targets_held, key_held FROM g LEFT JOIN e ON true",
+                record_pair_if(20, Some("FROM g WHERE targets_held AND key_held"))
+            ),
+            (None, at_generation) => {
+                let only_at = if at_generation.is_some() {
+                    format!("WHERE {TARGET_GENERATION}")
+                } else {
+                    String::new()
+                };
+                format!(
+                    "WITH e AS (
+                         INSERT INTO events (app_id, event_name, event_key, payload, status, task_count, created_at)
+                         SELECT $1, $2, $3, $4, 'dispatched', $5, $6 {only_at} RETURNING {COLUMNS}),
+                     t AS ({tasks_sql})
+                     SELECT {COLUMNS} FROM e"
+                )
+            }
+        };
         let mut params: Vec<&(dyn ToSql + Sync)> = vec![
             &app_id,
             &event_name,
@@ -67,10 +112,32 @@ impl<C: GenericClient> PgTx<'_, C> {
         if let Some(generation) = &at_generation {
             params.push(generation);
         }
+        if let Some(p) = &pair {
+            params.extend([
+                &p.key_id as &(dyn ToSql + Sync),
+                &p.signature,
+                &p.sent_ms,
+                &p.expires_ms,
+                &p.now_ms,
+                &p.generation,
+            ]);
+        }
         let c = &mut *self.c;
         let Some(row) = c.query_opt(&sql, &params)? else {
             return Ok(None);
         };
+        if let Some(pair) = pair {
+            let written: Option<i64> = row.try_get(0)?;
+            let (targets_held, key_held): (bool, bool) = (row.try_get(8)?, row.try_get(9)?);
+            self.pair = match written {
+                Some(_) => Carried::Done(Some(pair.generation)),
+                None if targets_held && key_held => Carried::Done(None),
+                None => Carried::Pending(pair),
+            };
+            if written.is_none() {
+                return Ok(None);
+            }
+        }
         let event = from_row(&row)?;
         for task in tasks.iter_mut() {
             task.event_id = Some(event.id);

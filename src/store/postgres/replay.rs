@@ -3,7 +3,9 @@
 //!
 //! A signed `GET`'s pair rides with its read ([`PgTx::query_carrying`]): one autocommit
 //! statement records the pair and reads the resource, so the read costs one checkout and one
-//! round trip (docs/dev/storage.md, "A read's replay record on PostgreSQL").
+//! round trip (docs/dev/storage.md, "A read's replay record on PostgreSQL"); a publish's pair
+//! rides with its event's statement the same way (`events.rs`; "A publish in one statement on
+//! PostgreSQL").
 
 use crate::store::postgres::PgTx;
 use crate::store::replay::{FirstUse, KEY_GENERATION_UNLESS_RECORDED};
@@ -15,10 +17,22 @@ use std::sync::LazyLock;
 /// Records a (key, signature) pair (`$first`, `$first + 1`) signed at `$first + 2` until
 /// `$first + 3`, or takes over one that expired before `$first + 4`; a replay changes no row.
 fn record_pair(first: usize) -> String {
+    record_pair_if(first, None)
+}
+
+/// [`record_pair`], with `only`: only when that `FROM … WHERE …` clause yields a row (a write
+/// that carries the pair records it only when it writes too: `events.rs`).
+pub(super) fn record_pair_if(first: usize, only: Option<&str>) -> String {
     let [key, signature, sent, expires, now] = std::array::from_fn(|i| format!("${}", first + i));
+    let rows = match only {
+        None => format!("VALUES ({key}, {signature}, {sent}, {expires})"),
+        Some(only) => {
+            format!("SELECT {key}::text, {signature}::text, {sent}::int8, {expires}::int8 {only}")
+        }
+    };
     format!(
         "INSERT INTO replay_guard (key_id, signature, sent_at, expires_at)
-         VALUES ({key}, {signature}, {sent}, {expires})
+         {rows}
          ON CONFLICT (sent_at, key_id, signature) DO UPDATE SET expires_at = excluded.expires_at
          WHERE replay_guard.expires_at < {now}"
     )
@@ -38,15 +52,17 @@ static RECORD_AT_GENERATION_UNSYNCED: LazyLock<String> = LazyLock::new(|| {
     record_pair_at_generation(1) + ", set_config('synchronous_commit', 'off', true)"
 });
 
-/// The pair a read was handed ([`ReplayQueries::carry_first_use`]) and what became of it.
+/// The pair a read or a write outside a transaction was handed
+/// ([`ReplayQueries::carry_first_use`]) and what became of it.
 #[derive(Debug, Default)]
 pub(super) enum Carried {
     /// None handed over.
     #[default]
     Nothing,
-    /// Not recorded yet: the next [`PgTx::query_carrying`] records it.
+    /// Not recorded yet: the next [`PgTx::query_carrying`] (or a publish's statement,
+    /// `events.rs`) records it.
     Pending(FirstUse),
-    /// Recorded (or refused as a replay: `None`) by a statement of the read.
+    /// Recorded (or refused as a replay: `None`) by a statement of the read or write.
     Done(Option<i64>),
 }
 
@@ -162,8 +178,9 @@ impl<C: GenericClient> ReplayQueries for PgTx<'_, C> {
         Ok((!recorded).then(|| row.try_get(1)).transpose()?)
     }
 
-    /// A read may carry it: it runs on a connection outside any transaction block, where each
-    /// statement commits on its own ([`PgTx::query_carrying`]); a transaction may not.
+    /// A read or `write_statement`'s write may carry it: it runs on a connection outside any
+    /// transaction block, where each statement commits on its own ([`PgTx::query_carrying`],
+    /// a publish's statement in `events.rs`); a transaction may not.
     fn carry_first_use(&mut self, pair: FirstUse) -> bool {
         if self.autocommit {
             self.pair = Carried::Pending(pair);

@@ -248,6 +248,32 @@ impl Store for PgStore {
         Ok(())
     }
 
+    /// No transaction block: each statement of `f` is its own transaction, committed with
+    /// the session's `synchronous_commit` (on: its commit waits for the WAL flush, as a
+    /// transaction's would), two round trips fewer than `BEGIN` … `COMMIT`. A statement that
+    /// is handed the request's replay record carries it
+    /// ([`crate::store::ReplayQueries::carry_first_use`]): a publish is then one statement
+    /// (docs/dev/storage.md, "A publish in one statement on PostgreSQL"). Work it made due is
+    /// announced after it, as after a transaction.
+    fn write_statement_dyn(
+        &self,
+        f: &mut dyn FnMut(&mut dyn Tx) -> Result<(), StoreError>,
+    ) -> Option<Result<(), StoreError>> {
+        Some((|| {
+            let mut conn = self.client()?;
+            let (client, statements) = conn.split();
+            let wake = {
+                let mut pg = PgTx::cached(client, statements, &self.node);
+                pg.autocommit = true;
+                f(&mut pg)?;
+                pg.give_new_target_generations()?;
+                pg.wake
+            };
+            self.announce(wake);
+            Ok(())
+        })())
+    }
+
     /// Nothing to stat: the server is reached over a connection; [`Store::health`] checks it.
     fn quick_check(&self) -> Result<(), StoreError> {
         Ok(())
@@ -397,8 +423,9 @@ pub struct PgTx<'c, C: GenericClient> {
     /// `write_unsynced`: the replay pair's statement turns `synchronous_commit` off for its
     /// transaction, so that its commit does not wait for its WAL flush.
     pub(super) unsynced: bool,
-    /// A read: no transaction block, each statement commits on its own, so a statement of the
-    /// read may carry the request's replay record (`replay.rs`, `PgTx::query_carrying`).
+    /// A read or `write_statement`: no transaction block, each statement commits on its own, so
+    /// a statement may carry the request's replay record (`replay.rs`, `PgTx::query_carrying`;
+    /// a publish's statement, `events.rs`).
     pub(super) autocommit: bool,
     /// The replay record handed to this read, and what became of it (`replay.rs`).
     pub(super) pair: Carried,
