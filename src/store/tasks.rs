@@ -128,6 +128,13 @@ pub struct Claimed {
     pub due_at: i64,
     /// Its trace; `None` for tasks made before traces (each attempt then starts one).
     pub trace: Option<crate::trace::TaskTrace>,
+    /// Its app's target generation as the claim saw it (the one
+    /// [`EndpointQueries::enabled_targets_since`](crate::store::EndpointQueries::enabled_targets_since)
+    /// reads), when the store reads it with the claim; `None` where it does not. Every write to
+    /// an endpoint or retry policy of the app gives it a new one in the same transaction, so
+    /// the dispatcher may send with the endpoint it loaded at this generation instead of
+    /// reading it again (`delivery::held`).
+    pub target_generation: Option<i64>,
 }
 
 impl Claimed {
@@ -271,6 +278,15 @@ pub trait TaskQueries {
     fn finish_attempts(&mut self, results: &[Finish<'_>]) -> Result<Vec<bool>, StoreError> {
         results.iter().map(|f| f.record_alone(self)).collect()
     }
+    /// [`TaskQueries::finish_attempts`], and the attempt row of each result it recorded
+    /// (`attempts[i]` is the attempt of `results[i]`; the others are not written): the
+    /// delivery pool's results of one round. PostgreSQL writes both with one statement when
+    /// the tasks are distinct.
+    fn record_attempts(
+        &mut self,
+        results: &[Finish<'_>],
+        attempts: &[crate::store::attempts::Attempt],
+    ) -> Result<Vec<bool>, StoreError>;
     /// Marks a task just inserted in the caller's transaction as `running`, so the delivery pool
     /// never claims it (`POST /endpoints/{id}/test` sends it itself).
     fn start_task_now(&mut self, id: i64, now_ms: i64) -> Result<(), StoreError>;

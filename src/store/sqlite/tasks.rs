@@ -38,6 +38,20 @@ pub fn from_row(r: &Row<'_>) -> rusqlite::Result<Task> {
 }
 
 impl TaskQueries for SqliteTx<'_> {
+    /// The results one at a time, then an attempt row for each one recorded.
+    fn record_attempts(
+        &mut self,
+        results: &[Finish<'_>],
+        attempts: &[crate::store::attempts::Attempt],
+    ) -> Result<Vec<bool>, StoreError> {
+        use crate::store::AttemptQueries;
+        let recorded = self.finish_attempts(results)?;
+        for (attempt, _) in attempts.iter().zip(&recorded).filter(|(_, r)| **r) {
+            self.insert_attempt(attempt)?;
+        }
+        Ok(recorded)
+    }
+
     /// Always 0: one process owns a SQLite file, and `serve` hands every `running` task back
     /// at start-up (`requeue_running_tasks`), so no lease can outlive its holder.
     fn rescue_expired_leases(&mut self, _now_ms: i64) -> Result<usize, StoreError> {
@@ -466,6 +480,8 @@ fn claimed_from(r: &Row<'_>) -> rusqlite::Result<((i64, i64), Claimed)> {
                 r.get_ref(12)?.as_str_or_null()?,
                 r.get(13)?,
             ),
+            // Not read here: the dispatcher loads the endpoint each round.
+            target_generation: None,
         },
     ))
 }
