@@ -843,6 +843,36 @@ mod tests {
         );
     }
 
+    /// With fewer than a page of endpoints pending and none full, the walk reads them all at
+    /// once ([`Gate::read_whole`]) and still takes them in turn from the cursor, wrapping past
+    /// the last to the first, as the read from the cursor does.
+    #[test]
+    fn a_walk_over_fewer_than_a_page_turns_at_the_cursor() {
+        let clock = Arc::new(ManualClock::new(
+            chrono::Utc.timestamp_opt(1_700_000_000, 0).unwrap(),
+        ));
+        let (_dir, store, ids) = store_with_endpoints(3, 40);
+        let mut gate = Gate::new(clock, 4, 512);
+        // The endpoints claimed from, in walk order.
+        let mut walk = |free| {
+            let walk = store.write(|tx| gate.walk(tx, 5_000, free)).unwrap();
+            let mut order: Vec<i64> = walk.claimed.iter().map(|t| t.endpoint_id).collect();
+            for &id in &order {
+                gate.release(id, 5_000);
+            }
+            order.dedup();
+            order
+        };
+        assert_eq!(walk(1), [ids[0]], "from the first");
+        assert_eq!(walk(1), [ids[1]]);
+        assert_eq!(
+            walk(usize::MAX),
+            [ids[2], ids[0], ids[1]],
+            "after the cursor, then wrapped, each once"
+        );
+        assert_eq!(walk(1), [ids[2]], "after the last claimed from");
+    }
+
     /// An endpoint full under limits read less than [`LIMITS_FRESH_MS`] ago is passed over
     /// unread (a raised cap waits until they are stale, and the walk asks to be woken then); one
     /// with room again after a release is read at once.
