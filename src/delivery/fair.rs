@@ -41,7 +41,10 @@
 //! while they stay full, instead of look-ups each in every round. A cap raised by `PATCH`,
 //! here or on another node, is used once those limits are stale
 //! (the walk asks to be woken then); a full endpoint that was disabled or deleted meanwhile is
-//! not claimed from either way. Each node counts only its own claims, as before.
+//! not claimed from either way. Each node counts only its own claims, as before. When no
+//! endpoint is full and fewer than a page have pending tasks, one read from the first endpoint
+//! gives them all, taken in turn from the cursor ([`Gate::read_whole`]): a walk from the
+//! cursor that wraps would read twice.
 
 use crate::clock::{Clock, GovernorClock};
 use crate::store::tasks::{Claimed, PendingEndpoint};
