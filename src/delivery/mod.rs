@@ -735,9 +735,9 @@ fn recover(app: &App, now_ms: i64) {
     }
 }
 
-/// Commits finished attempts: the task's new state and the attempt row (together:
-/// `record_attempts`), the endpoint's health
-/// (one call for the round's endpoints, see [`health`]), a `410 Gone` or auto-disable
+/// Commits finished attempts: the task's new state, the attempt row and the endpoints' health
+/// (one call for the round, `record_attempts`; when a result is not recorded, the health of
+/// the recorded ones alone in a call of its own, see [`health`]), a `410 Gone` or auto-disable
 /// disabling the endpoint, and the operator events these cause. An attempt whose task is no
 /// longer `running` is not recorded.
 pub(crate) fn record(
@@ -771,8 +771,15 @@ pub(crate) fn record(
             request_headers: d.sent.request_headers.clone(),
         })
         .collect();
-    let recorded = tx.record_attempts(&results, &attempts)?;
-    for (d, recorded) in done.iter().zip(recorded) {
+    // The health of every result, written with them when every one is recorded (the usual
+    // round); else the health of those recorded, below.
+    let mut all = health::Fold::default();
+    for d in done {
+        all.add(d.endpoint_id, d.sent.is_success(), d.at, d.quiet);
+    }
+    let all: Vec<_> = all.into_endpoints().map(|(id, e)| (id, e.delta)).collect();
+    let written = tx.record_attempts(&results, &attempts, &all)?;
+    for (d, recorded) in done.iter().zip(written.recorded) {
         let status_code = d.sent.status.map(i64::from);
         if !recorded {
             continue;
@@ -797,8 +804,10 @@ pub(crate) fn record(
         }
     }
     let seen: Vec<(i64, health::Seen)> = seen.into_endpoints().collect();
-    let deltas: Vec<_> = seen.iter().map(|(id, e)| (*id, e.delta)).collect();
-    tx.record_endpoints_health(&deltas)?;
+    if !written.health_written {
+        let deltas: Vec<_> = seen.iter().map(|(id, e)| (*id, e.delta)).collect();
+        tx.record_endpoints_health(&deltas)?;
+    }
     let Some(after_ms) = rules.failing_after_ms else {
         return Ok(());
     };

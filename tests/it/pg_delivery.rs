@@ -1528,12 +1528,15 @@ fn one_claim_for_several_endpoints_keeps_each_endpoints_limit_and_order() {
 /// A round's results and their attempts in one statement (`record_attempts`) leave the rows
 /// exactly as `finish_attempts` and then `insert_attempts` of the recorded ones do: a retry, a
 /// task of a deleted endpoint canceled, a final failure, a success, another node's task left
-/// alone with no attempt row; one result alone, and a task twice, likewise. A claim returns its
-/// app's target generation (0 before the app has one).
+/// alone with no attempt row; one result alone, and a task twice, likewise. The round's health
+/// is written with them only when every result was recorded, as `record_endpoints_health`
+/// writes it. A claim returns its app's target generation (0 before the app has one).
 #[test]
 fn a_rounds_results_and_attempts_in_one_statement_write_what_the_two_write() {
     use webhookd::store::AttemptQueries;
+    use webhookd::store::EndpointQueries;
     use webhookd::store::attempts::{Attempt, RequestHeaders};
+    use webhookd::store::endpoints::HealthDelta;
     use webhookd::store::tasks::Finish;
     let Some((server, url)) = database("record_attempts") else {
         return;
@@ -1623,8 +1626,25 @@ fn a_rounds_results_and_attempts_in_one_statement_write_what_the_two_write() {
         }
         c.execute("DELETE FROM endpoints WHERE id = $1", &[&endpoints[3]])
             .unwrap();
-        rounds.push(ids);
+        rounds.push((ids, endpoints[0]));
     }
+    let failed = HealthDelta {
+        last_failure_at: Some(NOW + 10),
+        failures: 1,
+        first_failure_at: Some(NOW + 10),
+        ..Default::default()
+    };
+    type HealthRow = (Option<i64>, Option<i64>, i64, Option<i64>);
+    let health_row = |c: &mut Client, id: i64| -> HealthRow {
+        let r = c
+            .query_one(
+                "SELECT last_success_at, last_failure_at, consecutive_failures, failing_since
+                   FROM endpoints WHERE id = $1",
+                &[&id],
+            )
+            .unwrap();
+        (r.get(0), r.get(1), r.get(2), r.get(3))
+    };
     let results = |ids: &[i64]| -> (Vec<Finish<'static>>, Vec<Attempt>) {
         ids.iter()
             .zip(1..)
@@ -1642,11 +1662,14 @@ fn a_rounds_results_and_attempts_in_one_statement_write_what_the_two_write() {
             })
             .unzip()
     };
-    let (one, two) = (&rounds[0], &rounds[1]);
+    let ((one, first_endpoint), (two, _)) = (&rounds[0], &rounds[1]);
     let (finishes, attempts) = results(one);
-    let recorded_one = PgTx::new(&mut c, "a")
-        .record_attempts(&finishes, &attempts)
+    let written = PgTx::new(&mut c, "a")
+        .record_attempts(&finishes, &attempts, &[(*first_endpoint, failed)])
         .unwrap();
+    assert!(!written.health_written, "not every result was recorded");
+    assert_eq!(health_row(&mut c, *first_endpoint), (None, None, 0, None));
+    let recorded_one = written.recorded;
     let (finishes, attempts) = results(two);
     let recorded_two = PgTx::new(&mut c, "a").finish_attempts(&finishes).unwrap();
     let kept: Vec<Attempt> = attempts
@@ -1681,49 +1704,55 @@ fn a_rounds_results_and_attempts_in_one_statement_write_what_the_two_write() {
             .claim_endpoint_tasks(e, NOW, 10)
             .unwrap();
         assert!(claimed.iter().all(|t| t.target_generation == Some(42)));
-        singles.push(ids);
+        singles.push((ids, e));
     }
-    let (finishes, attempts) = results(&singles[0][..1]);
+    let ((single, e1), (twin, e2)) = (singles[0], singles[1]);
+    let (finishes, attempts) = results(&single[..1]);
+    let written = PgTx::new(&mut c, "a")
+        .record_attempts(&finishes, &attempts, &[(e1, failed)])
+        .unwrap();
     assert_eq!(
-        PgTx::new(&mut c, "a")
-            .record_attempts(&finishes, &attempts)
-            .unwrap(),
-        [true]
+        (written.recorded, written.health_written),
+        (vec![true], true)
     );
-    let (finishes, attempts) = results(&singles[1][..1]);
+    let (finishes, attempts) = results(&twin[..1]);
     assert_eq!(
         PgTx::new(&mut c, "a").finish_attempts(&finishes).unwrap(),
         [true]
     );
     PgTx::new(&mut c, "a").insert_attempts(&attempts).unwrap();
-    let twice = [singles[0][1], singles[0][1]];
-    let (finishes, attempts) = results(&twice);
+    PgTx::new(&mut c, "a")
+        .record_endpoints_health(&[(e2, failed)])
+        .unwrap();
     assert_eq!(
-        PgTx::new(&mut c, "a")
-            .record_attempts(&finishes, &attempts)
-            .unwrap(),
-        [true, false]
+        health_row(&mut c, e1),
+        (None, Some(NOW + 10), 1, Some(NOW + 10))
     );
-    let (finishes, _) = results(&[singles[1][1], singles[1][1]]);
+    assert_eq!(health_row(&mut c, e1), health_row(&mut c, e2));
+    let twice = [single[1], single[1]];
+    let (finishes, attempts) = results(&twice);
+    let written = PgTx::new(&mut c, "a")
+        .record_attempts(&finishes, &attempts, &[(e1, failed)])
+        .unwrap();
+    assert_eq!(
+        (written.recorded, written.health_written),
+        (vec![true, false], false)
+    );
+    let (finishes, _) = results(&[twin[1], twin[1]]);
     assert_eq!(
         PgTx::new(&mut c, "a").finish_attempts(&finishes).unwrap(),
         [true, false]
     );
     PgTx::new(&mut c, "a")
-        .insert_attempts(&[attempt(singles[1][1], 1)])
+        .insert_attempts(&[attempt(twin[1], 1)])
         .unwrap();
-    assert_eq!(
-        task_rows(&mut c, &singles[0]),
-        task_rows(&mut c, &singles[1])
-    );
-    assert_eq!(
-        attempt_rows(&mut c, &singles[0]),
-        attempt_rows(&mut c, &singles[1])
-    );
+    assert_eq!(task_rows(&mut c, &single), task_rows(&mut c, &twin));
+    assert_eq!(attempt_rows(&mut c, &single), attempt_rows(&mut c, &twin));
     assert!(
         PgTx::new(&mut c, "a")
-            .record_attempts(&[], &[])
+            .record_attempts(&[], &[], &[])
             .unwrap()
+            .recorded
             .is_empty()
     );
 }

@@ -7,16 +7,19 @@
 //! recorded only by the node that still holds the claim; a running task whose lease ran out
 //! goes back to `pending` (`rescue_expired_leases`) and another node may take it.
 
+use super::endpoints::{HealthColumns, health_update};
 use super::list::{Filters, list_page};
 use crate::store::Page;
 use crate::store::attempts::{Attempt, RequestHeaders};
+use crate::store::endpoints::HealthDelta;
 use crate::store::endpoints::Limits;
 use crate::store::postgres::{Backing, PgTx, Sql};
 use crate::store::tasks::{
     AfterAttempt, Claimed, Finish, NewTask, PendingEndpoint, RetryFilter, STATUSES, TASK_TYPES,
 };
+use crate::store::tasks::{Recorded, record_attempts_in_turn};
 use crate::store::tasks::{Task, TaskFilter};
-use crate::store::{AttemptQueries, StoreError, TaskQueries};
+use crate::store::{StoreError, TaskQueries};
 use crate::trace::TaskTrace;
 use postgres::GenericClient;
 use postgres::Row;
@@ -452,25 +455,20 @@ impl<C: GenericClient> TaskQueries for PgTx<'_, C> {
 
     /// [`TaskQueries::finish_attempts`]'s statement with the attempt rows of the tasks it
     /// recorded inserted by the same statement (a data-modifying `WITH`; `ORDER BY ord`: ids
-    /// ascend in the order given, as one insert each would make them). One statement, where
-    /// the two took two.
+    /// ascend in the order given, as one insert each would make them), and the health update
+    /// of [`EndpointQueries::record_endpoints_health`](crate::store::EndpointQueries::record_endpoints_health)
+    /// in it too, done only when the results' update recorded every one. One statement, where
+    /// the three took three.
     fn record_attempts(
         &mut self,
         results: &[Finish<'_>],
         attempts: &[Attempt],
-    ) -> Result<Vec<bool>, StoreError> {
+        health: &[(i64, HealthDelta)],
+    ) -> Result<Recorded, StoreError> {
         let Some(columns) =
             FinishColumns::of(results, 1).filter(|_| attempts.len() == results.len())
         else {
-            let recorded = self.finish_attempts(results)?;
-            let rows: Vec<Attempt> = attempts
-                .iter()
-                .zip(&recorded)
-                .filter(|(_, recorded)| **recorded)
-                .map(|(a, _)| a.clone())
-                .collect();
-            self.insert_attempts(&rows)?;
-            return Ok(recorded);
+            return record_attempts_in_turn(self, results, attempts, health);
         };
         let node = self.node;
         let col = |f: fn(&Attempt) -> i64| attempts.iter().map(f).collect::<Vec<i64>>();
@@ -483,8 +481,12 @@ impl<C: GenericClient> TaskQueries for PgTx<'_, C> {
             .iter()
             .map(|a| a.request_headers.as_ref().map(RequestHeaders::as_str))
             .collect();
+        let health_columns = HealthColumns::of(health);
+        let all = i64::try_from(results.len()).unwrap_or(i64::MAX);
         let mut params = columns.params(&node).to_vec();
         params.extend_from_slice(&[&started, &durations, &bodies, &headers]);
+        params.extend_from_slice(&health_columns.params());
+        params.push(&all);
         let sql = format!(
             "WITH f AS ({FINISH_FROM_UNNEST}),
              a AS (INSERT INTO attempts (task_id, attempt, started_at, duration_ms, status_code,
@@ -497,12 +499,19 @@ impl<C: GenericClient> TaskQueries for PgTx<'_, C> {
                                                status_code, error, response_body,
                                                request_headers, ord)
                     WHERE a.task_id IN (SELECT id FROM f)
-                    ORDER BY a.ord)
-             SELECT id FROM f"
+                    ORDER BY a.ord),
+             {}
+             SELECT id FROM f",
+            health_update(13, "(SELECT count(*) FROM f) = $18")
         );
         let c = &mut *self.c;
         let rows = c.query(&sql, &params)?;
-        columns.recorded(&rows)
+        let recorded = columns.recorded(&rows)?;
+        let health_written = recorded.iter().all(|r| *r);
+        Ok(Recorded {
+            recorded,
+            health_written,
+        })
     }
 
     /// Marks a task just inserted in the caller's transaction as `running` under `node`'s claim,

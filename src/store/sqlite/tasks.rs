@@ -38,18 +38,14 @@ pub fn from_row(r: &Row<'_>) -> rusqlite::Result<Task> {
 }
 
 impl TaskQueries for SqliteTx<'_> {
-    /// The results one at a time, then an attempt row for each one recorded.
+    /// The three calls in turn.
     fn record_attempts(
         &mut self,
         results: &[Finish<'_>],
         attempts: &[crate::store::attempts::Attempt],
-    ) -> Result<Vec<bool>, StoreError> {
-        use crate::store::AttemptQueries;
-        let recorded = self.finish_attempts(results)?;
-        for (attempt, _) in attempts.iter().zip(&recorded).filter(|(_, r)| **r) {
-            self.insert_attempt(attempt)?;
-        }
-        Ok(recorded)
+        health: &[(i64, crate::store::endpoints::HealthDelta)],
+    ) -> Result<Recorded, StoreError> {
+        record_attempts_in_turn(self, results, attempts, health)
     }
 
     /// Always 0: one process owns a SQLite file, and `serve` hands every `running` task back
