@@ -36,6 +36,12 @@
 # (`insert_event_with_tasks_at`), and a round's health updates and endpoint reads in one
 # statement each (`record_endpoints_health`, `get_endpoints_any`).
 #
+# MIX=round runs the publish of MIX=checked and the round of branch `pground` instead: BEGIN,
+# SET LOCAL, the results and their attempts in one statement (`record_attempts`), the health
+# update (`record_endpoints_health`), one walk (WALKS=1: every endpoint read at once), the
+# claim returning each task's target generation, no endpoint read (the endpoints are held at
+# that generation), COMMIT. K is the tasks per round measured with that build.
+#
 # MIX=ideal runs the smallest mix that could publish and deliver instead: a publish is one
 # statement, its own transaction (pair, event and tasks; the event only when the pair is new;
 # the targets held in memory unchecked); a round of IDEAL_BATCH tasks is BEGIN, SET LOCAL, one
@@ -48,7 +54,7 @@
 # sides run in turn as measured. Scripts, statements and samples stay in OUT.
 #
 # Usage: scripts/pg-floor.sh [OUT_DIR]
-# Env: FANOUT (1), MIX (webhookd | checked | ideal), CLIENTS (16), SECS (10), WEBHOOKD (the binary that
+# Env: FANOUT (1), MIX (webhookd | checked | round | ideal), CLIENTS (16), SECS (10), WEBHOOKD (the binary that
 #      makes the schema; default target/release/webhookd); for MIX=webhookd, taken from main's
 #      pg1 publish1 / publish10 runs of scripts/bench-pg.sh (BENCHMARKS.md, "The floor"):
 #      K (tasks per round: 6 / 24), NOTICES (per publish: 0.23 / 0.44), WALKS (per round: 2),
@@ -66,6 +72,7 @@ CLIENTS=${CLIENTS:-16}
 SECS=${SECS:-10}
 WEBHOOKD=${WEBHOOKD:-target/release/webhookd}
 IDEAL_BATCH=${IDEAL_BATCH:-32}
+[ "$MIX" = round ] && WALKS=${WALKS:-1}
 if [ "$FANOUT" = 1 ]; then
     K=${K:-6} NOTICES=${NOTICES:-0.23} WALKS=${WALKS:-2} EPR=${EPR:-1}
 else
@@ -132,7 +139,7 @@ INSERT INTO replay_guard (key_id, signature, sent_at, expires_at) VALUES (:key_i
   WHERE replay_guard.expires_at < $NOW
   RETURNING coalesce((SELECT generation FROM key_generation WHERE id = 1), 0);
 EOF
-    if [ "$MIX" = checked ]; then
+    if [ "$MIX" = checked ] || [ "$MIX" = round ]; then
         cat <<EOF
 WITH e AS (
      INSERT INTO events (app_id, event_name, event_key, payload, status, task_count, created_at)
@@ -181,7 +188,10 @@ EOF
 
 # The claim, aggregated into the next round's results (each task answered 200 after 1 ms).
 claim_sql() {
-    local due
+    local due generation=
+    [ "$MIX" = round ] &&
+        generation=",
+         coalesce((SELECT g.generation FROM target_generation g WHERE g.app_id = t.app_id), 0)"
     if [ "$FANOUT" = 1 ]; then
         due="SELECT id FROM tasks
               WHERE status = 'pending' AND endpoint_id = 1 AND next_attempt_at <= $NOW
@@ -205,7 +215,7 @@ WITH due AS ($due),
        RETURNING t.id, t.endpoint_id, t.schedule_id, t.event_id,
          (SELECT event_name FROM events WHERE events.id = t.event_id),
          t.payload, t.attempts + 1 AS attempt, t.max_attempts, t.next_attempt_at,
-         coalesce(t.next_attempt_at, t.run_at), t.app_id, t.trace_id, t.trace_parent, t.trace_flags)
+         coalesce(t.next_attempt_at, t.run_at), t.app_id, t.trace_id, t.trace_parent, t.trace_flags$generation)
 SELECT count(*) AS n, coalesce(max(next_attempt_at), :r_floor::int8) AS r_floor,
        coalesce(array_agg(id), '{}')::text AS r_ids,
        coalesce(array_agg(attempt), '{}')::text AS r_attempts,
@@ -259,9 +269,13 @@ round_sql() {
     echo "BEGIN;"
     echo "SET LOCAL synchronous_commit = off;"
     echo "\\if :n > 0"
-    finish_sql
-    attempts_sql
-    if [ "$MIX" = checked ]; then
+    if [ "$MIX" = round ]; then
+        results_with_attempts_sql
+    else
+        finish_sql
+        attempts_sql
+    fi
+    if [ "$MIX" = checked ] || [ "$MIX" = round ]; then
         cat <<EOF
 WITH d AS (
      SELECT * FROM unnest(:all_ids::int8[], :health_at::int8[], :health_nulls::int8[], :health_zeros::int8[], :health_nulls::int8[])
@@ -325,7 +339,9 @@ EOF
     done
     claim_sql
     echo "\\if :n > 0"
-    if [ "$MIX" = checked ]; then
+    if [ "$MIX" = round ]; then
+        : # the endpoints are held at the generation the claim returned
+    elif [ "$MIX" = checked ]; then
         echo "SELECT id, app_id, name, url, method, headers, secret, timeout_ms, retry_policy_id, filter_events, status, created_at, updated_at, rate_limit_per_sec, max_in_flight, previous_secret, previous_secret_expires_at, disabled_reason, last_success_at, last_failure_at, consecutive_failures, filter_payload FROM endpoints WHERE id = ANY(:all_ids::int8[]);"
     else
         for ep in $(seq 1 "$EPR"); do
@@ -334,6 +350,13 @@ EOF
     fi
     echo "\\endif"
     echo "COMMIT;"
+}
+
+# record_attempts' statement: the results, and the attempts of the tasks they recorded.
+results_with_attempts_sql() {
+    echo "WITH f AS ($(finish_sql | sed 's/;$//')),"
+    echo " a AS ($(attempts_sql | sed 's/;$//' | sed 's/ORDER BY ord/WHERE a.task_id IN (SELECT id FROM f) ORDER BY ord/'))"
+    echo "SELECT id FROM f;"
 }
 
 ideal_publish_sql() {

@@ -41,10 +41,14 @@
 //! while they stay full, instead of look-ups each in every round. A cap raised by `PATCH`,
 //! here or on another node, is used once those limits are stale
 //! (the walk asks to be woken then); a full endpoint that was disabled or deleted meanwhile is
-//! not claimed from either way. Each node counts only its own claims, as before.
+//! not claimed from either way. Each node counts only its own claims, as before. When no
+//! endpoint is full and fewer than a page have pending tasks, one read from the first endpoint
+//! gives them all, taken in turn from the cursor ([`Gate::read_whole`]): a walk from the
+//! cursor that wraps would read twice.
 
 use crate::clock::{Clock, GovernorClock};
-use crate::store::{StoreError, Tx, endpoints::Limits, tasks::Claimed};
+use crate::store::tasks::{Claimed, PendingEndpoint};
+use crate::store::{StoreError, Tx, endpoints::Limits};
 use governor::clock::Reference as _;
 use governor::middleware::NoOpMiddleware;
 use governor::nanos::Nanos;
@@ -131,6 +135,9 @@ pub struct Gate {
     app_share: usize,
     /// The endpoint id the last walk stopped after; the next walk starts after it.
     cursor: i64,
+    /// Until when (epoch ms) the walk reads from the cursor, a page at a time, without trying
+    /// to read every endpoint at once ([`Gate::read_whole`]): a read found a page or more.
+    paged_until: i64,
     endpoints: HashMap<i64, EndpointState>,
     apps: HashMap<Arc<str>, AppState>,
 }
@@ -166,6 +173,7 @@ impl Gate {
             default_cap: default_cap.max(1),
             app_share: app_share.max(1),
             cursor: 0,
+            paged_until: 0,
             endpoints: HashMap::new(),
             apps: HashMap::new(),
         }
@@ -250,8 +258,16 @@ impl Gate {
         let ((mut gap_end, mut full_until), mut gap_read) = (next_full(start), false);
         // What each endpoint takes, in walk order, and how many that makes so far.
         let (mut takes, mut taken) = (Vec::new(), 0);
+        let whole = self.read_whole(tx, start, full.is_empty(), now_ms)?;
+        let read_whole = whole.is_some();
+        if let Some(read) = whole {
+            page = read.into_iter();
+        }
         loop {
             let Some(pending) = page.next() else {
+                if read_whole {
+                    break; // every endpoint had its turn
+                }
                 if !gap_read {
                     // An empty gap (two full endpoints with consecutive ids) is not read.
                     let read = match gap_end.saturating_sub(after) > 1 {
@@ -313,6 +329,32 @@ impl Gate {
         self.claim_takes(tx, now_ms, takes, &mut walk)?;
         self.forget_idle(now_ms);
         Ok(walk)
+    }
+
+    /// Every endpoint with pending tasks in walk order (after the cursor, then from the first up
+    /// to the cursor), read with one statement where that is all of them: when no endpoint is
+    /// passed over as full and fewer than a page have pending tasks. The walk from the cursor
+    /// would read the same in two (the endpoints after the cursor, then from the first on,
+    /// stopping at the cursor). `None`: the walk reads from the cursor. After a read that found
+    /// a page or more, the walk reads from the cursor for [`LIMITS_FRESH_MS`].
+    fn read_whole(
+        &mut self,
+        tx: &mut dyn Tx,
+        start: i64,
+        none_full: bool,
+        now_ms: i64,
+    ) -> Result<Option<Vec<PendingEndpoint>>, StoreError> {
+        if start == 0 || !none_full || now_ms < self.paged_until {
+            return Ok(None);
+        }
+        let read = tx.endpoints_with_pending(0, i64::MAX, PAGE)?;
+        if read.len() >= PAGE {
+            self.paged_until = now_ms.saturating_add(LIMITS_FRESH_MS);
+            return Ok(None);
+        }
+        let (before, after): (Vec<_>, Vec<_>) =
+            read.into_iter().partition(|p| p.endpoint_id <= start);
+        Ok(Some(after.into_iter().chain(before).collect()))
     }
 
     /// Claims what the walk decided, in one call for every endpoint that was not claimed on the
@@ -802,6 +844,36 @@ mod tests {
             walk(&mut gate, 1).0.keys().copied().collect::<Vec<_>>(),
             [ids[3]]
         );
+    }
+
+    /// With fewer than a page of endpoints pending and none full, the walk reads them all at
+    /// once ([`Gate::read_whole`]) and still takes them in turn from the cursor, wrapping past
+    /// the last to the first, as the read from the cursor does.
+    #[test]
+    fn a_walk_over_fewer_than_a_page_turns_at_the_cursor() {
+        let clock = Arc::new(ManualClock::new(
+            chrono::Utc.timestamp_opt(1_700_000_000, 0).unwrap(),
+        ));
+        let (_dir, store, ids) = store_with_endpoints(3, 40);
+        let mut gate = Gate::new(clock, 4, 512);
+        // The endpoints claimed from, in walk order.
+        let mut walk = |free| {
+            let walk = store.write(|tx| gate.walk(tx, 5_000, free)).unwrap();
+            let mut order: Vec<i64> = walk.claimed.iter().map(|t| t.endpoint_id).collect();
+            for &id in &order {
+                gate.release(id, 5_000);
+            }
+            order.dedup();
+            order
+        };
+        assert_eq!(walk(1), [ids[0]], "from the first");
+        assert_eq!(walk(1), [ids[1]]);
+        assert_eq!(
+            walk(usize::MAX),
+            [ids[2], ids[0], ids[1]],
+            "after the cursor, then wrapped, each once"
+        );
+        assert_eq!(walk(1), [ids[2]], "after the last claimed from");
     }
 
     /// An endpoint full under limits read less than [`LIMITS_FRESH_MS`] ago is passed over

@@ -28,6 +28,7 @@
 
 pub mod fair;
 pub mod health;
+mod held;
 mod interrupted;
 pub mod probe;
 mod retention;
@@ -571,6 +572,7 @@ fn dispatch(shared: &Arc<Shared>) {
         )
     };
     let mut gate = new_gate();
+    let mut held = held::Held::default();
     let mut last_round: Option<Instant> = None;
     let mut next_rescue_ms = i64::MIN;
     // On a database other nodes share, one may die holding leases, and nothing wakes this one
@@ -637,7 +639,7 @@ fn dispatch(shared: &Arc<Shared>) {
                 }
             }
             let walk = gate.walk(tx, now, free)?;
-            let jobs = targets(tx, walk.claimed, &walk.caps, now)?;
+            let jobs = targets(tx, &mut held, walk.claimed, &walk.caps, now)?;
             Ok::<_, StoreError>((jobs, walk.out_of_room, walk.wake_at))
         };
         // Redoable: a claim or result a crash loses only sends its task again. Not a round
@@ -733,8 +735,9 @@ fn recover(app: &App, now_ms: i64) {
     }
 }
 
-/// Commits finished attempts: the attempt row, the task's new state, the endpoint's health
-/// (one call for the round's endpoints, see [`health`]), a `410 Gone` or auto-disable
+/// Commits finished attempts: the task's new state, the attempt row and the endpoints' health
+/// (one call for the round, `record_attempts`; when a result is not recorded, the health of
+/// the recorded ones alone in a call of its own, see [`health`]), a `410 Gone` or auto-disable
 /// disabling the endpoint, and the operator events these cause. An attempt whose task is no
 /// longer `running` is not recorded.
 pub(crate) fn record(
@@ -754,25 +757,34 @@ pub(crate) fn record(
             now_ms: d.at,
         })
         .collect();
-    let recorded = tx.finish_attempts(&results)?;
-    let mut attempts = Vec::with_capacity(done.len());
-    for (d, recorded) in done.iter().zip(recorded) {
-        let status_code = d.sent.status.map(i64::from);
-        if !recorded {
-            continue;
-        }
-        log_outcome(d);
-        attempts.push(store::attempts::Attempt {
+    let attempts: Vec<_> = done
+        .iter()
+        .map(|d| store::attempts::Attempt {
             id: 0,
             task_id: d.task.id,
             attempt: d.task.attempt,
             started_at: d.sent.started_at,
             duration_ms: d.sent.duration_ms,
-            status_code,
+            status_code: d.sent.status.map(i64::from),
             error: d.verdict.error.clone(),
             response_body: d.sent.body.clone(),
             request_headers: d.sent.request_headers.clone(),
-        });
+        })
+        .collect();
+    // The health of every result, written with them when every one is recorded (the usual
+    // round); else the health of those recorded, below.
+    let mut all = health::Fold::default();
+    for d in done {
+        all.add(d.endpoint_id, d.sent.is_success(), d.at, d.quiet);
+    }
+    let all: Vec<_> = all.into_endpoints().map(|(id, e)| (id, e.delta)).collect();
+    let written = tx.record_attempts(&results, &attempts, &all)?;
+    for (d, recorded) in done.iter().zip(written.recorded) {
+        let status_code = d.sent.status.map(i64::from);
+        if !recorded {
+            continue;
+        }
+        log_outcome(d);
         seen.add(d.endpoint_id, d.sent.is_success(), d.at, d.quiet);
         if d.verdict.disable_endpoint
             && let Some(app_id) =
@@ -791,10 +803,11 @@ pub(crate) fn record(
             report_failed_task(tx, d, status_code)?;
         }
     }
-    tx.insert_attempts(&attempts)?;
     let seen: Vec<(i64, health::Seen)> = seen.into_endpoints().collect();
-    let deltas: Vec<_> = seen.iter().map(|(id, e)| (*id, e.delta)).collect();
-    tx.record_endpoints_health(&deltas)?;
+    if !written.health_written {
+        let deltas: Vec<_> = seen.iter().map(|(id, e)| (*id, e.delta)).collect();
+        tx.record_endpoints_health(&deltas)?;
+    }
     let Some(after_ms) = rules.failing_after_ms else {
         return Ok(());
     };
@@ -904,21 +917,39 @@ fn log_outcome(d: &Done) {
     }
 }
 
-/// Loads the endpoints (together: `get_endpoints_any`) and retry policies of claimed tasks,
-/// once each.
+/// The endpoints and retry policies of claimed tasks: those held at the generation their claim
+/// saw ([`held`]), the others loaded (together: `get_endpoints_any`) once each and held.
 fn targets(
     tx: &mut dyn Tx,
+    held: &mut held::Held,
     claimed: Vec<Claimed>,
     caps: &HashMap<i64, usize>,
     now_ms: i64,
 ) -> Result<Vec<Job>, StoreError> {
-    let mut ids: Vec<i64> = claimed.iter().map(|task| task.endpoint_id).collect();
+    let mut targets: HashMap<i64, Arc<Target>> = HashMap::new();
+    let mut generations: HashMap<i64, Option<i64>> = HashMap::new();
+    for task in &claimed {
+        if targets.contains_key(&task.endpoint_id) {
+            continue;
+        }
+        match held.get(task, now_ms) {
+            Some(target) => {
+                targets.insert(task.endpoint_id, target);
+            }
+            None => {
+                generations.insert(task.endpoint_id, task.target_generation);
+            }
+        }
+    }
+    let mut ids: Vec<i64> = generations.keys().copied().collect();
     ids.sort_unstable();
-    ids.dedup();
-    let mut targets: HashMap<i64, Arc<Target>> = HashMap::with_capacity(ids.len());
-    for ep in tx.get_endpoints_any(&ids)? {
-        let policy = tx.effective_policy(ep.retry_policy_id)?;
-        targets.insert(ep.id, Arc::new(Target::new(&ep, policy)));
+    if !ids.is_empty() {
+        for ep in tx.get_endpoints_any(&ids)? {
+            let policy = tx.effective_policy(ep.retry_policy_id)?;
+            let target = Arc::new(Target::new(&ep, policy));
+            held.keep(generations.get(&ep.id).copied().flatten(), &target, now_ms);
+            targets.insert(ep.id, target);
+        }
     }
     let mut jobs = Vec::with_capacity(claimed.len());
     for task in claimed {
@@ -1041,6 +1072,7 @@ mod tests {
                 app_id: "app".into(),
                 due_at: 0,
                 trace: None,
+                target_generation: None,
             },
             claimed_at: 0,
             target: Arc::new(target),

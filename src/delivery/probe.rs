@@ -235,6 +235,7 @@ pub fn run(
         app_id: endpoint.app_id.clone(),
         due_at: now_ms,
         trace: Some(trace),
+        target_generation: None,
     };
     let (reply, done) = mpsc::channel();
     app.probes.submit(Waiting {

@@ -477,6 +477,7 @@ mod tests {
             app_id: "default".into(),
             due_at: 0,
             trace: None,
+            target_generation: None,
         }
     }
 

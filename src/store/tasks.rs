@@ -128,6 +128,13 @@ pub struct Claimed {
     pub due_at: i64,
     /// Its trace; `None` for tasks made before traces (each attempt then starts one).
     pub trace: Option<crate::trace::TaskTrace>,
+    /// Its app's target generation as the claim saw it (the one
+    /// [`EndpointQueries::enabled_targets_since`](crate::store::EndpointQueries::enabled_targets_since)
+    /// reads), when the store reads it with the claim; `None` where it does not. Every write to
+    /// an endpoint or retry policy of the app gives it a new one in the same transaction, so
+    /// the dispatcher may send with the endpoint it loaded at this generation instead of
+    /// reading it again (`delivery::held`).
+    pub target_generation: Option<i64>,
 }
 
 impl Claimed {
@@ -172,6 +179,41 @@ impl Finish<'_> {
             self.now_ms,
         )
     }
+}
+
+/// What [`TaskQueries::record_attempts`] wrote.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Recorded {
+    /// Whether each result was recorded, in order.
+    pub recorded: Vec<bool>,
+    /// The health was written: every result was recorded. Otherwise the caller writes the
+    /// health of the recorded ones.
+    pub health_written: bool,
+}
+
+/// [`TaskQueries::record_attempts`] as three calls in turn (a backend's one-statement form
+/// falls back to it).
+pub fn record_attempts_in_turn<Q>(
+    tx: &mut Q,
+    results: &[Finish<'_>],
+    attempts: &[crate::store::attempts::Attempt],
+    health: &[(i64, crate::store::endpoints::HealthDelta)],
+) -> Result<Recorded, StoreError>
+where
+    Q: TaskQueries + crate::store::AttemptQueries + crate::store::EndpointQueries + ?Sized,
+{
+    let recorded = tx.finish_attempts(results)?;
+    for (attempt, _) in attempts.iter().zip(&recorded).filter(|(_, r)| **r) {
+        tx.insert_attempt(attempt)?;
+    }
+    let health_written = recorded.iter().all(|r| *r);
+    if health_written {
+        tx.record_endpoints_health(health)?;
+    }
+    Ok(Recorded {
+        recorded,
+        health_written,
+    })
 }
 
 /// The filter of `POST /tasks/retry`: tasks of one app in one finished state (`failed` or
@@ -271,6 +313,18 @@ pub trait TaskQueries {
     fn finish_attempts(&mut self, results: &[Finish<'_>]) -> Result<Vec<bool>, StoreError> {
         results.iter().map(|f| f.record_alone(self)).collect()
     }
+    /// [`TaskQueries::finish_attempts`], the attempt row of each result it recorded
+    /// (`attempts[i]` is the attempt of `results[i]`; the others are not written), and, when
+    /// every result was recorded, the round's endpoint health as
+    /// [`EndpointQueries::record_endpoints_health`](crate::store::EndpointQueries::record_endpoints_health)
+    /// writes it (`health`: the deltas of all the results): the delivery pool's results of one
+    /// round. PostgreSQL writes the three with one statement when the tasks are distinct.
+    fn record_attempts(
+        &mut self,
+        results: &[Finish<'_>],
+        attempts: &[crate::store::attempts::Attempt],
+        health: &[(i64, crate::store::endpoints::HealthDelta)],
+    ) -> Result<Recorded, StoreError>;
     /// Marks a task just inserted in the caller's transaction as `running`, so the delivery pool
     /// never claims it (`POST /endpoints/{id}/test` sends it itself).
     fn start_task_now(&mut self, id: i64, now_ms: i64) -> Result<(), StoreError>;

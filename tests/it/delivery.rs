@@ -594,3 +594,29 @@ fn a_refusal_by_the_receiver_names_the_signatures_sent() {
         assert_eq!(attempts(&c, id)[0]["error"], error);
     }
 }
+
+/// A delivery uses its endpoint as it is when the task is claimed: after a `PATCH` of the URL
+/// and headers, the next task goes to the new URL with the new headers, although the
+/// dispatcher held the endpoint it sent the first one with (on PostgreSQL, by its app's
+/// target generation).
+#[test]
+fn a_patched_endpoint_is_used_from_the_next_delivery() {
+    let server = TestServer::start();
+    let c = server.client();
+    let (first, second) = (Receiver::start(), Receiver::start());
+    let id = endpoint(&c, &first.url, json!({ "headers": { "X-Team": "a" } }));
+    task_id(&c, id);
+    let got = first.wait_for(1, WAIT);
+    assert_eq!(got[0].header("x-team"), Some("a"));
+    ok(
+        &c,
+        "PATCH",
+        &format!("/endpoints/{id}"),
+        Some(json!({ "url": second.url, "headers": { "X-Team": "b" } })),
+    );
+    let task = task_id(&c, id);
+    let got = second.wait_for(1, WAIT);
+    assert_eq!(got[0].header("x-team"), Some("b"));
+    wait_status(&c, task, "success");
+    assert_eq!(first.received().len(), 1, "nothing more to the old URL");
+}

@@ -1524,3 +1524,235 @@ fn one_claim_for_several_endpoints_keeps_each_endpoints_limit_and_order() {
     }
     assert_eq!(state(&mut c, first_of_second).0, "pending");
 }
+
+/// A round's results and their attempts in one statement (`record_attempts`) leave the rows
+/// exactly as `finish_attempts` and then `insert_attempts` of the recorded ones do: a retry, a
+/// task of a deleted endpoint canceled, a final failure, a success, another node's task left
+/// alone with no attempt row; one result alone, and a task twice, likewise. The round's health
+/// is written with them only when every result was recorded, as `record_endpoints_health`
+/// writes it. A claim returns its app's target generation (0 before the app has one).
+#[test]
+fn a_rounds_results_and_attempts_in_one_statement_write_what_the_two_write() {
+    use webhookd::store::AttemptQueries;
+    use webhookd::store::EndpointQueries;
+    use webhookd::store::attempts::{Attempt, RequestHeaders};
+    use webhookd::store::endpoints::HealthDelta;
+    use webhookd::store::tasks::Finish;
+    let Some((server, url)) = database("record_attempts") else {
+        return;
+    };
+    let mut c = server.client(&url);
+    let attempt = |task_id: i64, n: i64| Attempt {
+        id: 0,
+        task_id,
+        attempt: 1,
+        started_at: NOW + n,
+        duration_ms: 7 * n,
+        status_code: (n != 2).then_some(500 + n),
+        error: (n == 2).then(|| "connection refused".to_string()),
+        response_body: (n != 3).then(|| format!("body {n}")),
+        request_headers: (n != 1).then(|| RequestHeaders::encode([("x-n", "1")])),
+    };
+    let finish = |task_id: i64, n: i64| {
+        let after = match n {
+            1 | 4 => AfterAttempt::RetryAt(NOW + 1_000 * n),
+            2 => AfterAttempt::Failed,
+            _ => AfterAttempt::Success,
+        };
+        (
+            task_id,
+            after,
+            (n != 2).then_some(500 + n),
+            (n == 2).then_some("connection refused"),
+        )
+    };
+    type TaskRow = (
+        String,
+        Option<i64>,
+        Option<i64>,
+        i64,
+        Option<i64>,
+        Option<String>,
+        Option<String>,
+    );
+    let task_rows = |c: &mut Client, ids: &[i64]| -> Vec<TaskRow> {
+        ids.iter()
+            .map(|id| {
+                let r = c
+                    .query_one(
+                        "SELECT status, next_attempt_at, finished_at, attempts, last_status_code,
+                                last_error, claimed_by FROM tasks WHERE id = $1",
+                        &[id],
+                    )
+                    .unwrap();
+                (
+                    r.get(0),
+                    r.get(1),
+                    r.get(2),
+                    r.get(3),
+                    r.get(4),
+                    r.get(5),
+                    r.get(6),
+                )
+            })
+            .collect()
+    };
+    let attempt_rows = |c: &mut Client, ids: &[i64]| -> Vec<(usize, i64, i64, Option<i64>)> {
+        c.query(
+            "SELECT task_id, started_at, duration_ms, status_code FROM attempts
+              WHERE task_id = ANY($1) ORDER BY id",
+            &[&ids],
+        )
+        .unwrap()
+        .iter()
+        .map(|r| {
+            let task_id: i64 = r.get(0);
+            let at = ids.iter().position(|&id| id == task_id).unwrap();
+            (at, r.get(1), r.get(2), r.get(3))
+        })
+        .collect()
+    };
+    // Twin rounds: one recorded with the one statement, one with the two.
+    let mut rounds = Vec::new();
+    for _ in 0..2 {
+        let endpoints: Vec<i64> = (0..5).map(|_| endpoint(&mut c, 1_000, None)).collect();
+        let ids: Vec<i64> = endpoints.iter().map(|&e| task(&mut c, e, NOW)).collect();
+        for (&e, node) in endpoints.iter().zip(["a", "a", "a", "a", "b"]) {
+            let claimed = PgTx::new(&mut c, node)
+                .claim_endpoint_tasks(e, NOW, 10)
+                .unwrap();
+            assert_eq!(claimed.len(), 1);
+            assert_eq!(claimed[0].target_generation, Some(0), "no generation yet");
+        }
+        c.execute("DELETE FROM endpoints WHERE id = $1", &[&endpoints[3]])
+            .unwrap();
+        rounds.push((ids, endpoints[0]));
+    }
+    let failed = HealthDelta {
+        last_failure_at: Some(NOW + 10),
+        failures: 1,
+        first_failure_at: Some(NOW + 10),
+        ..Default::default()
+    };
+    type HealthRow = (Option<i64>, Option<i64>, i64, Option<i64>);
+    let health_row = |c: &mut Client, id: i64| -> HealthRow {
+        let r = c
+            .query_one(
+                "SELECT last_success_at, last_failure_at, consecutive_failures, failing_since
+                   FROM endpoints WHERE id = $1",
+                &[&id],
+            )
+            .unwrap();
+        (r.get(0), r.get(1), r.get(2), r.get(3))
+    };
+    let results = |ids: &[i64]| -> (Vec<Finish<'static>>, Vec<Attempt>) {
+        ids.iter()
+            .zip(1..)
+            .map(|(&id, n)| {
+                let (task_id, after, last_status_code, last_error) = finish(id, n);
+                let f = Finish {
+                    task_id,
+                    attempt: 1,
+                    after,
+                    last_status_code,
+                    last_error,
+                    now_ms: NOW + 10 * n,
+                };
+                (f, attempt(id, n))
+            })
+            .unzip()
+    };
+    let ((one, first_endpoint), (two, _)) = (&rounds[0], &rounds[1]);
+    let (finishes, attempts) = results(one);
+    let written = PgTx::new(&mut c, "a")
+        .record_attempts(&finishes, &attempts, &[(*first_endpoint, failed)])
+        .unwrap();
+    assert!(!written.health_written, "not every result was recorded");
+    assert_eq!(health_row(&mut c, *first_endpoint), (None, None, 0, None));
+    let recorded_one = written.recorded;
+    let (finishes, attempts) = results(two);
+    let recorded_two = PgTx::new(&mut c, "a").finish_attempts(&finishes).unwrap();
+    let kept: Vec<Attempt> = attempts
+        .iter()
+        .zip(&recorded_two)
+        .filter(|(_, r)| **r)
+        .map(|(a, _)| a.clone())
+        .collect();
+    PgTx::new(&mut c, "a").insert_attempts(&kept).unwrap();
+    assert_eq!(
+        recorded_one,
+        [true, true, true, true, false],
+        "b's task is b's"
+    );
+    assert_eq!(recorded_one, recorded_two);
+    assert_eq!(task_rows(&mut c, one), task_rows(&mut c, two));
+    assert_eq!(attempt_rows(&mut c, one), attempt_rows(&mut c, two));
+    assert_eq!(attempt_rows(&mut c, one).len(), 4);
+    assert_eq!(task_rows(&mut c, one)[3].0, "canceled");
+
+    // One result alone, and a task given twice (the second finds it no longer running).
+    c.execute(
+        "INSERT INTO target_generation (app_id, generation) VALUES ('app', 42)",
+        &[],
+    )
+    .unwrap();
+    let mut singles = Vec::new();
+    for _ in 0..2 {
+        let e = endpoint(&mut c, 1_000, None);
+        let ids = [task(&mut c, e, NOW), task(&mut c, e, NOW)];
+        let claimed = PgTx::new(&mut c, "a")
+            .claim_endpoint_tasks(e, NOW, 10)
+            .unwrap();
+        assert!(claimed.iter().all(|t| t.target_generation == Some(42)));
+        singles.push((ids, e));
+    }
+    let ((single, e1), (twin, e2)) = (singles[0], singles[1]);
+    let (finishes, attempts) = results(&single[..1]);
+    let written = PgTx::new(&mut c, "a")
+        .record_attempts(&finishes, &attempts, &[(e1, failed)])
+        .unwrap();
+    assert_eq!(
+        (written.recorded, written.health_written),
+        (vec![true], true)
+    );
+    let (finishes, attempts) = results(&twin[..1]);
+    assert_eq!(
+        PgTx::new(&mut c, "a").finish_attempts(&finishes).unwrap(),
+        [true]
+    );
+    PgTx::new(&mut c, "a").insert_attempts(&attempts).unwrap();
+    PgTx::new(&mut c, "a")
+        .record_endpoints_health(&[(e2, failed)])
+        .unwrap();
+    assert_eq!(
+        health_row(&mut c, e1),
+        (None, Some(NOW + 10), 1, Some(NOW + 10))
+    );
+    assert_eq!(health_row(&mut c, e1), health_row(&mut c, e2));
+    let twice = [single[1], single[1]];
+    let (finishes, attempts) = results(&twice);
+    let written = PgTx::new(&mut c, "a")
+        .record_attempts(&finishes, &attempts, &[(e1, failed)])
+        .unwrap();
+    assert_eq!(
+        (written.recorded, written.health_written),
+        (vec![true, false], false)
+    );
+    let (finishes, _) = results(&[twin[1], twin[1]]);
+    assert_eq!(
+        PgTx::new(&mut c, "a").finish_attempts(&finishes).unwrap(),
+        [true, false]
+    );
+    PgTx::new(&mut c, "a")
+        .insert_attempts(&[attempt(twin[1], 1)])
+        .unwrap();
+    assert_eq!(task_rows(&mut c, &single), task_rows(&mut c, &twin));
+    assert_eq!(attempt_rows(&mut c, &single), attempt_rows(&mut c, &twin));
+    assert!(
+        PgTx::new(&mut c, "a")
+            .record_attempts(&[], &[], &[])
+            .unwrap()
+            .recorded
+            .is_empty()
+    );
+}

@@ -88,6 +88,74 @@ fn target_from_row(r: &Row, at: usize) -> Result<Target, Error> {
     })
 }
 
+/// A round's health deltas as the arrays of [`health_update`].
+pub(super) struct HealthColumns {
+    ids: Vec<i64>,
+    last_success: Vec<Option<i64>>,
+    last_failure: Vec<Option<i64>>,
+    failures: Vec<i64>,
+    first_failure: Vec<Option<i64>>,
+}
+
+impl HealthColumns {
+    pub(super) fn of(deltas: &[(i64, HealthDelta)]) -> Self {
+        let column = |f: fn(&HealthDelta) -> Option<i64>| -> Vec<Option<i64>> {
+            deltas.iter().map(|(_, d)| f(d)).collect()
+        };
+        HealthColumns {
+            ids: deltas.iter().map(|(id, _)| *id).collect(),
+            last_success: column(|d| d.last_success_at),
+            last_failure: column(|d| d.last_failure_at),
+            failures: deltas.iter().map(|(_, d)| d.failures).collect(),
+            first_failure: column(|d| d.first_failure_at),
+        }
+    }
+
+    /// The five arrays, in [`health_update`]'s order.
+    pub(super) fn params(&self) -> [&(dyn postgres::types::ToSql + Sync); 5] {
+        [
+            &self.ids,
+            &self.last_success,
+            &self.last_failure,
+            &self.failures,
+            &self.first_failure,
+        ]
+    }
+}
+
+/// [`EndpointQueries::record_endpoints_health`]'s update as the tail of a `WITH` (CTEs `d`,
+/// `locked`, `h`): the deltas are the parameters from `$first` on ([`HealthColumns::params`]),
+/// written only where `when` holds. The rows are locked in id order first (`ORDER BY … FOR NO
+/// KEY UPDATE`), as one statement per endpoint in id order locked them, so two nodes' rounds
+/// cannot deadlock on each other's endpoints; each row then gets
+/// [`EndpointQueries::write_endpoint_health`]'s rules.
+pub(super) fn health_update(first: usize, when: &str) -> String {
+    let p = |i: usize| first + i;
+    format!(
+        "d AS (
+             SELECT * FROM unnest(${}::int8[], ${}::int8[], ${}::int8[], ${}::int8[], ${}::int8[])
+                 AS d(id, last_success_at, last_failure_at, failures, first_failure_at)
+              WHERE {when}),
+         locked AS (
+             SELECT e.id FROM endpoints e WHERE e.id IN (SELECT id FROM d)
+             ORDER BY e.id FOR NO KEY UPDATE),
+         h AS (
+             UPDATE endpoints e SET
+                last_success_at = coalesce(d.last_success_at, e.last_success_at),
+                last_failure_at = coalesce(d.last_failure_at, e.last_failure_at),
+                consecutive_failures = CASE WHEN d.last_success_at IS NULL
+                    THEN e.consecutive_failures + d.failures ELSE d.failures END,
+                failing_since = CASE WHEN d.last_success_at IS NULL
+                    THEN coalesce(e.failing_since, d.first_failure_at) ELSE d.first_failure_at END
+               FROM d, locked WHERE e.id = d.id AND locked.id = d.id)",
+        p(0),
+        p(1),
+        p(2),
+        p(3),
+        p(4)
+    )
+}
+
 impl<C: GenericClient> EndpointQueries for PgTx<'_, C> {
     fn insert_endpoint(&mut self, ep: &Endpoint) -> Result<Endpoint, StoreError> {
         let c = &mut *self.c;
@@ -305,34 +373,11 @@ impl<C: GenericClient> EndpointQueries for PgTx<'_, C> {
         if deltas.is_empty() {
             return Ok(());
         }
-        let column = |f: fn(&HealthDelta) -> Option<i64>| -> Vec<Option<i64>> {
-            deltas.iter().map(|(_, d)| f(d)).collect()
-        };
-        let ids: Vec<i64> = deltas.iter().map(|(id, _)| *id).collect();
-        let failures: Vec<i64> = deltas.iter().map(|(_, d)| d.failures).collect();
+        let columns = HealthColumns::of(deltas);
         let c = &mut *self.c;
         c.execute(
-            "WITH d AS (
-                 SELECT * FROM unnest($1::int8[], $2::int8[], $3::int8[], $4::int8[], $5::int8[])
-                     AS d(id, last_success_at, last_failure_at, failures, first_failure_at)),
-             locked AS (
-                 SELECT e.id FROM endpoints e WHERE e.id IN (SELECT id FROM d)
-                 ORDER BY e.id FOR NO KEY UPDATE)
-             UPDATE endpoints e SET
-                last_success_at = coalesce(d.last_success_at, e.last_success_at),
-                last_failure_at = coalesce(d.last_failure_at, e.last_failure_at),
-                consecutive_failures = CASE WHEN d.last_success_at IS NULL
-                    THEN e.consecutive_failures + d.failures ELSE d.failures END,
-                failing_since = CASE WHEN d.last_success_at IS NULL
-                    THEN coalesce(e.failing_since, d.first_failure_at) ELSE d.first_failure_at END
-               FROM d, locked WHERE e.id = d.id AND locked.id = d.id",
-            &[
-                &ids,
-                &column(|d| d.last_success_at),
-                &column(|d| d.last_failure_at),
-                &failures,
-                &column(|d| d.first_failure_at),
-            ],
+            &format!("WITH {} SELECT 1", health_update(1, "true")),
+            &columns.params(),
         )?;
         Ok(())
     }

@@ -7,13 +7,17 @@
 //! recorded only by the node that still holds the claim; a running task whose lease ran out
 //! goes back to `pending` (`rescue_expired_leases`) and another node may take it.
 
+use super::endpoints::{HealthColumns, health_update};
 use super::list::{Filters, list_page};
 use crate::store::Page;
+use crate::store::attempts::{Attempt, RequestHeaders};
+use crate::store::endpoints::HealthDelta;
 use crate::store::endpoints::Limits;
 use crate::store::postgres::{Backing, PgTx, Sql};
 use crate::store::tasks::{
     AfterAttempt, Claimed, Finish, NewTask, PendingEndpoint, RetryFilter, STATUSES, TASK_TYPES,
 };
+use crate::store::tasks::{Recorded, record_attempts_in_turn};
 use crate::store::tasks::{Task, TaskFilter};
 use crate::store::{StoreError, TaskQueries};
 use crate::trace::TaskTrace;
@@ -439,53 +443,75 @@ impl<C: GenericClient> TaskQueries for PgTx<'_, C> {
     /// deterministic collation) does not match the index's predicate, so that plan is out
     /// (docs/dev/storage.md, "PostgreSQL round trips").
     fn finish_attempts(&mut self, results: &[Finish<'_>]) -> Result<Vec<bool>, StoreError> {
-        let ids: Vec<i64> = results.iter().map(|f| f.task_id).collect();
-        let mut distinct = ids.clone();
-        distinct.sort_unstable();
-        distinct.dedup();
-        if results.len() < 2 || distinct.len() < ids.len() {
+        let Some(columns) = FinishColumns::of(results, 2) else {
             return results.iter().map(|f| f.record_alone(self)).collect();
-        }
-        let c = &mut *self.c;
+        };
         let node = self.node;
-        let (statuses, next_attempts): (Vec<&str>, Vec<Option<i64>>) =
-            results.iter().map(|f| after_columns(f.after)).unzip();
-        let attempts: Vec<i64> = results.iter().map(|f| f.attempt).collect();
-        let codes: Vec<Option<i64>> = results.iter().map(|f| f.last_status_code).collect();
-        let errors: Vec<Option<&str>> = results.iter().map(|f| f.last_error).collect();
-        let nows: Vec<i64> = results.iter().map(|f| f.now_ms).collect();
-        let recorded: std::collections::HashSet<i64> = c
-            .query(
-                "UPDATE tasks SET
-                    status = CASE WHEN r.status = 'pending' AND NOT EXISTS
-                        (SELECT 1 FROM endpoints e WHERE e.id = tasks.endpoint_id) THEN 'canceled' ELSE r.status END,
-                    finished_at = CASE WHEN r.status <> 'pending' OR NOT EXISTS
-                        (SELECT 1 FROM endpoints e WHERE e.id = tasks.endpoint_id) THEN r.now END,
-                    next_attempt_at = CASE WHEN EXISTS
-                        (SELECT 1 FROM endpoints e WHERE e.id = tasks.endpoint_id) THEN r.next_attempt_at END,
-                    attempts = r.attempts, last_status_code = r.status_code, last_error = r.error,
-                    updated_at = r.now, claimed_by = NULL, lease_until = NULL
-                   FROM unnest($1::bigint[], $2::text[], $3::bigint[], $4::bigint[], $5::bigint[],
-                               $6::text[], $7::bigint[])
-                        AS r(id, status, attempts, next_attempt_at, status_code, error, now)
-                  WHERE tasks.id = r.id AND (tasks.status COLLATE \"C\") = 'running'
-                    AND tasks.claimed_by = $8
-                 RETURNING tasks.id",
-                &[
-                    &ids,
-                    &statuses,
-                    &attempts,
-                    &next_attempts,
-                    &codes,
-                    &errors,
-                    &nows,
-                    &node,
-                ],
-            )?
+        let c = &mut *self.c;
+        let params = columns.params(&node);
+        let rows = c.query(FINISH_FROM_UNNEST, &params)?;
+        columns.recorded(&rows)
+    }
+
+    /// [`TaskQueries::finish_attempts`]'s statement with the attempt rows of the tasks it
+    /// recorded inserted by the same statement (a data-modifying `WITH`; `ORDER BY ord`: ids
+    /// ascend in the order given, as one insert each would make them), and the health update
+    /// of [`EndpointQueries::record_endpoints_health`](crate::store::EndpointQueries::record_endpoints_health)
+    /// in it too, done only when the results' update recorded every one. One statement, where
+    /// the three took three.
+    fn record_attempts(
+        &mut self,
+        results: &[Finish<'_>],
+        attempts: &[Attempt],
+        health: &[(i64, HealthDelta)],
+    ) -> Result<Recorded, StoreError> {
+        let Some(columns) =
+            FinishColumns::of(results, 1).filter(|_| attempts.len() == results.len())
+        else {
+            return record_attempts_in_turn(self, results, attempts, health);
+        };
+        let node = self.node;
+        let col = |f: fn(&Attempt) -> i64| attempts.iter().map(f).collect::<Vec<i64>>();
+        let (started, durations) = (col(|a| a.started_at), col(|a| a.duration_ms));
+        let bodies: Vec<Option<&str>> = attempts
             .iter()
-            .map(|r| r.try_get(0))
-            .collect::<Result<_, _>>()?;
-        Ok(ids.iter().map(|id| recorded.contains(id)).collect())
+            .map(|a| a.response_body.as_deref())
+            .collect();
+        let headers: Vec<Option<&str>> = attempts
+            .iter()
+            .map(|a| a.request_headers.as_ref().map(RequestHeaders::as_str))
+            .collect();
+        let health_columns = HealthColumns::of(health);
+        let all = i64::try_from(results.len()).unwrap_or(i64::MAX);
+        let mut params = columns.params(&node).to_vec();
+        params.extend_from_slice(&[&started, &durations, &bodies, &headers]);
+        params.extend_from_slice(&health_columns.params());
+        params.push(&all);
+        let sql = format!(
+            "WITH f AS ({FINISH_FROM_UNNEST}),
+             a AS (INSERT INTO attempts (task_id, attempt, started_at, duration_ms, status_code,
+                                         error, response_body, request_headers)
+                   SELECT a.task_id, a.attempt, a.started_at, a.duration_ms, a.status_code,
+                          a.error, a.response_body, a.request_headers
+                     FROM unnest($1::int8[], $3::int8[], $9::int8[], $10::int8[], $5::int8[],
+                                 $6::text[], $11::text[], $12::text[])
+                          WITH ORDINALITY AS a(task_id, attempt, started_at, duration_ms,
+                                               status_code, error, response_body,
+                                               request_headers, ord)
+                    WHERE a.task_id IN (SELECT id FROM f)
+                    ORDER BY a.ord),
+             {}
+             SELECT id FROM f",
+            health_update(13, "(SELECT count(*) FROM f) = $18")
+        );
+        let c = &mut *self.c;
+        let rows = c.query(&sql, &params)?;
+        let recorded = columns.recorded(&rows)?;
+        let health_written = recorded.iter().all(|r| *r);
+        Ok(Recorded {
+            recorded,
+            health_written,
+        })
     }
 
     /// Marks a task just inserted in the caller's transaction as `running` under `node`'s claim,
@@ -797,6 +823,83 @@ impl ClaimFloors {
 }
 
 /// The status and next attempt time a result leaves a task in (before the endpoint check).
+/// The results of [`TaskQueries::finish_attempts`] as the arrays of [`FINISH_FROM_UNNEST`].
+struct FinishColumns<'a> {
+    ids: Vec<i64>,
+    statuses: Vec<&'static str>,
+    next_attempts: Vec<Option<i64>>,
+    attempts: Vec<i64>,
+    codes: Vec<Option<i64>>,
+    errors: Vec<Option<&'a str>>,
+    nows: Vec<i64>,
+}
+
+impl<'a> FinishColumns<'a> {
+    /// `None` when the results are not for one statement: fewer than `at_least`, or a task
+    /// twice (an `UPDATE … FROM` changes a row once, so only the one-at-a-time form records
+    /// both).
+    fn of(results: &[Finish<'a>], at_least: usize) -> Option<Self> {
+        let ids: Vec<i64> = results.iter().map(|f| f.task_id).collect();
+        let mut distinct = ids.clone();
+        distinct.sort_unstable();
+        distinct.dedup();
+        if results.len() < at_least || distinct.len() < ids.len() {
+            return None;
+        }
+        let (statuses, next_attempts) = results.iter().map(|f| after_columns(f.after)).unzip();
+        Some(FinishColumns {
+            ids,
+            statuses,
+            next_attempts,
+            attempts: results.iter().map(|f| f.attempt).collect(),
+            codes: results.iter().map(|f| f.last_status_code).collect(),
+            errors: results.iter().map(|f| f.last_error).collect(),
+            nows: results.iter().map(|f| f.now_ms).collect(),
+        })
+    }
+
+    /// `$1`…`$8` of [`FINISH_FROM_UNNEST`].
+    fn params<'p>(&'p self, node: &'p &'p str) -> [&'p (dyn ToSql + Sync); 8] {
+        [
+            &self.ids,
+            &self.statuses,
+            &self.attempts,
+            &self.next_attempts,
+            &self.codes,
+            &self.errors,
+            &self.nows,
+            node,
+        ]
+    }
+
+    /// Whether each result was recorded, in order, from the ids the statement returned.
+    fn recorded(&self, rows: &[Row]) -> Result<Vec<bool>, StoreError> {
+        let recorded: std::collections::HashSet<i64> = rows
+            .iter()
+            .map(|r| r.try_get(0))
+            .collect::<Result<_, _>>()?;
+        Ok(self.ids.iter().map(|id| recorded.contains(id)).collect())
+    }
+}
+
+/// [`TaskQueries::finish_attempts`]'s statement: the results are `$1`…`$7` (task id, status,
+/// attempts, next attempt, status code, error, time), the node `$8`; returns the tasks recorded.
+const FINISH_FROM_UNNEST: &str = "UPDATE tasks SET
+            status = CASE WHEN r.status = 'pending' AND NOT EXISTS
+                (SELECT 1 FROM endpoints e WHERE e.id = tasks.endpoint_id) THEN 'canceled' ELSE r.status END,
+            finished_at = CASE WHEN r.status <> 'pending' OR NOT EXISTS
+                (SELECT 1 FROM endpoints e WHERE e.id = tasks.endpoint_id) THEN r.now END,
+            next_attempt_at = CASE WHEN EXISTS
+                (SELECT 1 FROM endpoints e WHERE e.id = tasks.endpoint_id) THEN r.next_attempt_at END,
+            attempts = r.attempts, last_status_code = r.status_code, last_error = r.error,
+            updated_at = r.now, claimed_by = NULL, lease_until = NULL
+           FROM unnest($1::bigint[], $2::text[], $3::bigint[], $4::bigint[], $5::bigint[],
+                       $6::text[], $7::bigint[])
+                AS r(id, status, attempts, next_attempt_at, status_code, error, now)
+          WHERE tasks.id = r.id AND (tasks.status COLLATE \"C\") = 'running'
+            AND tasks.claimed_by = $8
+         RETURNING tasks.id";
+
 fn after_columns(after: AfterAttempt) -> (&'static str, Option<i64>) {
     match after {
         AfterAttempt::Success => ("success", None),
@@ -818,7 +921,8 @@ fn claim_set(node: usize, now: usize) -> String {
 const CLAIM_RETURNING: &str = "RETURNING t.id, t.endpoint_id, t.schedule_id, t.event_id,
     (SELECT event_name FROM events WHERE events.id = t.event_id),
     t.payload, t.attempts + 1, t.max_attempts, t.next_attempt_at,
-    coalesce(t.next_attempt_at, t.run_at), t.app_id, t.trace_id, t.trace_parent, t.trace_flags";
+    coalesce(t.next_attempt_at, t.run_at), t.app_id, t.trace_id, t.trace_parent, t.trace_flags,
+    coalesce((SELECT g.generation FROM target_generation g WHERE g.app_id = t.app_id), 0)";
 
 fn claimed_from(r: &Row) -> Result<(Option<i64>, Claimed), postgres::Error> {
     Ok((
@@ -839,6 +943,7 @@ fn claimed_from(r: &Row) -> Result<(Option<i64>, Claimed), postgres::Error> {
                 r.try_get::<_, Option<&str>>(12)?,
                 r.try_get(13)?,
             ),
+            target_generation: Some(r.try_get(14)?),
         },
     ))
 }

@@ -39,6 +39,16 @@ pub fn from_row(r: &Row<'_>) -> rusqlite::Result<Task> {
 }
 
 impl TaskQueries for SqliteTx<'_> {
+    /// The three calls in turn.
+    fn record_attempts(
+        &mut self,
+        results: &[Finish<'_>],
+        attempts: &[crate::store::attempts::Attempt],
+        health: &[(i64, crate::store::endpoints::HealthDelta)],
+    ) -> Result<Recorded, StoreError> {
+        record_attempts_in_turn(self, results, attempts, health)
+    }
+
     /// Always 0: one process owns a SQLite file, and `serve` hands every `running` task back
     /// at start-up (`requeue_running_tasks`), so no lease can outlive its holder.
     fn rescue_expired_leases(&mut self, _now_ms: i64) -> Result<usize, StoreError> {
@@ -544,6 +554,8 @@ fn claimed_from(r: &Row<'_>) -> rusqlite::Result<((i64, i64), Claimed)> {
                 r.get_ref(12)?.as_str_or_null()?,
                 r.get(13)?,
             ),
+            // Not read here: the dispatcher loads the endpoint each round.
+            target_generation: None,
         },
     ))
 }
