@@ -219,14 +219,7 @@ impl dyn Store {
         &self,
         f: impl FnOnce(&mut dyn Tx) -> Result<T, E>,
     ) -> Option<Result<T, E>> {
-        let mut ran = true;
-        let result = run(f, |g| {
-            self.write_statement_dyn(g).unwrap_or_else(|| {
-                ran = false;
-                Ok(())
-            })
-        });
-        ran.then_some(result)
+        run_if(f, |g| self.write_statement_dyn(g))
     }
 
     /// [`Store::write`] for a write that a crash may undo and that is then done again
@@ -245,6 +238,17 @@ fn run<T, E: From<StoreError>>(
     f: impl FnOnce(&mut dyn Tx) -> Result<T, E>,
     call: impl FnOnce(&mut dyn FnMut(&mut dyn Tx) -> Result<(), StoreError>) -> Result<(), StoreError>,
 ) -> Result<T, E> {
+    run_if(f, |g| Some(call(g))).unwrap_or_else(|| Err(not_run()))
+}
+
+/// [`run`] for a `call` that may decline to run `f` (`None`): then no result, and no error
+/// made (an error converted to the caller's type may be logged as it is made).
+fn run_if<T, E: From<StoreError>>(
+    f: impl FnOnce(&mut dyn Tx) -> Result<T, E>,
+    call: impl FnOnce(
+        &mut dyn FnMut(&mut dyn Tx) -> Result<(), StoreError>,
+    ) -> Option<Result<(), StoreError>>,
+) -> Option<Result<T, E>> {
     let mut f = Some(f);
     let mut out: Option<T> = None;
     let mut failed: Option<E> = None;
@@ -262,16 +266,20 @@ fn run<T, E: From<StoreError>>(
                 Err(StoreError::Aborted)
             }
         }
-    });
-    if let Some(e) = failed {
-        return Err(e);
-    }
-    result?;
-    out.ok_or_else(|| {
-        E::from(StoreError::Other(anyhow::anyhow!(
-            "store closure did not run"
-        )))
+    })?;
+    Some(match (failed, result, out) {
+        (Some(e), _, _) => Err(e),
+        (None, Err(e), _) => Err(E::from(e)),
+        (None, Ok(()), Some(v)) => Ok(v),
+        (None, Ok(()), None) => Err(not_run()),
     })
+}
+
+/// A store that answered without running the closure it was handed.
+fn not_run<E: From<StoreError>>() -> E {
+    E::from(StoreError::Other(anyhow::anyhow!(
+        "store closure did not run"
+    )))
 }
 
 /// Options of [`open`] beyond the database itself.

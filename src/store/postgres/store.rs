@@ -146,6 +146,30 @@ impl PgStore {
         Ok(super::health::probe(&mut **conn, now_ms)?)
     }
 
+    /// `f` with no transaction block, each of its statements its own transaction: with
+    /// `unsynced`, the replay record's commit does not wait for the WAL flush
+    /// (`write_unsynced`); without, every commit waits as a transaction's would and a
+    /// statement may carry the request's replay record (`write_statement`). Work `f` made due
+    /// is announced after it, as after a transaction.
+    fn outside_block(
+        &self,
+        unsynced: bool,
+        f: &mut dyn FnMut(&mut dyn Tx) -> Result<(), StoreError>,
+    ) -> Result<(), StoreError> {
+        let mut conn = self.client()?;
+        let (client, statements) = conn.split();
+        let wake = {
+            let mut pg = PgTx::cached(client, statements, &self.node);
+            pg.unsynced = unsynced;
+            pg.autocommit = !unsynced;
+            f(&mut pg)?;
+            pg.give_new_target_generations()?;
+            pg.wake
+        };
+        self.announce(wake);
+        Ok(())
+    }
+
     /// One `READ COMMITTED` transaction running `f`, committed when it succeeds; `redoable`:
     /// with `synchronous_commit` off for it alone ([`Store::write_redoable_dyn`]). Changes that
     /// make work due for other nodes are announced to them (`pg_notify`) after the commit
@@ -235,17 +259,7 @@ impl Store for PgStore {
         &self,
         f: &mut dyn FnMut(&mut dyn Tx) -> Result<(), StoreError>,
     ) -> Result<(), StoreError> {
-        let mut conn = self.client()?;
-        let (client, statements) = conn.split();
-        let wake = {
-            let mut pg = PgTx::cached(client, statements, &self.node);
-            pg.unsynced = true;
-            f(&mut pg)?;
-            pg.give_new_target_generations()?;
-            pg.wake
-        };
-        self.announce(wake);
-        Ok(())
+        self.outside_block(true, f)
     }
 
     /// No transaction block: each statement of `f` is its own transaction, committed with
@@ -259,19 +273,7 @@ impl Store for PgStore {
         &self,
         f: &mut dyn FnMut(&mut dyn Tx) -> Result<(), StoreError>,
     ) -> Option<Result<(), StoreError>> {
-        Some((|| {
-            let mut conn = self.client()?;
-            let (client, statements) = conn.split();
-            let wake = {
-                let mut pg = PgTx::cached(client, statements, &self.node);
-                pg.autocommit = true;
-                f(&mut pg)?;
-                pg.give_new_target_generations()?;
-                pg.wake
-            };
-            self.announce(wake);
-            Ok(())
-        })())
+        Some(self.outside_block(false, f))
     }
 
     /// Nothing to stat: the server is reached over a connection; [`Store::health`] checks it.

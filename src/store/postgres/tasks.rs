@@ -822,7 +822,6 @@ impl ClaimFloors {
     }
 }
 
-/// The status and next attempt time a result leaves a task in (before the endpoint check).
 /// The results of [`TaskQueries::finish_attempts`] as the arrays of [`FINISH_FROM_UNNEST`].
 struct FinishColumns<'a> {
     ids: Vec<i64>,
@@ -900,6 +899,7 @@ const FINISH_FROM_UNNEST: &str = "UPDATE tasks SET
             AND tasks.claimed_by = $8
          RETURNING tasks.id";
 
+/// The status and next attempt time a result leaves a task in (before the endpoint check).
 fn after_columns(after: AfterAttempt) -> (&'static str, Option<i64>) {
     match after {
         AfterAttempt::Success => ("success", None),

@@ -6,7 +6,8 @@
 //! which SQLite raises in the transaction of an insert whose id is above it and never lowers.
 //! Left to itself it raises the mark with every insert, one more WAL page in each commit of a
 //! publish or a delivery round. Here a writer instead raises the mark once by [`BLOCK`] ids
-//! (in its own transaction, so the mark is committed before or with any row that uses it) and
+//! (in the write transaction that first needs one, so the mark is committed with or before any
+//! row that uses it) and
 //! the process hands those ids out from memory, inserting them explicitly: an id below the mark
 //! leaves `sqlite_sequence` alone. An id is never handed out twice: a new block starts above
 //! both the mark and the table's highest row, and the mark only goes up, so a row deleted by
@@ -14,8 +15,11 @@
 //! another process (`webhookd` commands open the file too) is never met again. What it costs
 //! is gaps: the unused rest of a block after a restart. If the transaction that reserved a
 //! block rolls back, the mark goes back with it and the block's ids are then above it: SQLite
-//! raises the mark again with each row that uses one (the page is written as before), so
-//! safety never depends on the reservation having committed.
+//! raises the mark again with each row that uses one (the page is written as before), so in
+//! this process safety never depends on the reservation having committed. A second process
+//! reserving while such a block is in use could be handed the same ids (its inserts would then
+//! fail on the primary key, never overwrite); none does: the commands that open the file beside
+//! a running server write none of these three tables.
 
 use super::store::file_state;
 use rusqlite::{Connection, params};
