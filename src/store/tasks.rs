@@ -203,9 +203,13 @@ where
     Q: TaskQueries + crate::store::AttemptQueries + crate::store::EndpointQueries + ?Sized,
 {
     let recorded = tx.finish_attempts(results)?;
-    for (attempt, _) in attempts.iter().zip(&recorded).filter(|(_, r)| **r) {
-        tx.insert_attempt(attempt)?;
-    }
+    let kept: Vec<_> = attempts
+        .iter()
+        .zip(&recorded)
+        .filter(|(_, r)| **r)
+        .map(|(a, _)| a.clone())
+        .collect();
+    tx.insert_attempts(&kept)?;
     let health_written = recorded.iter().all(|r| *r);
     if health_written {
         tx.record_endpoints_health(health)?;

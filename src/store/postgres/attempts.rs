@@ -55,14 +55,7 @@ impl<C: GenericClient> AttemptQueries for PgTx<'_, C> {
         let col = |f: fn(&Attempt) -> i64| attempts.iter().map(f).collect::<Vec<i64>>();
         let codes: Vec<Option<i64>> = attempts.iter().map(|a| a.status_code).collect();
         let errors: Vec<Option<&str>> = attempts.iter().map(|a| a.error.as_deref()).collect();
-        let bodies: Vec<Option<&str>> = attempts
-            .iter()
-            .map(|a| a.response_body.as_deref())
-            .collect();
-        let headers: Vec<Option<&str>> = attempts
-            .iter()
-            .map(|a| a.request_headers.as_ref().map(RequestHeaders::as_str))
-            .collect();
+        let (bodies, headers) = reply_columns(attempts);
         c.execute(
             "INSERT INTO attempts (task_id, attempt, started_at, duration_ms, status_code, error, response_body, request_headers)
              SELECT task_id, attempt, started_at, duration_ms, status_code, error, response_body, request_headers
@@ -117,4 +110,18 @@ impl<C: GenericClient> AttemptQueries for PgTx<'_, C> {
         )?
         .try_get(0)?)
     }
+}
+
+/// The response bodies and request headers of `attempts`, as the text arrays of a batched
+/// insert.
+pub(super) fn reply_columns(attempts: &[Attempt]) -> (Vec<Option<&str>>, Vec<Option<&str>>) {
+    let bodies = attempts
+        .iter()
+        .map(|a| a.response_body.as_deref())
+        .collect();
+    let headers = attempts
+        .iter()
+        .map(|a| a.request_headers.as_ref().map(RequestHeaders::as_str))
+        .collect();
+    (bodies, headers)
 }

@@ -10,7 +10,7 @@
 use super::endpoints::{HealthColumns, health_update};
 use super::list::{Filters, list_page};
 use crate::store::Page;
-use crate::store::attempts::{Attempt, RequestHeaders};
+use crate::store::attempts::Attempt;
 use crate::store::endpoints::HealthDelta;
 use crate::store::endpoints::Limits;
 use crate::store::postgres::{Backing, PgTx, Sql};
@@ -473,14 +473,7 @@ impl<C: GenericClient> TaskQueries for PgTx<'_, C> {
         let node = self.node;
         let col = |f: fn(&Attempt) -> i64| attempts.iter().map(f).collect::<Vec<i64>>();
         let (started, durations) = (col(|a| a.started_at), col(|a| a.duration_ms));
-        let bodies: Vec<Option<&str>> = attempts
-            .iter()
-            .map(|a| a.response_body.as_deref())
-            .collect();
-        let headers: Vec<Option<&str>> = attempts
-            .iter()
-            .map(|a| a.request_headers.as_ref().map(RequestHeaders::as_str))
-            .collect();
+        let (bodies, headers) = super::attempts::reply_columns(attempts);
         let health_columns = HealthColumns::of(health);
         let all = i64::try_from(results.len()).unwrap_or(i64::MAX);
         let mut params = columns.params(&node).to_vec();
