@@ -63,11 +63,12 @@ impl Held {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
     use std::time::Duration;
 
-    fn target(endpoint_id: i64, url: &str) -> Arc<Target> {
+    /// A target for unit tests of the delivery pool.
+    pub(in crate::delivery) fn target(endpoint_id: i64, url: &str) -> Arc<Target> {
         Arc::new(Target {
             endpoint_id,
             url: url.into(),
@@ -80,7 +81,8 @@ mod tests {
         })
     }
 
-    fn claimed(endpoint_id: i64, generation: Option<i64>) -> Claimed {
+    /// A claimed task (id 1) for unit tests of the delivery pool.
+    pub(in crate::delivery) fn claimed(endpoint_id: i64, generation: Option<i64>) -> Claimed {
         Claimed {
             id: 1,
             endpoint_id,

@@ -1049,33 +1049,13 @@ mod tests {
     use super::*;
 
     fn job(endpoint_id: i64, task_id: i64, cap: usize) -> Job {
-        let target = Target {
-            endpoint_id,
-            url: "http://127.0.0.1:9/".into(),
-            method: "POST".into(),
-            headers: Vec::new(),
-            secret: None,
-            previous_secret: None,
-            timeout: Duration::from_secs(1),
-            policy: crate::retry::RetryPolicy::DEFAULT,
-        };
         Job {
             task: Claimed {
                 id: task_id,
-                endpoint_id,
-                schedule_id: None,
-                event_id: None,
-                event_name: None,
-                payload: "{}".into(),
-                attempt: 1,
-                max_attempts: 1,
-                app_id: "app".into(),
-                due_at: 0,
-                trace: None,
-                target_generation: None,
+                ..held::tests::claimed(endpoint_id, None)
             },
+            target: held::tests::target(endpoint_id, "http://127.0.0.1:9/"),
             claimed_at: 0,
-            target: Arc::new(target),
             cap,
             reply: None,
         }
