@@ -5,7 +5,7 @@
 
 use crate::payload_filter::{PayloadFilter, Verdict};
 use crate::store::endpoints::Target;
-use crate::store::events::Event;
+use crate::store::events::{Event, NewEvent};
 use crate::store::schedules::{Firing, Overlap};
 use crate::store::tasks::{NewTask, TaskKind};
 use crate::store::{StoreError, Tx};
@@ -14,8 +14,8 @@ use crate::trace::TaskTraces;
 use serde_json::Value;
 use std::collections::{HashMap, HashSet};
 
-/// An event published by a client: every enabled endpoint of `app_id` whose `filter_events`
-/// takes `event_name` and whose `filter_payload` holds for `payload` gets an `event` task.
+/// An event published by a client: every enabled endpoint of its app whose `filter_events`
+/// takes its name and whose `filter_payload` holds for its payload gets an `event` task.
 /// Each task is in the trace `traces` hands out (the request's, or one of its own). Returns
 /// the event as stored and how many tasks it made.
 ///
@@ -23,26 +23,16 @@ use std::collections::{HashMap, HashSet};
 /// `tx` by the insert itself when held: [`held_event`]): their `filter_payload`s are parsed
 /// when read, not per publish, and the payload is parsed only when an endpoint the name
 /// reaches has one.
-// The event's fields, the time and the traces: one each, nothing to group.
-#[allow(clippy::too_many_arguments)]
 pub fn event(
     tx: &mut dyn Tx,
     targets: &TargetCache,
-    app_id: &str,
-    event_name: &str,
-    event_key: Option<&str>,
-    payload: &str,
-    now_ms: i64,
+    event: &NewEvent<'_>,
     traces: &mut TaskTraces,
 ) -> Result<(Event, usize), StoreError> {
-    if let Some(done) = held_event(
-        tx, targets, app_id, event_name, event_key, payload, now_ms, traces,
-    )? {
+    if let Some(done) = held_event(tx, targets, event, traces)? {
         return Ok(done);
     }
-    read_targets_event(
-        tx, targets, app_id, event_name, event_key, payload, now_ms, traces,
-    )
+    read_targets_event(tx, targets, event, traces)
 }
 
 /// [`event`] with the targets held, when `targets` holds the app's: the insert tests their
@@ -50,28 +40,19 @@ pub fn event(
 /// carry the request's replay record too, `Store::write_statement`). `None`, nothing written
 /// and `traces` as they were, when none are held or their generation moved (or the statement
 /// found the request a replay): then [`read_targets_event`], in a transaction.
-// The event's fields, the time and the traces: one each, nothing to group.
-#[allow(clippy::too_many_arguments)]
 pub fn held_event(
     tx: &mut dyn Tx,
     targets: &TargetCache,
-    app_id: &str,
-    event_name: &str,
-    event_key: Option<&str>,
-    payload: &str,
-    now_ms: i64,
+    event: &NewEvent<'_>,
     traces: &mut TaskTraces,
 ) -> Result<Option<(Event, usize)>, StoreError> {
-    let Some(set) = targets.held(app_id) else {
+    let Some(set) = targets.held(event.app_id) else {
         return Ok(None);
     };
     let mark = traces.mark();
-    let chosen = chosen_targets(&set, event_name, payload);
-    let mut tasks = new_tasks(app_id, payload, now_ms, traces, chosen.into_iter());
-    let generation = set.generation();
-    let written = tx.insert_event_with_tasks_at(
-        app_id, event_name, event_key, payload, now_ms, generation, &mut tasks,
-    )?;
+    let chosen = chosen_targets(&set, event.event_name, event.payload);
+    let mut tasks = new_tasks(event, traces, chosen.into_iter());
+    let written = tx.insert_event_with_tasks_at(event, set.generation(), &mut tasks)?;
     if written.is_none() {
         traces.rewind(mark);
     }
@@ -80,30 +61,15 @@ pub fn held_event(
 
 /// [`event`] with the app's targets read in `tx` (and held for the next publishes): after
 /// [`held_event`] wrote nothing.
-// The event's fields, the time and the traces: one each, nothing to group.
-#[allow(clippy::too_many_arguments)]
 pub fn read_targets_event(
     tx: &mut dyn Tx,
     targets: &TargetCache,
-    app_id: &str,
-    event_name: &str,
-    event_key: Option<&str>,
-    payload: &str,
-    now_ms: i64,
+    event: &NewEvent<'_>,
     traces: &mut TaskTraces,
 ) -> Result<(Event, usize), StoreError> {
-    let set = targets.current(tx, app_id)?;
-    let chosen = chosen_targets(&set, event_name, payload);
-    publish(
-        tx,
-        app_id,
-        event_name,
-        event_key,
-        payload,
-        now_ms,
-        traces,
-        chosen.into_iter(),
-    )
+    let set = targets.current(tx, event.app_id)?;
+    let chosen = chosen_targets(&set, event.event_name, event.payload);
+    publish(tx, event, traces, chosen.into_iter())
 }
 
 /// The targets of `set` an event reaches, as (endpoint id, `max_attempts`): those whose
@@ -170,60 +136,49 @@ pub fn operator_event(
         .iter()
         .filter(|t| crate::filter::matches_prefixed(t.filter_events.as_deref(), prefix, event_name))
         .map(|t| (t.id, t.max_attempts));
-    publish(
-        tx,
+    let event = NewEvent {
         app_id,
         event_name,
-        None,
+        event_key: None,
         payload,
         now_ms,
-        &mut traces,
-        chosen,
-    )
-    .map(|(event, tasks)| (event.id, tasks))
+    };
+    publish(tx, &event, &mut traces, chosen).map(|(event, tasks)| (event.id, tasks))
 }
 
 /// The event row and one `event` task per endpoint of `chosen` (endpoint id, `max_attempts`;
 /// in id order), written together (`insert_event_with_tasks`); returns the event as stored and
 /// how many tasks it made. Operator events ignore `filter_payload` (their subscription is by
 /// name only).
-#[allow(clippy::too_many_arguments)]
 fn publish(
     tx: &mut dyn Tx,
-    app_id: &str,
-    event_name: &str,
-    event_key: Option<&str>,
-    payload: &str,
-    now_ms: i64,
+    event: &NewEvent<'_>,
     traces: &mut TaskTraces,
     chosen: impl Iterator<Item = (i64, i64)>,
 ) -> Result<(Event, usize), StoreError> {
-    let mut tasks = new_tasks(app_id, payload, now_ms, traces, chosen);
-    let event =
-        tx.insert_event_with_tasks(app_id, event_name, event_key, payload, now_ms, &mut tasks)?;
-    Ok((event, tasks.len()))
+    let mut tasks = new_tasks(event, traces, chosen);
+    let stored = tx.insert_event_with_tasks(event, &mut tasks)?;
+    Ok((stored, tasks.len()))
 }
 
 /// One pending `event` task per endpoint of `chosen` (endpoint id, `max_attempts`), due now,
 /// each in the next trace of `traces`.
 fn new_tasks<'a>(
-    app_id: &'a str,
-    payload: &'a str,
-    now_ms: i64,
+    event: &NewEvent<'a>,
     traces: &mut TaskTraces,
     chosen: impl Iterator<Item = (i64, i64)>,
 ) -> Vec<NewTask<'a>> {
     chosen
         .map(|(endpoint_id, max_attempts)| NewTask {
-            app_id,
+            app_id: event.app_id,
             schedule_id: None,
             event_id: None,
             endpoint_id,
             task_type: TaskKind::Event,
-            payload,
-            run_at: now_ms,
+            payload: event.payload,
+            run_at: event.now_ms,
             max_attempts,
-            now_ms,
+            now_ms: event.now_ms,
             trace: traces.for_task(),
         })
         .collect()

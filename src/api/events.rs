@@ -4,7 +4,7 @@
 use super::input::page_object;
 use super::{Ctx, Data, Request, missing, to_data};
 use crate::error::{ApiError, ApiResult};
-use crate::store::events::IDEMPOTENCY_WINDOW_MS;
+use crate::store::events::{IDEMPOTENCY_WINDOW_MS, NewEvent};
 use serde_json::Value;
 
 /// `event_name`: 1..=200 characters of `A-Z a-z 0-9 . _ - :`.
@@ -56,13 +56,17 @@ pub fn publish(ctx: &mut Ctx<'_>, req: &Request) -> ApiResult<Data> {
     // for a first event holds a lock until its commit.
     let traces = &mut *ctx.traces;
     let targets = &ctx.app.targets;
+    let event = NewEvent {
+        app_id,
+        event_name: &event_name,
+        event_key: event_key.as_deref(),
+        payload: &payload,
+        now_ms,
+    };
     let one = match event_key {
         None if targets.held(app_id).is_some() => ctx.store.write_statement(|tx| -> ApiResult<_> {
             traces.restart();
-            let (name, payload) = (event_name.as_str(), payload.as_str());
-            Ok(crate::fanout::held_event(
-                tx, targets, app_id, name, None, payload, now_ms, traces,
-            )?)
+            Ok(crate::fanout::held_event(tx, targets, &event, traces)?)
         }),
         _ => None,
     };
@@ -80,22 +84,12 @@ pub fn publish(ctx: &mut Ctx<'_>, req: &Request) -> ApiResult<Data> {
             {
                 return Ok((first, 0));
             }
-            let key = event_key.as_deref();
             let publish = if held_tried {
                 crate::fanout::read_targets_event
             } else {
                 crate::fanout::event
             };
-            Ok(publish(
-                tx,
-                targets,
-                app_id,
-                &event_name,
-                key,
-                &payload,
-                now_ms,
-                traces,
-            )?)
+            Ok(publish(tx, targets, &event, traces)?)
         })?,
     };
     let (event, created) = (written.0, written.1 > 0);

@@ -27,40 +27,38 @@ pub struct Event {
     pub created_at: i64,
 }
 
+/// An event as a client publishes it (or the server, for operator events): what
+/// [`EventQueries::insert_event_with_tasks`] writes, with the time it is written at.
+#[derive(Clone, Copy, Debug)]
+pub struct NewEvent<'a> {
+    pub app_id: &'a str,
+    pub event_name: &'a str,
+    /// The client's idempotency key (`event_key`), if it gave one.
+    pub event_key: Option<&'a str>,
+    /// Compact JSON text of an object, stored as is.
+    pub payload: &'a str,
+    pub now_ms: i64,
+}
+
 /// The queries on events, one body per backend (`store::sqlite::events`,
 /// `store::postgres::events`); part of [`crate::store::Tx`]. An event is written with its tasks
 /// ([`EventQueries::insert_event_with_tasks`]), hence the tasks' queries.
 pub trait EventQueries: TaskQueries + EndpointQueries {
-    /// Inserts an event; `payload` is compact JSON text.
-    fn insert_event(
-        &mut self,
-        app_id: &str,
-        event_name: &str,
-        event_key: Option<&str>,
-        payload: &str,
-        task_count: i64,
-        now_ms: i64,
-    ) -> Result<i64, StoreError>;
+    /// Inserts an event that made `task_count` tasks; returns its id.
+    fn insert_event(&mut self, event: &NewEvent<'_>, task_count: i64) -> Result<i64, StoreError>;
     /// [`EventQueries::insert_event_with_tasks`] if the app's target generation is still
     /// `generation`, the one the targets `tasks` were chosen from were read at
     /// ([`crate::targets::TargetCache`]); else writes nothing and returns `None`, and the caller
     /// reads the targets again. The generation is read in this call, as a publish reading it
     /// first would. PostgreSQL tests it and writes in one statement, one round trip.
-    #[allow(clippy::too_many_arguments)]
     fn insert_event_with_tasks_at(
         &mut self,
-        app_id: &str,
-        event_name: &str,
-        event_key: Option<&str>,
-        payload: &str,
-        now_ms: i64,
+        event: &NewEvent<'_>,
         generation: i64,
         tasks: &mut [NewTask<'_>],
     ) -> Result<Option<Event>, StoreError> {
-        match self.enabled_targets_since(app_id, Some(generation))? {
-            TargetsRead::Unchanged => self
-                .insert_event_with_tasks(app_id, event_name, event_key, payload, now_ms, tasks)
-                .map(Some),
+        match self.enabled_targets_since(event.app_id, Some(generation))? {
+            TargetsRead::Unchanged => self.insert_event_with_tasks(event, tasks).map(Some),
             TargetsRead::Changed { .. } => Ok(None),
         }
     }
@@ -75,23 +73,18 @@ pub trait EventQueries: TaskQueries + EndpointQueries {
     /// A published event with its tasks: inserts the event, then `tasks` (their `event_id` set
     /// to the event's), and returns the event as stored. PostgreSQL writes both and reads the
     /// event back in one statement.
-    #[allow(clippy::too_many_arguments)]
     fn insert_event_with_tasks(
         &mut self,
-        app_id: &str,
-        event_name: &str,
-        event_key: Option<&str>,
-        payload: &str,
-        now_ms: i64,
+        event: &NewEvent<'_>,
         tasks: &mut [NewTask<'_>],
     ) -> Result<Event, StoreError> {
         let task_count = i64::try_from(tasks.len()).unwrap_or(i64::MAX);
-        let id = self.insert_event(app_id, event_name, event_key, payload, task_count, now_ms)?;
+        let id = self.insert_event(event, task_count)?;
         for task in tasks.iter_mut() {
             task.event_id = Some(id);
         }
         self.insert_tasks(tasks)?;
-        self.get_event(app_id, id)?.ok_or_else(|| {
+        self.get_event(event.app_id, id)?.ok_or_else(|| {
             StoreError::Other(anyhow::anyhow!(
                 "event {id} vanished inside its transaction"
             ))

@@ -1334,6 +1334,7 @@ fn batched_fan_out_inserts_and_results_follow_the_single_row_rules() {
 #[test]
 fn an_event_with_its_tasks_and_a_rounds_attempts_each_take_one_statement() {
     use webhookd::store::attempts::{Attempt, RequestHeaders};
+    use webhookd::store::events::NewEvent;
     use webhookd::store::{AttemptQueries, EventQueries};
     let Some((server, url)) = database("publish_batches") else {
         return;
@@ -1358,11 +1359,13 @@ fn an_event_with_its_tasks_and_a_rounds_attempts_each_take_one_statement() {
         .collect();
     let event = PgTx::new(&mut c, "test")
         .insert_event_with_tasks(
-            "app",
-            "order.paid",
-            Some("k"),
-            r#"{"n":3}"#,
-            NOW,
+            &NewEvent {
+                app_id: "app",
+                event_name: "order.paid",
+                event_key: Some("k"),
+                payload: r#"{"n":3}"#,
+                now_ms: NOW,
+            },
             &mut tasks,
         )
         .unwrap();
@@ -1402,7 +1405,16 @@ fn an_event_with_its_tasks_and_a_rounds_attempts_each_take_one_statement() {
     );
     // No matching endpoint: the event alone, with no tasks.
     let lone = PgTx::new(&mut c, "test")
-        .insert_event_with_tasks("app", "order.lone", None, "{}", NOW, &mut [])
+        .insert_event_with_tasks(
+            &NewEvent {
+                app_id: "app",
+                event_name: "order.lone",
+                event_key: None,
+                payload: "{}",
+                now_ms: NOW,
+            },
+            &mut [],
+        )
         .unwrap();
     assert_eq!((lone.task_count, lone.event_key), (0, None));
     let lone_tasks: i64 = c

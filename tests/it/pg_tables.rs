@@ -10,6 +10,7 @@ use webhookd::retry::Backoff;
 use webhookd::store::Page;
 use webhookd::store::attempts::{Attempt, RequestHeaders};
 use webhookd::store::endpoints::{DisabledReason, Endpoint, HealthDelta};
+use webhookd::store::events::NewEvent;
 use webhookd::store::policies::Policy;
 use webhookd::store::postgres as pg;
 use webhookd::store::postgres::PgTx;
@@ -29,6 +30,22 @@ fn opened(name: &str) -> Option<(PgServer, String, postgres::Client)> {
 
 fn page(page: u32, page_size: u32) -> Page {
     Page { page, page_size }
+}
+
+fn new_event<'a>(
+    app_id: &'a str,
+    event_name: &'a str,
+    event_key: Option<&'a str>,
+    payload: &'a str,
+    now_ms: i64,
+) -> NewEvent<'a> {
+    NewEvent {
+        app_id,
+        event_name,
+        event_key,
+        payload,
+        now_ms,
+    }
 }
 
 fn policy(app: &str, name: &str) -> Policy {
@@ -240,16 +257,19 @@ fn keys_policies_events_attempts_and_the_probe_round_trip() {
 
     // events
     let e1 = PgTx::new(&mut c, "test")
-        .insert_event("a", "order.paid", Some("k1"), r#"{"n":1}"#, 2, 5_000)
+        .insert_event(
+            &new_event("a", "order.paid", Some("k1"), r#"{"n":1}"#, 5_000),
+            2,
+        )
         .unwrap();
     let e2 = PgTx::new(&mut c, "test")
-        .insert_event("a", "order.sent", None, r#"{"n":2}"#, 0, 6_000)
+        .insert_event(&new_event("a", "order.sent", None, r#"{"n":2}"#, 6_000), 0)
         .unwrap();
     let e3 = PgTx::new(&mut c, "test")
-        .insert_event("a", "order.paid", None, "{}", 1, 7_000)
+        .insert_event(&new_event("a", "order.paid", None, "{}", 7_000), 1)
         .unwrap();
     PgTx::new(&mut c, "test")
-        .insert_event("b", "order.paid", Some("k1"), "{}", 0, 7_000)
+        .insert_event(&new_event("b", "order.paid", Some("k1"), "{}", 7_000), 0)
         .unwrap();
     let got = PgTx::new(&mut c, "test")
         .get_event("a", e1)
@@ -954,13 +974,13 @@ fn replay_pairs_and_retention_chunks() {
         .unwrap()
         .id;
     let kept_event = PgTx::new(&mut c, "test")
-        .insert_event("a", "x", None, "{}", 1, 100)
+        .insert_event(&new_event("a", "x", None, "{}", 100), 1)
         .unwrap();
     let old_event = PgTx::new(&mut c, "test")
-        .insert_event("a", "x", None, "{}", 0, 100)
+        .insert_event(&new_event("a", "x", None, "{}", 100), 0)
         .unwrap();
     let new_event = PgTx::new(&mut c, "test")
-        .insert_event("a", "x", None, "{}", 0, 900)
+        .insert_event(&new_event("a", "x", None, "{}", 900), 0)
         .unwrap();
     let oldest = task(&mut c, ep, None, "succeeded", Some(100));
     let older = task(&mut c, ep, None, "failed", Some(200));
@@ -1072,7 +1092,7 @@ fn two_nodes_publishing_one_key_at_once_create_one_event() {
                     None => {
                         std::thread::sleep(Duration::from_millis(300));
                         PgTx::new(&mut tx, "test")
-                            .insert_event("a", "order.paid", Some("k"), "{}", 0, 1_000)
+                            .insert_event(&new_event("a", "order.paid", Some("k"), "{}", 1_000), 0)
                             .unwrap()
                     }
                 };

@@ -2,7 +2,7 @@
 
 use super::list::{Filters, list_page};
 use crate::store::Page;
-use crate::store::events::Event;
+use crate::store::events::{Event, NewEvent};
 use crate::store::postgres::PgTx;
 use crate::store::postgres::replay::{Carried, record_pair_if};
 use crate::store::postgres::tasks::{TaskColumns, insert_tasks_sql};
@@ -49,17 +49,19 @@ impl<C: GenericClient> PgTx<'_, C> {
     /// which tells apart: written (the event), a replay (no event, both generations held: the
     /// pair is settled as refused), and a generation moved (nothing written: the pair stays
     /// to record, `None`, and the caller goes the transaction's way).
-    #[allow(clippy::too_many_arguments)]
     fn event_with_tasks(
         &mut self,
-        app_id: &str,
-        event_name: &str,
-        event_key: Option<&str>,
-        payload: &str,
-        now_ms: i64,
+        event: &NewEvent<'_>,
         at_generation: Option<i64>,
         tasks: &mut [NewTask<'_>],
     ) -> Result<Option<Event>, StoreError> {
+        let NewEvent {
+            app_id,
+            event_name,
+            event_key,
+            payload,
+            now_ms,
+        } = *event;
         let task_count = i64::try_from(tasks.len()).unwrap_or(i64::MAX);
         let columns = TaskColumns::new(tasks);
         let pair = match (at_generation, std::mem::take(&mut self.pair)) {
@@ -151,16 +153,14 @@ impl<C: GenericClient> PgTx<'_, C> {
 
 impl<C: GenericClient> EventQueries for PgTx<'_, C> {
     /// Inserts an event; `payload` is compact JSON text. Returns its id.
-    #[allow(clippy::too_many_arguments)]
-    fn insert_event(
-        &mut self,
-        app_id: &str,
-        event_name: &str,
-        event_key: Option<&str>,
-        payload: &str,
-        task_count: i64,
-        now_ms: i64,
-    ) -> Result<i64, StoreError> {
+    fn insert_event(&mut self, event: &NewEvent<'_>, task_count: i64) -> Result<i64, StoreError> {
+        let NewEvent {
+            app_id,
+            event_name,
+            event_key,
+            payload,
+            now_ms,
+        } = *event;
         let c = &mut *self.c;
         Ok(c.query_one(
             "INSERT INTO events (app_id, event_name, event_key, payload, status, task_count, created_at)
@@ -174,15 +174,10 @@ impl<C: GenericClient> EventQueries for PgTx<'_, C> {
     /// row) and the event as stored, instead of an insert each and a read back.
     fn insert_event_with_tasks(
         &mut self,
-        app_id: &str,
-        event_name: &str,
-        event_key: Option<&str>,
-        payload: &str,
-        now_ms: i64,
+        event: &NewEvent<'_>,
         tasks: &mut [NewTask<'_>],
     ) -> Result<Event, StoreError> {
-        let row =
-            self.event_with_tasks(app_id, event_name, event_key, payload, now_ms, None, tasks)?;
+        let row = self.event_with_tasks(event, None, tasks)?;
         row.ok_or_else(|| StoreError::Other(anyhow::anyhow!("the event's insert returned no row")))
     }
 
@@ -190,23 +185,11 @@ impl<C: GenericClient> EventQueries for PgTx<'_, C> {
     /// target generation read and the publish in one round trip.
     fn insert_event_with_tasks_at(
         &mut self,
-        app_id: &str,
-        event_name: &str,
-        event_key: Option<&str>,
-        payload: &str,
-        now_ms: i64,
+        event: &NewEvent<'_>,
         generation: i64,
         tasks: &mut [NewTask<'_>],
     ) -> Result<Option<Event>, StoreError> {
-        self.event_with_tasks(
-            app_id,
-            event_name,
-            event_key,
-            payload,
-            now_ms,
-            Some(generation),
-            tasks,
-        )
+        self.event_with_tasks(event, Some(generation), tasks)
     }
 
     fn find_event_by_key(

@@ -26,15 +26,14 @@ fn from_row(r: &Row<'_>) -> rusqlite::Result<Event> {
 }
 
 impl EventQueries for SqliteTx<'_> {
-    fn insert_event(
-        &mut self,
-        app_id: &str,
-        event_name: &str,
-        event_key: Option<&str>,
-        payload: &str,
-        task_count: i64,
-        now_ms: i64,
-    ) -> Result<i64, StoreError> {
+    fn insert_event(&mut self, event: &NewEvent<'_>, task_count: i64) -> Result<i64, StoreError> {
+        let NewEvent {
+            app_id,
+            event_name,
+            event_key,
+            payload,
+            now_ms,
+        } = *event;
         let conn = self.0;
         let id = ids::take(conn, ids::Table::Events, 1)?;
         conn.prepare_cached(
