@@ -195,3 +195,86 @@ fn validation_and_listing() {
     let id = page["items"][0]["id"].as_i64().unwrap();
     err(&theirs, "GET", &format!("/events/{id}"), None, 404, 40401);
 }
+
+/// SQLite finds an event's tasks by their id range (`events.first_task_id` ..
+/// `last_task_id`, schema step `event_task_range`) and their resent copies through
+/// `tasks_event_copies`: a file from before that step gets each event's range from the tasks
+/// its publish made, whatever their order, and keeps every row and id.
+#[test]
+fn an_upgraded_database_lists_each_events_tasks_on_sqlite() {
+    if crate::support::sqlite_only("the id range of an event's tasks is kept on SQLite only") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let db = crate::catchup::version_1_database(dir.path(), "event_tasks");
+    let mut conn = Db::open(&db);
+    for (id, tasks) in [(7, 2), (8, 1), (9, 0)] {
+        conn.execute(
+            "INSERT INTO events (id, app_id, event_name, payload, status, task_count, created_at)
+             VALUES (?1, 'app1', 'order.paid', '{}', 'dispatched', ?2,
+                     CAST(strftime('%s', 'now') AS INTEGER) * 1000)",
+            &[&id, &tasks],
+        );
+    }
+    // Event 7's tasks on both sides of event 8's (the range covers what lies between), a
+    // task of no event, and a resent copy of one of event 7's tasks.
+    for (id, event, task_type) in [
+        (11, 7, "event"),
+        (12, 8, "event"),
+        (13, 7, "event"),
+        (14, 0, "manual"),
+        (15, 7, "manual"),
+    ] {
+        conn.execute(
+            "INSERT INTO tasks (id, app_id, event_id, endpoint_id, task_type, status, run_at,
+                                max_attempts, created_at, updated_at)
+             VALUES (?1, 'app1', nullif(?2, 0), 1, ?3, 'failed', 0, 1, 0, 0)",
+            &[&id, &event, &task_type],
+        );
+    }
+    drop(conn);
+    let server = TestServer::start_with(|config| config.db = db.clone());
+    let c = server.client();
+    let ids = |event: i64| -> Vec<i64> {
+        tasks_of_event(&c, event)
+            .iter()
+            .map(|t| t["id"].as_i64().unwrap())
+            .collect()
+    };
+    assert_eq!(ids(7), [15, 13, 11]);
+    assert_eq!(ids(8), [12]);
+    assert!(ids(9).is_empty());
+    let mut conn = Db::open(&db);
+    let int = Cell::Int;
+    assert_eq!(
+        conn.rows(
+            "SELECT id, first_task_id, last_task_id FROM events ORDER BY id",
+            &[]
+        ),
+        [
+            vec![int(7), int(11), int(13)],
+            vec![int(8), int(12), int(12)],
+            vec![int(9), Cell::Null, Cell::Null]
+        ]
+    );
+    assert_eq!(conn.int("SELECT count(*) FROM tasks", &[]), 5);
+
+    // A new event names its tasks' range; the list by event finds them.
+    let e = endpoint(&c, "new", None);
+    let event = ok(
+        &c,
+        "POST",
+        "/events",
+        Some(json!({"event_name": "order.paid", "payload": {}})),
+    );
+    let event_id = event["id"].as_i64().unwrap();
+    let listed = tasks_of_event(&c, event_id);
+    assert_eq!(listed.len(), 1, "{listed:?}");
+    assert_eq!(listed[0]["endpoint_id"], e);
+    let range = conn.rows(
+        "SELECT first_task_id, last_task_id FROM events WHERE id = ?1",
+        &[&event_id],
+    );
+    let task = int(listed[0]["id"].as_i64().unwrap());
+    assert_eq!(range, [vec![task.clone(), task]]);
+}

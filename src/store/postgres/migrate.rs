@@ -34,6 +34,7 @@ const UPGRADES: &[&str] = &[
     include_str!("../../../migrations/postgres/target_generation.sql"),
     include_str!("../../../migrations/postgres/replay_guard_by_time.sql"),
     include_str!("../../../migrations/postgres/pending_counted.sql"),
+    include_str!("../../../migrations/postgres/event_task_range.sql"),
 ];
 
 /// The schema version this binary writes.

@@ -28,6 +28,24 @@ impl Filters {
         }
     }
 
+    /// Adds `event_id = value` when a value is given, and where SQLite finds those rows without
+    /// an index every publish writes: the rowid range of the event's own tasks
+    /// (`events.first_task_id` .. `last_task_id`) and the copies that name it
+    /// (`tasks_event_copies`). At most the event's tasks are read, then sorted by id
+    /// (docs/dev/storage.md, "An event's tasks by id range").
+    pub fn event(self, event_id: Option<i64>) -> Self {
+        let Some(event_id) = event_id else {
+            return self;
+        };
+        let filters = self.bind("event_id", "=", event_id.into());
+        let n = filters.values().len();
+        filters.always(&format!(
+            "id IN (SELECT id FROM tasks WHERE id BETWEEN (SELECT first_task_id FROM events WHERE id = ?{n})
+                                                 AND (SELECT last_task_id FROM events WHERE id = ?{n})
+                    UNION ALL SELECT id FROM tasks WHERE event_id = ?{n} AND task_type <> 'event')"
+        ))
+    }
+
     /// Adds `column <op> value`, e.g. `finished_at >= ?`. `op` is the caller's constant.
     pub fn cmp<V: Into<Value>>(self, column: &str, op: &str, value: V) -> Self {
         self.bind(column, op, value.into())

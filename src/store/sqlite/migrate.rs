@@ -28,6 +28,7 @@ const UPGRADES: &[&str] = &[
     include_str!("../../../migrations/target_generation.sql"),
     include_str!("../../../migrations/replay_guard_by_time.sql"),
     include_str!("../../../migrations/pending_counted.sql"),
+    include_str!("../../../migrations/event_task_range.sql"),
 ];
 
 /// The schema version this binary writes.

@@ -28,7 +28,10 @@ impl RetentionQueries for SqliteTx<'_> {
             .prepare_cached(
                 "DELETE FROM events WHERE id IN (
                 SELECT id FROM events WHERE created_at < ?1
-                AND NOT EXISTS (SELECT 1 FROM tasks WHERE tasks.event_id = events.id)
+                AND NOT EXISTS (SELECT 1 FROM tasks WHERE tasks.id BETWEEN events.first_task_id
+                                AND events.last_task_id AND tasks.event_id = events.id)
+                AND NOT EXISTS (SELECT 1 FROM tasks WHERE tasks.event_id = events.id
+                                AND tasks.task_type <> 'event')
                 ORDER BY id LIMIT ?2 + 0)",
             )?
             .execute(params![cutoff_ms, limit])?)

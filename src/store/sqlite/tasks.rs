@@ -150,7 +150,7 @@ impl TaskQueries for SqliteTx<'_> {
         let filters = filters
             .eq_known("status", status, &STATUSES)
             .eq("schedule_id", f.schedule_id)
-            .eq("event_id", f.event_id)
+            .event(f.event_id)
             .eq("endpoint_id", f.endpoint_id)
             .eq_known("task_type", f.task_type.as_deref(), &TASK_TYPES);
         // By app alone or by app and status, the total is the counters' (`task_counts`, kept
@@ -417,7 +417,7 @@ impl TaskQueries for SqliteTx<'_> {
             .eq_known("status", Some(f.status), &["failed", "canceled"])
             .eq("endpoint_id", f.endpoint_id)
             .eq("schedule_id", f.schedule_id)
-            .eq("event_id", f.event_id)
+            .event(f.event_id)
             .always("EXISTS (SELECT 1 FROM endpoints e WHERE e.id = tasks.endpoint_id)");
         if let Some(since) = f.since {
             filters = filters.cmp("finished_at", ">=", since);
