@@ -79,9 +79,12 @@ for bin in $BINS; do
 done
 [ ${#LABELS[@]} -gt 0 ] || LABELS=(-)
 
+PG_KEEP_LOG=$OUT/server.log
 pg_server_start
 # The run's own database is the one the harness makes: bench_b<pid>_<n>.
 RUN_DB="datname LIKE 'bench\_b%'"
+# Checkpoints and buffer writes, before and after each PostgreSQL run (OUT/NAME.bgwriter).
+BGWRITER="checkpoints_timed, checkpoints_req, buffers_checkpoint, buffers_clean, buffers_backend, buffers_backend_fsync, (SELECT wal_records || ' ' || wal_fpi || ' ' || wal_bytes || ' ' || wal_write || ' ' || wal_sync FROM pg_stat_wal) FROM pg_stat_bgwriter"
 if [ "${ROUNDTRIPS:-0}" = 1 ]; then
     PROXY_PORT=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
     python3 scripts/pg-roundtrips.py "$PROXY_PORT" "$PORT" "$OUT/roundtrips.json" &
@@ -139,6 +142,7 @@ for config in $CONFIGS; do
         q "SELECT pg_stat_statements_reset()" >/dev/null
         trips0=$(cat "$OUT/roundtrips.json" 2>/dev/null || echo '{}')
         peak=0 xacts=0
+        [ "$config" != sqlite ] && q "SELECT $BGWRITER" >"$OUT/$name.bgwriter"
         while kill -0 "$pid_bench" 2>/dev/null; do
             ps -o pid= --ppid "$pid_bench" --ppid "$PGPID" >>"$OUT/$name.pids" || true
             if [ "$config" != sqlite ]; then
@@ -146,9 +150,21 @@ for config in $CONFIGS; do
                 [ "$conns" -gt "$peak" ] && peak=$conns
                 x=$(q "SELECT coalesce(sum(xact_commit + xact_rollback), 0) FROM pg_stat_database WHERE $RUN_DB") || x=0
                 [ "$x" -gt 0 ] && xacts=$x
+                # What the server does besides the run's statements: every process that is not
+                # a client backend (autovacuum workers with the table they vacuum, WAL writer,
+                # checkpointer), and the databases on the server.
+                q "SELECT to_char(clock_timestamp(), 'HH24:MI:SS.MS'), pid, backend_type, coalesce(datname, '-'), coalesce(wait_event, '-'), left(coalesce(query, ''), 80) FROM pg_stat_activity WHERE backend_type <> 'client backend' UNION ALL SELECT to_char(clock_timestamp(), 'HH24:MI:SS.MS'), 0, 'databases', string_agg(datname, ' ' ORDER BY datname), '-', '' FROM pg_database" \
+                    >>"$OUT/$name.activity" 2>/dev/null || true
+                # The run's queue tables: live and dead tuples, vacuums, sizes (the last sample
+                # is the run's end; the harness drops its database when it stops).
+                db=$(q "SELECT datname FROM pg_database WHERE $RUN_DB LIMIT 1") || db=
+                [ -n "$db" ] && "${RUN[@]}" "$PGBIN/psql" -h "$PGDIR" -p "$PORT" -U webhookd -d "$db" -AtXqc \
+                    "SELECT to_char(clock_timestamp(), 'HH24:MI:SS.MS'), relname, n_live_tup, n_dead_tup, n_tup_upd, n_tup_hot_upd, vacuum_count, autovacuum_count, autoanalyze_count, pg_relation_size(relid), pg_indexes_size(relid) FROM pg_stat_user_tables WHERE relname IN ('tasks', 'replay_guard', 'events', 'attempts') UNION ALL SELECT to_char(clock_timestamp(), 'HH24:MI:SS.MS'), indexrelname, idx_scan, idx_tup_read, idx_tup_fetch, 0, 0, 0, 0, pg_relation_size(indexrelid), 0 FROM pg_stat_user_indexes WHERE relname = 'tasks'" \
+                    >>"$OUT/$name.tables" 2>/dev/null || true
             fi
             sleep 0.5
         done
+        [ "$config" != sqlite ] && q "SELECT $BGWRITER" >>"$OUT/$name.bgwriter"
         if [ "$config" != sqlite ]; then
             wal=$(q "SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), '$wal0')::bigint")
             others="dbid NOT IN (SELECT oid FROM pg_database WHERE datname IN ('bench', 'postgres'))"

@@ -8,13 +8,15 @@
 #   RUN     the prefix to run its tools as          PORT   its TCP port on 127.0.0.1
 #   PASSWORD, URL (postgres://webhookd:…@127.0.0.1:PORT/bench), PGPID (the postmaster)
 # and installs pg_server_stop as the EXIT trap. Env: SYNC (synchronous_commit, default on),
-# PG_CONF_EXTRA (lines appended to postgresql.conf).
+# PG_CONF_EXTRA (lines appended to postgresql.conf), PG_KEEP_LOG (a path the server's log is
+# copied to when it stops: e.g. auto_explain's plans).
 # q SQL: one statement on `bench` through the socket, unaligned, no headers.
 
 PGBIN=$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -1)
 
 pg_server_stop() {
     "${RUN[@]}" "$PGBIN/pg_ctl" -D "$PGDIR/data" -m fast -w stop >/dev/null 2>&1 || true
+    [ -n "${PG_KEEP_LOG:-}" ] && cp "$PGDIR/server.log" "$PG_KEEP_LOG" 2>/dev/null
     rm -rf "$PGDIR"
 }
 

@@ -1,7 +1,7 @@
 //! The PostgreSQL store's groundwork against a private server (tests/it/pg.rs): the schema
 //! applies on an empty database and matches SQLite's table for table, reopening changes
-//! nothing, newer and foreign databases are refused untouched, racing opens upgrade once, and
-//! no password shows in an error. Plus: `serve`/`keys` refuse a PostgreSQL URL for now.
+//! nothing, the queue tables' autovacuum settings are applied once, newer and foreign databases
+//! are refused untouched, racing opens upgrade once, and no password shows in an error. Plus: `serve`/`keys` refuse a PostgreSQL URL for now.
 
 use crate::pg::PgServer;
 use std::collections::{BTreeMap, BTreeSet};
@@ -238,6 +238,57 @@ fn reopening_a_current_database_changes_nothing() {
     );
     assert_eq!(marker(&mut client).1, pgstore::SCHEMA_VERSION);
     assert_eq!(one::<i64>(&mut client, "SELECT count(*) FROM api_keys"), 1);
+}
+
+#[test]
+fn the_queue_tables_get_their_autovacuum_settings_once() {
+    let Some((_server, url, mut client)) = opened("tuning") else {
+        return;
+    };
+    let options = |client: &mut postgres::Client, table: &str| -> Vec<String> {
+        let sql = format!(
+            "SELECT coalesce(reloptions, '{{}}') FROM pg_class WHERE oid = '{table}'::regclass"
+        );
+        one(client, &sql)
+    };
+    let tuning = "SELECT tuning FROM webhookd_schema";
+    assert_eq!(one::<i64>(&mut client, tuning), 1);
+    for table in ["tasks", "replay_guard"] {
+        let set = options(&mut client, table);
+        assert!(
+            set.contains(&"autovacuum_vacuum_scale_factor=0".to_string()),
+            "{table}: {set:?}"
+        );
+        assert!(
+            set.contains(&"autovacuum_vacuum_cost_delay=0".to_string()),
+            "{table}: {set:?}"
+        );
+    }
+
+    // An operator's own setting stays: the step is applied once, not at every start.
+    client
+        .batch_execute("ALTER TABLE tasks SET (autovacuum_vacuum_scale_factor = 0.05)")
+        .unwrap();
+    drop(pgstore::open(&url, 1).unwrap());
+    assert!(
+        options(&mut client, "tasks").contains(&"autovacuum_vacuum_scale_factor=0.05".to_string())
+    );
+
+    // A database written by a binary without tuning steps (no `tuning` column) gets them.
+    client
+        .batch_execute(
+            "ALTER TABLE webhookd_schema DROP COLUMN tuning;
+             ALTER TABLE tasks RESET (autovacuum_vacuum_scale_factor, autovacuum_vacuum_cost_delay)",
+        )
+        .unwrap();
+    drop(pgstore::open(&url, 1).unwrap());
+    assert_eq!(one::<i64>(&mut client, tuning), 1);
+    let set = options(&mut client, "tasks");
+    assert!(
+        set.contains(&"autovacuum_vacuum_scale_factor=0".to_string()),
+        "{set:?}"
+    );
+    assert_eq!(marker(&mut client).1, pgstore::SCHEMA_VERSION);
 }
 
 #[test]

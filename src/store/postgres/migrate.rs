@@ -40,6 +40,14 @@ const UPGRADES: &[&str] = &[
 /// The schema version this binary writes.
 pub const SCHEMA_VERSION: i64 = UPGRADES.len() as i64;
 
+/// Tuning steps: PostgreSQL-only settings that change no shape (storage parameters), applied
+/// once each after the upgrade steps and counted in `webhookd_schema.tuning`, not in the
+/// schema version (which SQLite's matches step for step). A database tuned by a newer
+/// webhookd is served as it is: its settings change nothing this binary reads or writes.
+const TUNING: &[&str] = &[include_str!(
+    "../../../migrations/postgres/queue_autovacuum.sql"
+)];
+
 /// What the connected database (its current schema) holds before an upgrade step.
 enum Found {
     /// No table at all: a new database for webhookd.
@@ -83,9 +91,53 @@ fn inspect(tx: &mut Transaction<'_>, shown: &str) -> anyhow::Result<Found> {
     }
 }
 
-/// Applies every upgrade step the database has not had yet.
+/// Applies every upgrade step, then every tuning step, the database has not had yet.
 pub fn upgrade(client: &mut Client, shown: &str) -> anyhow::Result<()> {
-    upgrade_with(client, shown, UPGRADES)
+    upgrade_with(client, shown, UPGRADES)?;
+    tune(client, shown, TUNING)
+}
+
+/// Applies the tuning steps past the count in `webhookd_schema.tuning` (a column added, at 0,
+/// by the first binary that has tuning steps), each in its own transaction under the upgrade
+/// lock. Writes nothing when the database has them all.
+fn tune(client: &mut Client, shown: &str, steps: &[&str]) -> anyhow::Result<()> {
+    loop {
+        let mut tx = client.transaction()?;
+        tx.execute("SELECT pg_advisory_xact_lock($1)", &[&UPGRADE_LOCK])?;
+        let counted: bool = tx
+            .query_one(
+                "SELECT EXISTS (SELECT 1 FROM information_schema.columns
+                                 WHERE table_schema = current_schema()
+                                   AND table_name = 'webhookd_schema' AND column_name = 'tuning')",
+                &[],
+            )?
+            .get(0);
+        let done: i64 = if counted {
+            tx.query_one("SELECT tuning FROM webhookd_schema", &[])?
+                .get(0)
+        } else {
+            0
+        };
+        // Dropping `tx` when there is nothing to do rolls back a transaction that wrote nothing.
+        let Some(step) = usize::try_from(done).ok().and_then(|d| steps.get(d)) else {
+            return Ok(());
+        };
+        if !counted {
+            tx.batch_execute(
+                "ALTER TABLE webhookd_schema ADD COLUMN tuning BIGINT NOT NULL DEFAULT 0",
+            )?;
+        }
+        tx.batch_execute(step)
+            .with_context(|| format!("tuning step {} of {shown} failed", done + 1))?;
+        tx.execute("UPDATE webhookd_schema SET tuning = $1", &[&(done + 1)])?;
+        tx.commit()
+            .with_context(|| format!("tuning step {} of {shown} failed", done + 1))?;
+        tracing::info!(
+            step = done + 1,
+            "PostgreSQL: applied tuning step {}",
+            done + 1
+        );
+    }
 }
 
 /// [`upgrade`] over the given steps (tests use more steps than the binary has).
@@ -145,5 +197,6 @@ fn upgrade_with(client: &mut Client, shown: &str, steps: &[&str]) -> anyhow::Res
 #[doc(hidden)]
 pub fn upgrade_with_extra(client: &mut Client, shown: &str, extra: &[&str]) -> anyhow::Result<()> {
     let steps: Vec<&str> = UPGRADES.iter().chain(extra).copied().collect();
-    upgrade_with(client, shown, &steps)
+    upgrade_with(client, shown, &steps)?;
+    tune(client, shown, TUNING)
 }
