@@ -266,7 +266,7 @@ impl<C: GenericClient> TaskQueries for PgTx<'_, C> {
                   ORDER BY next_attempt_at, id LIMIT $3
                   FOR UPDATE SKIP LOCKED)
              UPDATE tasks t SET {}
-               FROM due WHERE t.id = due.id AND t.status = 'pending'
+               FROM due WHERE t.id = due.id AND {STILL_PENDING}
              {CLAIM_RETURNING}",
             claim_set(4, 2)
         );
@@ -324,7 +324,7 @@ impl<C: GenericClient> TaskQueries for PgTx<'_, C> {
                       ORDER BY next_attempt_at, id LIMIT w.n
                       FOR UPDATE SKIP LOCKED) d)
              UPDATE tasks t SET {}
-               FROM due WHERE t.id = due.id AND t.status = 'pending'
+               FROM due WHERE t.id = due.id AND {STILL_PENDING}
              {CLAIM_RETURNING}",
             claim_set(5, 4)
         );
@@ -909,6 +909,17 @@ fn claim_set(node: usize, now: usize) -> String {
                        + {LEASE_MARGIN_MS}"
     )
 }
+
+/// A claim's update finds each task the `due` subquery locked by its primary key, and tests it
+/// is still pending. Written `t.status = 'pending'`, that test would match the predicate of
+/// the pending-only indexes (`tasks_endpoint_order`, `tasks_endpoint_due`), and a plan made
+/// while `tasks` has no statistics (a new database, until autovacuum's first `ANALYZE`), or
+/// statistics taken while nothing was pending, walks one of them whole and joins every pending
+/// task to the claimed few: the endpoint's whole backlog read per claim, 37–90 ms each, which
+/// decided every PostgreSQL benchmark run by when autovacuum first came (BENCHMARKS.md,
+/// pgsteady). Under `COLLATE "C"` (equal text is equal under every deterministic collation)
+/// the test matches no index predicate, so the update can only look each task up by its key.
+const STILL_PENDING: &str = "(t.status COLLATE \"C\") = 'pending'";
 
 /// What a claim returns of each task; `claimed_from` reads it in this order.
 const CLAIM_RETURNING: &str = "RETURNING t.id, t.endpoint_id, t.schedule_id, t.event_id,
