@@ -1768,3 +1768,73 @@ fn a_rounds_results_and_attempts_in_one_statement_write_what_the_two_write() {
             .is_empty()
     );
 }
+
+/// A claim reads only what it claims, on a generic plan (as the store's statement cache keeps
+/// one) made without statistics (a new database before autovacuum's first `ANALYZE`) or with
+/// statistics taken while nothing was pending (an idle database, then a burst): it never reads
+/// the endpoint's backlog through an index that does not give due order, which made every
+/// claim read and sort the whole backlog (BENCHMARKS.md, pgsteady).
+#[test]
+fn a_claim_reads_no_backlog_on_a_plan_made_without_statistics_or_while_idle() {
+    let Some((server, url)) = database("claim_plan") else {
+        return;
+    };
+    let mut c = server.client(&url);
+    c.batch_execute(
+        "ALTER TABLE tasks SET (autovacuum_enabled = false);
+         SET plan_cache_mode = force_generic_plan",
+    )
+    .unwrap();
+    let e = endpoint(&mut c, 1_000, None);
+    let other = endpoint(&mut c, 1_000, None);
+    // Index entries read through anything but the due-order index and the primary key.
+    let other_entries = |c: &mut Client| -> i64 {
+        c.batch_execute("SELECT pg_stat_force_next_flush()").unwrap();
+        c.query_one(
+            "SELECT coalesce(sum(idx_tup_read), 0)::int8 FROM pg_stat_user_indexes
+              WHERE relname = 'tasks' AND indexrelname NOT IN ('tasks_endpoint_due', 'tasks_pkey')",
+            &[],
+        )
+        .unwrap()
+        .get(0)
+    };
+    let claims = |c: &mut Client, at: i64| {
+        let one = PgTx::new(c, "node-a")
+            .claim_endpoint_tasks(e, at, 2)
+            .unwrap();
+        let round = PgTx::new(c, "node-a")
+            .claim_endpoints_tasks(&[(e, 2), (other, 1)], at)
+            .unwrap();
+        assert_eq!(
+            (one.len(), round.iter().map(Vec::len).collect::<Vec<_>>()),
+            (2, vec![2, 1])
+        );
+    };
+    let burst = |c: &mut Client| {
+        for i in 0..400 {
+            task(c, e, NOW + i);
+        }
+        task(c, other, NOW);
+    };
+    burst(&mut c);
+    let never_analyzed: f32 = c
+        .query_one("SELECT reltuples FROM pg_class WHERE relname = 'tasks'", &[])
+        .unwrap()
+        .get(0);
+    assert!(never_analyzed < 0.0, "no statistics yet: {never_analyzed}");
+    let before = other_entries(&mut c);
+    claims(&mut c, NOW + 1_000);
+    let read = other_entries(&mut c) - before;
+    assert!(read < 50, "no statistics: {read} entries read for 5 claimed tasks");
+
+    c.batch_execute(
+        "UPDATE tasks SET status = 'succeeded', finished_at = run_at, next_attempt_at = NULL;
+         ANALYZE tasks",
+    )
+    .unwrap();
+    burst(&mut c);
+    let before = other_entries(&mut c);
+    claims(&mut c, NOW + 1_000);
+    let read = other_entries(&mut c) - before;
+    assert!(read < 50, "idle statistics: {read} entries read for 5 claimed tasks");
+}

@@ -375,9 +375,11 @@ impl<C: GenericClient> TaskQueries for PgTx<'_, C> {
             "UPDATE tasks t SET {}
               WHERE t.id = $1 AND t.status = 'pending' AND t.next_attempt_at <= $2
                 AND NOT EXISTS (SELECT 1 FROM tasks o
-                                 WHERE o.endpoint_id = t.endpoint_id AND o.id <> t.id
-                                   AND (o.status = 'running'
-                                        OR (o.status = 'pending' AND (o.run_at, o.id) < (t.run_at, t.id))))
+                                 WHERE o.status = 'running' AND o.endpoint_id = t.endpoint_id
+                                   AND o.id <> t.id)
+                AND NOT EXISTS (SELECT 1 FROM tasks o
+                                 WHERE o.status = 'pending' AND o.endpoint_id = t.endpoint_id
+                                   AND (o.run_at, o.id) < (t.run_at, t.id))
              {CLAIM_RETURNING}",
             claim_set(3, 2)
         );
