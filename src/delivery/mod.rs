@@ -1,8 +1,9 @@
 //! The delivery pool: turns due tasks into HTTP calls to their endpoints, at least once.
 //!
-//! One dispatcher thread owns the database side. Each round it commits, in one transaction, the
-//! results the workers reported since the last round (attempt rows and task state changes) and
-//! claims the next due tasks fairly, endpoint by endpoint within each endpoint's limits and
+//! One dispatcher thread owns the database side. Each round it commits, in one transaction (on
+//! PostgreSQL, a round of successes: one statement each, `Store::write_redoable_statements`),
+//! the results the workers reported since the last round (attempt rows and task state changes)
+//! and claims the next due tasks fairly, endpoint by endpoint within each endpoint's limits and
 //! each app's share (see [`fair`]), loading each claimed endpoint once per batch. Sender threads
 //! send the claimed tasks with one shared keep-alive HTTP agent and hand the results back.
 //!
