@@ -1,8 +1,9 @@
 //! The delivery pool: turns due tasks into HTTP calls to their endpoints, at least once.
 //!
-//! One dispatcher thread owns the database side. Each round it commits, in one transaction, the
-//! results the workers reported since the last round (attempt rows and task state changes) and
-//! claims the next due tasks fairly, endpoint by endpoint within each endpoint's limits and
+//! One dispatcher thread owns the database side. Each round it commits, in one transaction (on
+//! PostgreSQL, a round of successes: one statement each, `Store::write_redoable_statements`),
+//! the results the workers reported since the last round (attempt rows and task state changes)
+//! and claims the next due tasks fairly, endpoint by endpoint within each endpoint's limits and
 //! each app's share (see [`fair`]), loading each claimed endpoint once per batch. Sender threads
 //! send the claimed tasks with one shared keep-alive HTTP agent and hand the results back.
 //!
@@ -99,6 +100,12 @@ impl Done {
     /// `webhookd.endpoint.disabled`): only a failed attempt that is not quiet can.
     fn may_publish(&self) -> bool {
         self.verdict.after != store::tasks::AfterAttempt::Success && !self.quiet
+    }
+
+    /// A success: recording it changes its task, its attempt row and its endpoint's health,
+    /// nothing else (no endpoint disabled, no streak to look at).
+    fn is_success(&self) -> bool {
+        self.verdict.after == store::tasks::AfterAttempt::Success && self.sent.is_success()
     }
 }
 
@@ -645,8 +652,20 @@ fn dispatch(shared: &Arc<Shared>) {
         // Redoable: a claim or result a crash loses only sends its task again. Not a round
         // that may publish an operator event: the event's id and its tasks' ids go out to
         // receivers (the payload, `webhook-id`), and a crash must not hand them out again.
+        // A round of successes (the usual one) needs no transaction either: its results are
+        // one statement (a second, for the health of the others, when some were not
+        // recorded), which records each result at most once however often it is retried, and
+        // its rescue, walk and claim are each atomic alone, so where the store can (PostgreSQL)
+        // each statement commits on its own. A failure may then come after the results
+        // committed: they are put back as after any failure, and their retry records none of
+        // them again (their tasks are no longer running under this node's claim of that
+        // attempt). A claim that committed before a failure (its answer lost, or a later read)
+        // leaves its tasks running here, unsent: their lease runs out and the rescue hands
+        // them back, as a dead node's.
         let round = if done.iter().any(Done::may_publish) {
             app.store.write(round)
+        } else if done.iter().all(Done::is_success) {
+            app.store.write_redoable_statements(round)
         } else {
             app.store.write_redoable(round)
         };
@@ -659,7 +678,8 @@ fn dispatch(shared: &Arc<Shared>) {
             }
             Err(e) => {
                 tracing::error!(error = %e, "delivery pool: database round failed; retrying");
-                // Nothing was claimed or recorded: the results wait for the next round, and
+                // The results wait for the next round (in a transaction nothing was recorded;
+                // without one, those recorded already are not recorded again, see above), and
                 // the gate starts over from what is really in flight.
                 gate = new_gate();
                 lock(&shared.results).extend(done);
@@ -964,8 +984,9 @@ fn targets(
                     reply: None,
                 });
             }
-            // Cannot happen: the claim joins on the endpoint in this same transaction. Left
-            // `running`, the task is handed back at the next start.
+            // Cannot happen but for an endpoint deleted between the claim and this read (the
+            // walk read it just before). Left `running`, the task is handed back when its
+            // lease runs out (PostgreSQL) or at the next start.
             None => tracing::error!(
                 task_id = task.id,
                 trace_id = %task.trace_id_hex(),

@@ -147,6 +147,20 @@ pub trait Store: Send + Sync + 'static {
         self.write_dyn(f)
     }
 
+    /// [`Store::write_redoable_dyn`] for a write whose statements each stand on their own, run
+    /// outside a transaction where the store can: each statement commits by itself as it runs,
+    /// none waiting for the disk, so a failure leaves the statements before it committed (and
+    /// a statement may have committed though its answer was lost). SQLite runs `f` in one
+    /// transaction, as `write_redoable_dyn`. For the delivery dispatcher's round of
+    /// successes, whose results statement records a result at most once, whoever retries it
+    /// (docs/dev/storage.md, "The delivery round without a transaction on PostgreSQL").
+    fn write_redoable_statements_dyn(
+        &self,
+        f: &mut dyn FnMut(&mut dyn Tx) -> Result<(), StoreError>,
+    ) -> Result<(), StoreError> {
+        self.write_redoable_dyn(f)
+    }
+
     /// The cheap check run before every API write: is the database the store opened still
     /// there to write to? Err: writes would be lost, answer 503.
     fn quick_check(&self) -> Result<(), StoreError>;
@@ -229,6 +243,15 @@ impl dyn Store {
         f: impl FnOnce(&mut dyn Tx) -> Result<T, E>,
     ) -> Result<T, E> {
         run(f, |g| self.write_redoable_dyn(g))
+    }
+
+    /// [`Store::write_redoable`] whose statements may commit apart
+    /// ([`Store::write_redoable_statements_dyn`]): an error may come after some committed.
+    pub fn write_redoable_statements<T, E: From<StoreError>>(
+        &self,
+        f: impl FnOnce(&mut dyn Tx) -> Result<T, E>,
+    ) -> Result<T, E> {
+        run(f, |g| self.write_redoable_statements_dyn(g))
     }
 }
 

@@ -1789,7 +1789,8 @@ fn a_claim_reads_no_backlog_on_a_plan_made_without_statistics_or_while_idle() {
     let other = endpoint(&mut c, 1_000, None);
     // Index entries read through anything but the due-order index and the primary key.
     let other_entries = |c: &mut Client| -> i64 {
-        c.batch_execute("SELECT pg_stat_force_next_flush()").unwrap();
+        c.batch_execute("SELECT pg_stat_force_next_flush()")
+            .unwrap();
         c.query_one(
             "SELECT coalesce(sum(idx_tup_read), 0)::int8 FROM pg_stat_user_indexes
               WHERE relname = 'tasks' AND indexrelname NOT IN ('tasks_endpoint_due', 'tasks_pkey')",
@@ -1818,14 +1819,20 @@ fn a_claim_reads_no_backlog_on_a_plan_made_without_statistics_or_while_idle() {
     };
     burst(&mut c);
     let never_analyzed: f32 = c
-        .query_one("SELECT reltuples FROM pg_class WHERE relname = 'tasks'", &[])
+        .query_one(
+            "SELECT reltuples FROM pg_class WHERE relname = 'tasks'",
+            &[],
+        )
         .unwrap()
         .get(0);
     assert!(never_analyzed < 0.0, "no statistics yet: {never_analyzed}");
     let before = other_entries(&mut c);
     claims(&mut c, NOW + 1_000);
     let read = other_entries(&mut c) - before;
-    assert!(read < 50, "no statistics: {read} entries read for 5 claimed tasks");
+    assert!(
+        read < 50,
+        "no statistics: {read} entries read for 5 claimed tasks"
+    );
 
     c.batch_execute(
         "UPDATE tasks SET status = 'succeeded', finished_at = run_at, next_attempt_at = NULL;
@@ -1836,5 +1843,169 @@ fn a_claim_reads_no_backlog_on_a_plan_made_without_statistics_or_while_idle() {
     let before = other_entries(&mut c);
     claims(&mut c, NOW + 1_000);
     let read = other_entries(&mut c) - before;
-    assert!(read < 50, "idle statistics: {read} entries read for 5 claimed tasks");
+    assert!(
+        read < 50,
+        "idle statistics: {read} entries read for 5 claimed tasks"
+    );
+}
+
+/// The dispatcher's round of successes runs without a transaction block
+/// (`Store::write_redoable_statements`), each statement committing on its own. A round that
+/// fails after its results statement committed (here its claim's answer is lost, after the
+/// claim took one of those tasks again) keeps what committed, and the dispatcher's retry of
+/// the same results records none of them twice: no second attempt row, no second health
+/// update, the task claimed again left to its new attempt, whose own result still records.
+#[test]
+fn a_round_failing_after_its_results_committed_is_retried_without_recording_twice() {
+    use webhookd::store::StoreError;
+    use webhookd::store::attempts::Attempt;
+    use webhookd::store::endpoints::HealthDelta;
+    use webhookd::store::tasks::Finish;
+    let Some((server, url)) = database("round_statements") else {
+        return;
+    };
+    let mut c = server.client(&url);
+    let store = webhookd::store::open(&url, 1).unwrap();
+    let e = endpoint(&mut c, 1_000, None);
+    let ids = [task(&mut c, e, NOW), task(&mut c, e, NOW + 1)];
+    let claimed = store
+        .write_redoable_statements::<_, StoreError>(|tx| {
+            tx.claim_endpoints_tasks(&[(e, 10)], NOW + 1)
+        })
+        .unwrap();
+    assert_eq!(claimed[0].iter().map(|t| t.id).collect::<Vec<_>>(), ids);
+    let finishes = [
+        Finish {
+            task_id: ids[0],
+            attempt: 1,
+            after: AfterAttempt::Success,
+            last_status_code: Some(200),
+            last_error: None,
+            now_ms: NOW + 10,
+        },
+        Finish {
+            task_id: ids[1],
+            attempt: 1,
+            after: AfterAttempt::RetryAt(NOW + 10),
+            last_status_code: Some(500),
+            last_error: Some("HTTP 500"),
+            now_ms: NOW + 10,
+        },
+    ];
+    let attempts: Vec<Attempt> = finishes
+        .iter()
+        .map(|f| Attempt {
+            id: 0,
+            task_id: f.task_id,
+            attempt: f.attempt,
+            started_at: NOW + 5,
+            duration_ms: 5,
+            status_code: f.last_status_code,
+            error: f.last_error.map(str::to_string),
+            response_body: None,
+            request_headers: None,
+        })
+        .collect();
+    let health = [(
+        e,
+        HealthDelta {
+            last_success_at: Some(NOW + 10),
+            last_failure_at: Some(NOW + 10),
+            failures: 1,
+            first_failure_at: Some(NOW + 10),
+        },
+    )];
+    let seen = |c: &mut Client| {
+        let tasks: Vec<(String, i64)> = c
+            .query(
+                "SELECT status, attempts FROM tasks WHERE id = ANY($1) ORDER BY id",
+                &[&&ids[..]],
+            )
+            .unwrap()
+            .iter()
+            .map(|r| (r.get(0), r.get(1)))
+            .collect();
+        let attempt_rows: i64 = c
+            .query_one("SELECT count(*) FROM attempts", &[])
+            .unwrap()
+            .get(0);
+        let streak: i64 = c
+            .query_one(
+                "SELECT consecutive_failures FROM endpoints WHERE id = $1",
+                &[&e],
+            )
+            .unwrap()
+            .get(0);
+        (tasks, attempt_rows, streak)
+    };
+
+    let failed = store.write_redoable_statements::<(), StoreError>(|tx| {
+        let written = tx.record_attempts(&finishes, &attempts, &health)?;
+        assert_eq!(
+            (written.recorded, written.health_written),
+            (vec![true, true], true)
+        );
+        let again = tx.claim_endpoints_tasks(&[(e, 10)], NOW + 20)?;
+        assert_eq!(
+            again[0]
+                .iter()
+                .map(|t| (t.id, t.attempt))
+                .collect::<Vec<_>>(),
+            [(ids[1], 2)]
+        );
+        Err(StoreError::Other(anyhow::anyhow!(
+            "the claim's answer was lost"
+        )))
+    });
+    assert!(failed.is_err());
+    let committed = (
+        vec![("success".to_string(), 1), ("running".to_string(), 1)],
+        2,
+        1,
+    );
+    assert_eq!(
+        seen(&mut c),
+        committed,
+        "each statement committed on its own"
+    );
+
+    let retried = store
+        .write_redoable_statements::<_, StoreError>(|tx| {
+            tx.record_attempts(&finishes, &attempts, &health)
+        })
+        .unwrap();
+    assert_eq!(
+        (retried.recorded, retried.health_written),
+        (vec![false, false], false)
+    );
+    assert_eq!(seen(&mut c), committed, "nothing recorded twice");
+
+    let second = Finish {
+        attempt: 2,
+        after: AfterAttempt::Success,
+        last_status_code: Some(200),
+        last_error: None,
+        now_ms: NOW + 30,
+        ..finishes[1]
+    };
+    let attempt = Attempt {
+        attempt: 2,
+        status_code: Some(200),
+        error: None,
+        ..attempts[1].clone()
+    };
+    let written = store
+        .write_redoable_statements::<_, StoreError>(|tx| {
+            tx.record_attempts(&[second], &[attempt], &[])
+        })
+        .unwrap();
+    assert_eq!(written.recorded, [true]);
+    assert_eq!(
+        seen(&mut c),
+        (
+            vec![("success".to_string(), 1), ("success".to_string(), 2)],
+            3,
+            1
+        )
+    );
 }

@@ -48,9 +48,8 @@ fn record_pair_at_generation(first: usize) -> String {
 static RECORD: LazyLock<String> = LazyLock::new(|| record_pair(1));
 static RECORD_AT_GENERATION: LazyLock<String> = LazyLock::new(|| record_pair_at_generation(1));
 /// [`RECORD_AT_GENERATION`] with `synchronous_commit` off for the statement's own transaction.
-static RECORD_AT_GENERATION_UNSYNCED: LazyLock<String> = LazyLock::new(|| {
-    record_pair_at_generation(1) + ", set_config('synchronous_commit', 'off', true)"
-});
+static RECORD_AT_GENERATION_UNSYNCED: LazyLock<String> =
+    LazyLock::new(|| record_pair_at_generation(1) + super::store::SYNC_OFF);
 
 /// The pair a read or a write outside a transaction was handed
 /// ([`ReplayQueries::carry_first_use`]) and what became of it.

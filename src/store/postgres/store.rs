@@ -147,10 +147,12 @@ impl PgStore {
     }
 
     /// `f` with no transaction block, each of its statements its own transaction: with
-    /// `unsynced`, the replay record's commit does not wait for the WAL flush
-    /// (`write_unsynced`); without, every commit waits as a transaction's would and a
-    /// statement may carry the request's replay record (`write_statement`). Work `f` made due
-    /// is announced after it, as after a transaction.
+    /// `unsynced`, the writing statements that matter turn `synchronous_commit` off for their
+    /// own transaction, so their commits do not wait for the WAL flush (`write_unsynced`'s
+    /// replay record, `write_redoable_statements`' round); without, every commit waits as a
+    /// transaction's would and a statement may carry the request's replay record
+    /// (`write_statement`). Claims start at this node's floors, as in a transaction. Work `f`
+    /// made due is announced after it, as after a transaction.
     fn outside_block(
         &self,
         unsynced: bool,
@@ -160,6 +162,7 @@ impl PgStore {
         let (client, statements) = conn.split();
         let wake = {
             let mut pg = PgTx::cached(client, statements, &self.node);
+            pg.floors = Some(&self.floors);
             pg.unsynced = unsynced;
             pg.autocommit = !unsynced;
             f(&mut pg)?;
@@ -197,6 +200,12 @@ impl PgStore {
         Ok(())
     }
 }
+
+/// Added to the columns a statement returns: turns `synchronous_commit` off for the
+/// statement's own transaction when it runs outside a transaction block
+/// ([`PgTx::unsynced`]). Evaluated for each row returned, so a statement that returns no row
+/// keeps it on: the round's writes return a row for each row they change.
+pub(super) const SYNC_OFF: &str = ", set_config('synchronous_commit', 'off', true)";
 
 /// `host-pid-random`: unique among the nodes sharing a database, readable in `tasks.claimed_by`.
 fn node_id() -> String {
@@ -243,6 +252,23 @@ impl Store for PgStore {
         f: &mut dyn FnMut(&mut dyn Tx) -> Result<(), StoreError>,
     ) -> Result<(), StoreError> {
         self.write_tx(true, f)
+    }
+
+    /// No transaction block ([`PgStore::outside_block`], as `write_unsynced`): each statement
+    /// of `f` is its own transaction, and the round's writing statements (its results, its
+    /// claim, its lease renewal) turn `synchronous_commit` off for their own
+    /// (`set_config(…, true)` in the same statement). The dispatcher's round of successes is
+    /// then three statements (results, the walk's read, the claim) where a transaction block
+    /// took six (`BEGIN`, `SET LOCAL`, …, `COMMIT`), and the results statement's row locks
+    /// (the endpoint's health row) are held for that statement, not for the whole round
+    /// (docs/dev/storage.md, "The delivery round without a transaction on PostgreSQL").
+    /// `set_config(…, true)` is local to the statement's transaction: fine behind PgBouncer
+    /// in transaction mode (`--pg-poll-only`).
+    fn write_redoable_statements_dyn(
+        &self,
+        f: &mut dyn FnMut(&mut dyn Tx) -> Result<(), StoreError>,
+    ) -> Result<(), StoreError> {
+        self.outside_block(true, f)
     }
 
     /// The replay record of a signed request (the only use of `write_unsynced`): no
@@ -419,11 +445,13 @@ pub struct PgTx<'c, C: GenericClient> {
     /// This node's id, written into the tasks it claims (the lease).
     pub(super) node: &'c str,
     wake: Wake,
-    /// Where this node's claims start (`tasks.rs`); `None` outside the store's write
-    /// transactions: claims search each endpoint from its first entry.
+    /// Where this node's claims start (`tasks.rs`); `None` in reads: claims search each
+    /// endpoint from its first entry.
     pub(super) floors: Option<&'c ClaimFloors>,
-    /// `write_unsynced`: the replay pair's statement turns `synchronous_commit` off for its
-    /// transaction, so that its commit does not wait for its WAL flush.
+    /// `write_unsynced` and `write_redoable_statements` (no transaction block): the replay
+    /// pair's statement, the round's results statement, its claim and its lease renewal turn
+    /// `synchronous_commit` off for their own transaction ([`SYNC_OFF`]), so that their
+    /// commits do not wait for the WAL flush.
     pub(super) unsynced: bool,
     /// A read or `write_statement`: no transaction block, each statement commits on its own, so
     /// a statement may carry the request's replay record (`replay.rs`, `PgTx::query_carrying`;
@@ -469,6 +497,12 @@ impl<'c, C: GenericClient> PgTx<'c, C> {
     pub fn with_floors(mut self, floors: &'c ClaimFloors) -> Self {
         self.floors = Some(floors);
         self
+    }
+
+    /// [`SYNC_OFF`] for a statement run without a transaction block whose commit need not wait
+    /// for the WAL flush ([`PgTx::unsynced`]), else nothing.
+    pub(super) fn sync_off(&self) -> &'static str {
+        if self.unsynced { SYNC_OFF } else { "" }
     }
 
     /// Tells the other nodes' delivery pools, on commit, that a task became due.

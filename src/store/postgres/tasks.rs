@@ -255,7 +255,6 @@ impl<C: GenericClient> TaskQueries for PgTx<'_, C> {
         now_ms: i64,
         limit: usize,
     ) -> Result<Vec<Claimed>, StoreError> {
-        let c = &mut *self.c;
         let node = self.node;
         let floor = self.floors.and_then(|f| f.floor(endpoint_id));
         let sql = format!(
@@ -267,9 +266,11 @@ impl<C: GenericClient> TaskQueries for PgTx<'_, C> {
                   FOR UPDATE SKIP LOCKED)
              UPDATE tasks t SET {}
                FROM due WHERE t.id = due.id AND {STILL_PENDING}
-             {CLAIM_RETURNING}",
-            claim_set(4, 2)
+             {CLAIM_RETURNING}{}",
+            claim_set(4, 2),
+            self.sync_off()
         );
+        let c = &mut *self.c;
         let mut claimed: Vec<_> = c
             .query(
                 &sql,
@@ -325,8 +326,9 @@ impl<C: GenericClient> TaskQueries for PgTx<'_, C> {
                       FOR UPDATE SKIP LOCKED) d)
              UPDATE tasks t SET {}
                FROM due WHERE t.id = due.id AND {STILL_PENDING}
-             {CLAIM_RETURNING}",
-            claim_set(5, 4)
+             {CLAIM_RETURNING}{}",
+            claim_set(5, 4),
+            self.sync_off()
         );
         let node = self.node;
         let c = &mut *self.c;
@@ -393,9 +395,11 @@ impl<C: GenericClient> TaskQueries for PgTx<'_, C> {
 
     /// Records the result of attempt `attempt` on a task `node` holds. A task whose endpoint was
     /// deleted while it was in flight is `canceled` instead of going back to `pending`. Returns
-    /// false (and changes nothing) when the task is not `running` under `node`'s claim — handed
-    /// back, or rescued after the lease ran out and perhaps claimed by another node — so the
-    /// caller leaves the attempt unrecorded.
+    /// false (and changes nothing) when the task is not `running` under `node`'s claim of that
+    /// attempt — handed back, or rescued after the lease ran out and perhaps claimed by another
+    /// node, or already recorded (by a round whose later statement failed, and perhaps
+    /// claimed again since) — so the caller leaves the attempt unrecorded: a result is
+    /// recorded once however often it is retried.
     #[allow(clippy::too_many_arguments)]
     fn finish_attempt(
         &mut self,
@@ -419,7 +423,7 @@ impl<C: GenericClient> TaskQueries for PgTx<'_, C> {
                     (SELECT 1 FROM endpoints e WHERE e.id = tasks.endpoint_id) THEN $4::bigint END,
                 attempts = $3, last_status_code = $5, last_error = $6, updated_at = $7,
                 claimed_by = NULL, lease_until = NULL
-             WHERE id = $1 AND status = 'running' AND claimed_by = $8",
+             WHERE id = $1 AND status = 'running' AND claimed_by = $8 AND attempts + 1 = $3",
             &[
                 &task_id,
                 &status,
@@ -496,8 +500,9 @@ impl<C: GenericClient> TaskQueries for PgTx<'_, C> {
                     WHERE a.task_id IN (SELECT id FROM f)
                     ORDER BY a.ord),
              {}
-             SELECT id FROM f",
-            health_update(13, "(SELECT count(*) FROM f) = $18")
+             SELECT id{} FROM f",
+            health_update(13, "(SELECT count(*) FROM f) = $18"),
+            self.sync_off()
         );
         let c = &mut *self.c;
         let rows = c.query(&sql, &params)?;
@@ -557,19 +562,20 @@ impl<C: GenericClient> TaskQueries for PgTx<'_, C> {
     /// waiting in memory for a worker may otherwise outlive its lease). Returns the ids still held:
     /// a task missing from the answer was rescued and must not be sent.
     fn renew_leases(&mut self, ids: &[i64], now_ms: i64) -> Result<Vec<i64>, StoreError> {
-        let c = &mut *self.c;
         let node = self.node;
-        Ok(c.query(
+        let sql = format!(
             "UPDATE tasks t SET lease_until = $3 + coalesce((SELECT e.timeout_ms FROM endpoints e
                                                                    WHERE e.id = t.endpoint_id), 0)
                                                     + $4
                   WHERE t.id = ANY($2) AND t.status = 'running' AND t.claimed_by = $1
-                 RETURNING t.id",
-            &[&node, &ids, &now_ms, &LEASE_MARGIN_MS],
-        )?
-        .iter()
-        .map(|r| r.try_get(0))
-        .collect::<Result<_, _>>()?)
+                 RETURNING t.id{}",
+            self.sync_off()
+        );
+        let c = &mut *self.c;
+        Ok(c.query(&sql, &[&node, &ids, &now_ms, &LEASE_MARGIN_MS])?
+            .iter()
+            .map(|r| r.try_get(0))
+            .collect::<Result<_, _>>()?)
     }
 
     /// Running tasks whose lease ended by `now_ms` go back to `pending` (their node died or
@@ -891,7 +897,7 @@ const FINISH_FROM_UNNEST: &str = "UPDATE tasks SET
                        $6::text[], $7::bigint[])
                 AS r(id, status, attempts, next_attempt_at, status_code, error, now)
           WHERE tasks.id = r.id AND (tasks.status COLLATE \"C\") = 'running'
-            AND tasks.claimed_by = $8
+            AND tasks.claimed_by = $8 AND tasks.attempts + 1 = r.attempts
          RETURNING tasks.id";
 
 /// The status and next attempt time a result leaves a task in (before the endpoint check).
