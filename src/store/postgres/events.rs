@@ -154,18 +154,18 @@ impl<C: GenericClient> PgTx<'_, C> {
 impl<C: GenericClient> EventQueries for PgTx<'_, C> {
     /// Inserts an event; `payload` is compact JSON text. Returns its id.
     fn insert_event(&mut self, event: &NewEvent<'_>, task_count: i64) -> Result<i64, StoreError> {
-        let NewEvent {
-            app_id,
-            event_name,
-            event_key,
-            payload,
-            now_ms,
-        } = *event;
         let c = &mut *self.c;
         Ok(c.query_one(
             "INSERT INTO events (app_id, event_name, event_key, payload, status, task_count, created_at)
              VALUES ($1, $2, $3, $4, 'dispatched', $5, $6) RETURNING id",
-            &[&app_id, &event_name, &event_key, &payload, &task_count, &now_ms],
+            &[
+                &event.app_id,
+                &event.event_name,
+                &event.event_key,
+                &event.payload,
+                &task_count,
+                &event.now_ms,
+            ],
         )?
         .try_get(0)?)
     }
