@@ -98,9 +98,11 @@ fn insert_manual(
         .store
         .read(|tx| tx.effective_policy(endpoint.retry_policy_id))?;
     let traces = &mut *ctx.traces;
-    let id = ctx.store.write(|tx| {
+    // The reply is the task as created, read in its own transaction: read after the commit it
+    // could already show a delivery the pool made meanwhile.
+    let task = ctx.store.write(|tx| {
         traces.restart();
-        tx.insert_task(&NewTask {
+        let id = tx.insert_task(&NewTask {
             app_id: ctx.app_id,
             schedule_id,
             event_id,
@@ -111,10 +113,12 @@ fn insert_manual(
             max_attempts: i64::from(policy.max_attempts),
             now_ms: ctx.now_ms,
             trace: traces.for_task(),
-        })
+        })?;
+        tx.get_task(ctx.app_id, id)?
+            .ok_or_else(|| missing("task", id))
     })?;
     ctx.app.delivery_wake.notify();
-    to_data(&load(ctx, id)?)
+    to_data(&task)
 }
 
 /// `POST /tasks/{id}/resend`: a new `manual` task, due now, to the same endpoint with the same
@@ -169,11 +173,14 @@ pub fn retry(ctx: &mut Ctx<'_>, req: &Request) -> ApiResult<Data> {
     req.no_body()?;
     let id = req.id();
     let task = load(ctx, id)?;
-    if ctx
-        .store
-        .write(|tx| tx.retry_tasks(ctx.app_id, &[id], ctx.now_ms))?
-        .is_empty()
-    {
+    // The reply is the task as retried, read in the retry's transaction (see `insert_manual`).
+    let retried = ctx.store.write(|tx| {
+        if tx.retry_tasks(ctx.app_id, &[id], ctx.now_ms)?.is_empty() {
+            return Ok::<_, store::StoreError>(None);
+        }
+        tx.get_task(ctx.app_id, id)
+    })?;
+    let Some(retried) = retried else {
         return Err(ApiError::conflict(
             if !matches!(task.status, TaskStatus::Failed | TaskStatus::Canceled) {
                 format!(
@@ -193,9 +200,9 @@ pub fn retry(ctx: &mut Ctx<'_>, req: &Request) -> ApiResult<Data> {
                 format!("task {id} changed state meanwhile; read it and try again")
             },
         ));
-    }
+    };
     ctx.app.delivery_wake.notify();
-    to_data(&load(ctx, id)?)
+    to_data(&retried)
 }
 
 /// Tasks one write transaction of a bulk retry moves: 1,000 primary-key updates hold the
