@@ -70,15 +70,7 @@ fn inspect(tx: &mut Transaction<'_>, shown: &str) -> anyhow::Result<Found> {
     if tables == 0 {
         return Ok(Found::Empty);
     }
-    let marked: bool = tx
-        .query_one(
-            "SELECT EXISTS (SELECT 1 FROM information_schema.columns
-                             WHERE table_schema = current_schema()
-                               AND table_name = 'webhookd_schema' AND column_name = 'application')",
-            &[],
-        )?
-        .get(0);
-    let row = if marked {
+    let row = if has_schema_column(tx, "application")? {
         tx.query_opt("SELECT application, version FROM webhookd_schema", &[])?
     } else {
         None
@@ -89,6 +81,18 @@ fn inspect(tx: &mut Transaction<'_>, shown: &str) -> anyhow::Result<Found> {
             "{shown} holds tables of another program, not webhookd's; it was left unchanged. Give --db an empty database."
         ),
     }
+}
+
+/// Whether `webhookd_schema` (in the current schema) has the column `column`.
+fn has_schema_column(tx: &mut Transaction<'_>, column: &str) -> anyhow::Result<bool> {
+    Ok(tx
+        .query_one(
+            "SELECT EXISTS (SELECT 1 FROM information_schema.columns
+                             WHERE table_schema = current_schema()
+                               AND table_name = 'webhookd_schema' AND column_name = $1::text)",
+            &[&column],
+        )?
+        .get(0))
 }
 
 /// Applies every upgrade step, then every tuning step, the database has not had yet.
@@ -104,14 +108,7 @@ fn tune(client: &mut Client, shown: &str, steps: &[&str]) -> anyhow::Result<()> 
     loop {
         let mut tx = client.transaction()?;
         tx.execute("SELECT pg_advisory_xact_lock($1)", &[&UPGRADE_LOCK])?;
-        let counted: bool = tx
-            .query_one(
-                "SELECT EXISTS (SELECT 1 FROM information_schema.columns
-                                 WHERE table_schema = current_schema()
-                                   AND table_name = 'webhookd_schema' AND column_name = 'tuning')",
-                &[],
-            )?
-            .get(0);
+        let counted = has_schema_column(&mut tx, "tuning")?;
         let done: i64 = if counted {
             tx.query_one("SELECT tuning FROM webhookd_schema", &[])?
                 .get(0)
