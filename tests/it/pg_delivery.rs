@@ -1849,6 +1849,101 @@ fn a_claim_reads_no_backlog_on_a_plan_made_without_statistics_or_while_idle() {
     );
 }
 
+/// The claims and the walk read an endpoint's pending tasks through `tasks_endpoint_due` and
+/// no other pending-only index: `tasks_endpoint_order (endpoint_id, run_at, id) WHERE status =
+/// 'pending'` would serve their `status = 'pending' AND endpoint_id = …` too, by reading the
+/// endpoint's whole backlog, filtering and sorting it (11.4 M entries in one
+/// `scripts/bench-pg.sh` run, BENCHMARKS.md, pgdue). On generic plans: over statistics taken
+/// while nothing was pending, the due index reads only what the claims take (the claim's
+/// update, written to match no index predicate, does not walk it whole); over statistics of
+/// a backlog and with the due index dropped (the worst the planner could think of it), the
+/// in-order index is still no alternative. It reads nothing until the in-order head asks.
+#[test]
+fn a_claim_or_the_walk_never_reads_an_endpoint_in_run_at_order() {
+    let Some((server, url)) = database("claim_order_index") else {
+        return;
+    };
+    let mut c = server.client(&url);
+    let e = endpoint(&mut c, 1_000, None);
+    let other = endpoint(&mut c, 1_000, None);
+    // Finished tasks, so that a whole scan of `tasks` costs more than any index of the pending.
+    c.execute(
+        "INSERT INTO tasks (app_id, endpoint_id, task_type, payload, status, run_at, max_attempts,
+                            attempts, finished_at, created_at, updated_at)
+         SELECT 'app', CASE WHEN i % 2 = 0 THEN $1::int8 ELSE $2::int8 END, 'manual', '{}',
+                'succeeded', $3::int8 - 100000 + i, 3, 1, $3::int8 - 100000 + i, $3, $3
+           FROM generate_series(1, 20000) AS i",
+        &[&e, &other, &NOW],
+    )
+    .unwrap();
+    c.batch_execute(
+        "ALTER TABLE tasks SET (autovacuum_enabled = false);
+         ANALYZE tasks;
+         SET plan_cache_mode = force_generic_plan",
+    )
+    .unwrap();
+    for i in 0..400 {
+        task(&mut c, e, NOW + i);
+    }
+    task(&mut c, other, NOW);
+    task(&mut c, other, NOW + 1);
+    let entries = |c: &mut Client, index: &str| -> i64 {
+        c.batch_execute("SELECT pg_stat_force_next_flush()")
+            .unwrap();
+        c.query_one(
+            "SELECT idx_tup_read FROM pg_stat_user_indexes
+              WHERE relname = 'tasks' AND indexrelname = $1",
+            &[&index],
+        )
+        .unwrap()
+        .get(0)
+    };
+    let walk_and_claim = |c: &mut Client| {
+        let walked = PgTx::new(c, "node-a")
+            .endpoints_with_pending(0, i64::MAX, 10)
+            .unwrap();
+        assert_eq!(
+            walked.iter().map(|p| p.endpoint_id).collect::<Vec<_>>(),
+            [e, other]
+        );
+        let one = PgTx::new(c, "node-a")
+            .claim_endpoint_tasks(e, NOW + 1_000, 2)
+            .unwrap();
+        let round = PgTx::new(c, "node-a")
+            .claim_endpoints_tasks(&[(e, 2), (other, 1)], NOW + 1_000)
+            .unwrap();
+        assert_eq!(
+            (one.len(), round.iter().map(Vec::len).collect::<Vec<_>>()),
+            (2, vec![2, 1])
+        );
+    };
+    let order_before = entries(&mut c, "tasks_endpoint_order");
+    let due_before = entries(&mut c, "tasks_endpoint_due");
+    walk_and_claim(&mut c);
+    let due_read = entries(&mut c, "tasks_endpoint_due") - due_before;
+    assert!(
+        due_read < 50,
+        "idle statistics: {due_read} due entries read for 5 claimed tasks"
+    );
+
+    c.batch_execute("ANALYZE tasks; DROP INDEX tasks_endpoint_due")
+        .unwrap();
+    walk_and_claim(&mut c);
+    assert_eq!(
+        entries(&mut c, "tasks_endpoint_order") - order_before,
+        0,
+        "the walk and the claims read the in-order index"
+    );
+    // The in-order claim's head is what the index is for, and the counter sees it.
+    assert!(
+        PgTx::new(&mut c, "node-a")
+            .in_order_head(e)
+            .unwrap()
+            .is_some()
+    );
+    assert!(entries(&mut c, "tasks_endpoint_order") > order_before);
+}
+
 /// The dispatcher's round of successes runs without a transaction block
 /// (`Store::write_redoable_statements`), each statement committing on its own. A round that
 /// fails after its results statement committed (here its claim's answer is lost, after the

@@ -35,6 +35,7 @@ const UPGRADES: &[&str] = &[
     include_str!("../../../migrations/postgres/replay_guard_by_time.sql"),
     include_str!("../../../migrations/postgres/pending_counted.sql"),
     include_str!("../../../migrations/postgres/event_task_range.sql"),
+    include_str!("../../../migrations/postgres/claim_index_predicate.sql"),
 ];
 
 /// The schema version this binary writes.

@@ -180,7 +180,7 @@ impl<C: GenericClient> TaskQueries for PgTx<'_, C> {
             .map(|f| f.fresh(after, before))
             .unwrap_or_default();
         let c = &mut *self.c;
-        Ok(c.query(
+        let sql = format!(
             "WITH RECURSIVE known AS (
                  SELECT k.id, k.floor FROM unnest($4::int8[], $5::int8[]) AS k(id, floor)),
              pending AS (
@@ -189,7 +189,7 @@ impl<C: GenericClient> TaskQueries for PgTx<'_, C> {
                  SELECT n.endpoint_id, n.next_attempt_at, n.found FROM pending p CROSS JOIN LATERAL (
                      SELECT * FROM (
                          (SELECT endpoint_id, next_attempt_at, true AS found FROM tasks
-                           WHERE status = 'pending' AND endpoint_id > p.endpoint_id
+                           WHERE {DUE_PENDING} AND endpoint_id > p.endpoint_id
                              AND endpoint_id < $3 AND next_attempt_at IS NOT NULL
                              AND endpoint_id < coalesce((SELECT min(k.id) FROM known k
                                                           WHERE k.id > p.endpoint_id), $3)
@@ -198,7 +198,7 @@ impl<C: GenericClient> TaskQueries for PgTx<'_, C> {
                          (SELECT k.id, d.next_attempt_at, d.next_attempt_at IS NOT NULL
                             FROM known k LEFT JOIN LATERAL (
                                 SELECT t.next_attempt_at FROM tasks t
-                                 WHERE t.status = 'pending' AND t.endpoint_id = k.id
+                                 WHERE {DUE_PENDING} AND t.endpoint_id = k.id
                                    AND t.next_attempt_at >= k.floor
                                  ORDER BY t.next_attempt_at LIMIT 1) d ON true
                            WHERE k.id > p.endpoint_id AND k.id < $3
@@ -208,27 +208,29 @@ impl<C: GenericClient> TaskQueries for PgTx<'_, C> {
                     e.rate_limit_per_sec, e.max_in_flight
                FROM (SELECT * FROM pending WHERE found LIMIT $2) p
                LEFT JOIN endpoints e ON e.id = p.endpoint_id
-              ORDER BY p.endpoint_id",
-            &[&after, &limit_of(limit), &before, &known, &floors],
-        )?
-        .iter()
-        .map(|r| {
-            let exists: bool = r.try_get(2)?;
-            Ok::<_, postgres::Error>(PendingEndpoint {
-                endpoint_id: r.try_get(0)?,
-                earliest_due: r.try_get(1)?,
-                limits: exists
-                    .then(|| {
-                        Ok::<_, postgres::Error>(Limits {
-                            enabled: r.try_get(3)?,
-                            rate_limit_per_sec: r.try_get(4)?,
-                            max_in_flight: r.try_get(5)?,
-                        })
+              ORDER BY p.endpoint_id"
+        );
+        Ok(
+            c.query(&sql, &[&after, &limit_of(limit), &before, &known, &floors])?
+                .iter()
+                .map(|r| {
+                    let exists: bool = r.try_get(2)?;
+                    Ok::<_, postgres::Error>(PendingEndpoint {
+                        endpoint_id: r.try_get(0)?,
+                        earliest_due: r.try_get(1)?,
+                        limits: exists
+                            .then(|| {
+                                Ok::<_, postgres::Error>(Limits {
+                                    enabled: r.try_get(3)?,
+                                    rate_limit_per_sec: r.try_get(4)?,
+                                    max_in_flight: r.try_get(5)?,
+                                })
+                            })
+                            .transpose()?,
                     })
-                    .transpose()?,
-            })
-        })
-        .collect::<Result<_, _>>()?)
+                })
+                .collect::<Result<_, _>>()?,
+        )
     }
 
     fn in_order_head(&mut self, endpoint_id: i64) -> Result<Option<(i64, i64)>, StoreError> {
@@ -260,7 +262,7 @@ impl<C: GenericClient> TaskQueries for PgTx<'_, C> {
         let sql = format!(
             "WITH due AS (
                  SELECT id FROM tasks
-                  WHERE status = 'pending' AND endpoint_id = $1 AND next_attempt_at <= $2
+                  WHERE {DUE_PENDING} AND endpoint_id = $1 AND next_attempt_at <= $2
                     AND next_attempt_at >= $5
                   ORDER BY next_attempt_at, id LIMIT $3
                   FOR UPDATE SKIP LOCKED)
@@ -320,7 +322,7 @@ impl<C: GenericClient> TaskQueries for PgTx<'_, C> {
                  SELECT d.id FROM unnest($1::int8[], $2::int8[], $3::int8[]) AS w(endpoint_id, n, floor)
                  CROSS JOIN LATERAL (
                      SELECT id FROM tasks
-                      WHERE status = 'pending' AND endpoint_id = w.endpoint_id
+                      WHERE {DUE_PENDING} AND endpoint_id = w.endpoint_id
                         AND next_attempt_at <= $4 AND next_attempt_at >= w.floor
                       ORDER BY next_attempt_at, id LIMIT w.n
                       FOR UPDATE SKIP LOCKED) d)
@@ -918,16 +920,26 @@ fn claim_set(node: usize, now: usize) -> String {
     )
 }
 
+/// The pending test of the claims' `due` subqueries and of the walk: `tasks_endpoint_due`'s
+/// predicate as the index writes it (step `claim_index_predicate`), so that PostgreSQL can
+/// serve them from that index and from no other partial one. Written `status = 'pending'`, it
+/// matched `tasks_endpoint_order`'s predicate as well, and a generic plan could read the
+/// endpoint's whole backlog in `run_at` order, filter and sort it (BENCHMARKS.md, pgdue).
+/// Equal text is equal under every deterministic collation: the same rows as `status =
+/// 'pending'`. Unqualified: every query it is written in has one `status`, the task's.
+const DUE_PENDING: &str = "(status COLLATE \"C\") = 'pending'";
+
 /// A claim's update finds each task the `due` subquery locked by its primary key, and tests it
 /// is still pending. Written `t.status = 'pending'`, that test would match the predicate of
-/// the pending-only indexes (`tasks_endpoint_order`, `tasks_endpoint_due`), and a plan made
-/// while `tasks` has no statistics (a new database, until autovacuum's first `ANALYZE`), or
-/// statistics taken while nothing was pending, walks one of them whole and joins every pending
-/// task to the claimed few: the endpoint's whole backlog read per claim, 37–90 ms each, which
-/// decided every PostgreSQL benchmark run by when autovacuum first came (BENCHMARKS.md,
-/// pgsteady). Under `COLLATE "C"` (equal text is equal under every deterministic collation)
-/// the test matches no index predicate, so the update can only look each task up by its key.
-const STILL_PENDING: &str = "(t.status COLLATE \"C\") = 'pending'";
+/// `tasks_endpoint_order` (and under `COLLATE "C"`, [`DUE_PENDING`], `tasks_endpoint_due`'s),
+/// and a plan made while `tasks` has no statistics (a new database, until autovacuum's first
+/// `ANALYZE`), or statistics taken while nothing was pending, walks one of them whole and joins
+/// every pending task to the claimed few: the endpoint's whole backlog read per claim, 37–90 ms
+/// each, which decided every PostgreSQL benchmark run by when autovacuum first came
+/// (BENCHMARKS.md, pgsteady). Under `COLLATE "POSIX"` (another deterministic collation, another expression to
+/// the planner) the test matches no index predicate, so the update can only look each task up
+/// by its key.
+const STILL_PENDING: &str = "(t.status COLLATE \"POSIX\") = 'pending'";
 
 /// What a claim returns of each task; `claimed_from` reads it in this order.
 const CLAIM_RETURNING: &str = "RETURNING t.id, t.endpoint_id, t.schedule_id, t.event_id,

@@ -29,6 +29,7 @@ const UPGRADES: &[&str] = &[
     include_str!("../../../migrations/replay_guard_by_time.sql"),
     include_str!("../../../migrations/pending_counted.sql"),
     include_str!("../../../migrations/event_task_range.sql"),
+    include_str!("../../../migrations/claim_index_predicate.sql"),
 ];
 
 /// The schema version this binary writes.

@@ -1,0 +1,4 @@
+-- Nothing to change: the twin of migrations/postgres/claim_index_predicate.sql, which writes
+-- PostgreSQL's `tasks_endpoint_due` predicate under `COLLATE "C"` so that its planner cannot
+-- send a claim through `tasks_endpoint_order`. SQLite's claims name their index
+-- (`INDEXED BY`); this step keeps version N the same on both stores.
