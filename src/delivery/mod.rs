@@ -1104,8 +1104,6 @@ mod tests {
         }
     }
 
-    /// Only a failed attempt that is not quiet can publish an operator event, so only its
-    /// round waits for the disk.
     #[test]
     fn rounds_are_spaced_by_the_nodes_sharing_the_database_up_to_a_bound() {
         assert_eq!(round_gap(0), MIN_ROUND);
@@ -1113,6 +1111,8 @@ mod tests {
         assert_eq!(round_gap(100), MIN_ROUND * (1 + MOST_PEERS_PACED));
     }
 
+    /// Only a failed attempt that is not quiet can publish an operator event, so only its
+    /// round waits for the disk.
     #[test]
     fn only_a_failure_that_is_not_quiet_may_publish() {
         use crate::store::tasks::AfterAttempt;
