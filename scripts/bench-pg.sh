@@ -155,6 +155,11 @@ for config in $CONFIGS; do
                 # checkpointer), and the databases on the server.
                 q "SELECT to_char(clock_timestamp(), 'HH24:MI:SS.MS'), pid, backend_type, coalesce(datname, '-'), coalesce(wait_event, '-'), left(coalesce(query, ''), 80) FROM pg_stat_activity WHERE backend_type <> 'client backend' UNION ALL SELECT to_char(clock_timestamp(), 'HH24:MI:SS.MS'), 0, 'databases', string_agg(datname, ' ' ORDER BY datname), '-', '' FROM pg_database" \
                     >>"$OUT/$name.activity" 2>/dev/null || true
+                # What the run's own connections do (OUT/NAME.waits): per sample, client backends
+                # by state and wait event (Lock/LWLock waits, ClientRead = idle in a transaction
+                # or waiting for the node, IO waits), and the statement they run.
+                q "SELECT to_char(clock_timestamp(), 'HH24:MI:SS.MS'), state, coalesce(wait_event_type, '-'), coalesce(wait_event, '-'), left(regexp_replace(coalesce(query, ''), '\s+', ' ', 'g'), 60) FROM pg_stat_activity WHERE backend_type = 'client backend' AND $RUN_DB" \
+                    >>"$OUT/$name.waits" 2>/dev/null || true
                 # The run's queue tables: live and dead tuples, vacuums, sizes (the last sample
                 # is the run's end; the harness drops its database when it stops).
                 db=$(q "SELECT datname FROM pg_database WHERE $RUN_DB LIMIT 1") || db=

@@ -1,12 +1,12 @@
 //! Watching for changes other processes make to the database: what [`Store::watch`] returns
-//! ([`Watcher`]), the wakes it calls ([`Wakers`]) and the cap on idle sleeps while notices may
-//! be missed ([`IdleCap`]). Backend-neutral: a store with nothing to watch returns
+//! ([`Watcher`]), the wakes it calls ([`Wakers`]), the cap on idle sleeps while notices may
+//! be missed ([`IdleCap`]) and how many other processes were heard from ([`Peers`]). Backend-neutral: a store with nothing to watch returns
 //! [`Watcher::none`].
 //!
 //! [`Store::watch`]: crate::store::Store::watch
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
 /// What a store's watcher calls when another process made work due: the delivery pool's and
@@ -56,6 +56,24 @@ impl IdleCap {
     }
 }
 
+/// How many other processes sharing the database the store's watcher heard from lately (their
+/// notices): the delivery pool spaces its rounds by it, so that several nodes together claim
+/// about as often as one. Cheap to clone; the clones share the count.
+#[derive(Debug, Clone, Default)]
+pub struct Peers(Arc<AtomicUsize>);
+
+impl Peers {
+    /// The other processes heard from lately (0 with nothing to watch).
+    pub fn count(&self) -> usize {
+        self.0.load(Ordering::Relaxed)
+    }
+
+    /// Set by the watcher.
+    pub fn set(&self, n: usize) {
+        self.0.store(n, Ordering::Relaxed);
+    }
+}
+
 /// What [`Store::watch`](crate::store::Store::watch) started: the cap on idle sleeps, how often
 /// leases of other processes must be looked at, and the watching to stop at shutdown.
 pub struct Watcher {
@@ -64,6 +82,8 @@ pub struct Watcher {
     /// (`rescue_expired_leases`), idle or not: a node dying with claimed tasks sends no
     /// notice. `None`: no other process can hold a lease.
     pub rescue_every: Option<Duration>,
+    /// Other processes heard from lately (always 0 for a store one process owns).
+    pub peers: Peers,
     stop: Option<Box<dyn FnOnce() + Send>>,
 }
 
@@ -73,20 +93,23 @@ impl Watcher {
         Watcher {
             idle_cap: IdleCap::new(Duration::MAX),
             rescue_every: None,
+            peers: Peers::default(),
             stop: None,
         }
     }
 
-    /// Several processes on one database: sleeps capped by `idle_cap`, leases looked at every
-    /// `rescue_every`, and `stop` run at shutdown.
+    /// Several processes on one database: sleeps capped by `idle_cap`, the others counted in
+    /// `peers`, leases looked at every `rescue_every`, and `stop` run at shutdown.
     pub fn shared(
         idle_cap: IdleCap,
+        peers: Peers,
         rescue_every: Duration,
         stop: Option<Box<dyn FnOnce() + Send>>,
     ) -> Watcher {
         Watcher {
             idle_cap,
             rescue_every: Some(rescue_every),
+            peers,
             stop,
         }
     }

@@ -22,10 +22,13 @@ use std::time::{Duration, Instant};
 use webhookd::client::Client;
 
 const BIN: &str = env!("CARGO_BIN_EXE_webhookd");
-/// The nodes' log filter: info, and the listener's line for each notice it passes on.
+/// The nodes' log filter: info, and the listener's lines for each notice it passes on and for
+/// the other nodes it hears from.
 const LOG_FILTER: &str = "info,webhookd::store::postgres::listen=debug";
 /// The listener's log line for a notice on the tasks channel (src/store/postgres/listen.rs).
 const TASKS_NOTICE: &str = "woken by a notice";
+/// The listener's log line when the count of other nodes it heard from lately changes.
+const PEERS_HEARD: &str = "other nodes heard from";
 
 /// One `webhookd serve` child process.
 struct Node {
@@ -975,7 +978,8 @@ fn a_publish_on_a_full_node_wakes_the_others_without_polling() {
     }
 
     let mut latencies = Vec::new();
-    for n in 0..10u64 {
+    const FAST_PUBLISHES: u64 = 10;
+    for n in 0..FAST_PUBLISHES {
         // Spread the publishes over the poll period, as a real load would be.
         std::thread::sleep(Duration::from_millis(150 + 73 * n % 400));
         let before: Vec<usize> = cluster.nodes[1..].iter().map(Node::task_notices).collect();
@@ -999,6 +1003,24 @@ fn a_publish_on_a_full_node_wakes_the_others_without_polling() {
             })
             .unwrap_or_else(|| panic!("publish {n}: no notice reached a node\n{}", cluster.logs()));
         }
+    }
+    // A's own notices woke nothing on A (its pool was woken in process by each publish): its
+    // listener passed on fewer notices than the publishes made on it, each its own notice
+    // (they are further apart than the notifier's gap); what it did pass on came from B or C
+    // (a lease they took back). B and C count A among the nodes they heard from (their rounds
+    // are spaced by it).
+    assert!(
+        cluster.nodes[0].task_notices() < FAST_PUBLISHES as usize,
+        "{}",
+        cluster.logs()
+    );
+    for node in &cluster.nodes[1..] {
+        let log = node.log_text();
+        assert!(
+            log.lines()
+                .any(|l| l.contains(PEERS_HEARD) && l.contains("peers=1")),
+            "{log}"
+        );
     }
     // A stayed full the whole time (the same claims, its worker on the first): it could not
     // have delivered any of them itself.

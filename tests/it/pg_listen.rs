@@ -1,6 +1,7 @@
 //! Cross-node wake-ups (docs/design.md §16) against a private server: a notice sent on one connection
 //! reaches the `store-listener`'s wake, a notice of a rolled-back transaction
-//! never does (and a committed one only at commit), and after its backend is terminated the
+//! never does (and a committed one only at commit), nor one the listener's own node sent (the
+//! sender is counted among its peers otherwise), and after its backend is terminated the
 //! listener reconnects and fires both wakes once. While it cannot listen, the idle cap polls.
 
 use crate::pg::PgServer;
@@ -10,9 +11,12 @@ use std::sync::mpsc::{Receiver, Sender, channel};
 use std::time::{Duration, Instant};
 use webhookd::store::postgres::listen::{self, Channel, Listener};
 use webhookd::store::postgres::{PgUrl, Sql};
-use webhookd::store::{IdleCap, Wakers};
+use webhookd::store::{IdleCap, Peers, Wakers};
 
 const POLL: Duration = Duration::from_millis(250);
+/// The node whose listener the tests start, and another node sending notices.
+const THIS_NODE: &str = "this-node";
+const OTHER_NODE: &str = "other-node";
 /// How long a test waits for a wake it expects: generous, since the point is that the notice
 /// arrives, not how fast a loaded machine passes it on (nothing else sends one here).
 const WAKE: Duration = Duration::from_secs(60);
@@ -60,15 +64,32 @@ fn no_wake(rx: &Receiver<Channel>, during: Duration) {
 }
 
 /// A started listener on a new database of `pg`, its wake reports, and a second connection.
-fn started(pg: &PgServer, db: &str) -> (Listener, IdleCap, Receiver<Channel>, postgres::Client) {
+fn started(
+    pg: &PgServer,
+    db: &str,
+) -> (
+    Listener,
+    IdleCap,
+    Peers,
+    Receiver<Channel>,
+    postgres::Client,
+) {
     let url = pg.create_database(db);
     let (wakers, rx) = wakers();
     let cap = IdleCap::new(POLL);
     assert_eq!(cap.cap(Duration::from_secs(60)), POLL);
-    let listener = Listener::spawn(&PgUrl::parse(&url).unwrap(), wakers, &cap).unwrap();
+    let peers = Peers::default();
+    let listener = Listener::spawn(
+        &PgUrl::parse(&url).unwrap(),
+        THIS_NODE,
+        wakers,
+        &cap,
+        &peers,
+    )
+    .unwrap();
     wait_listening(&cap);
     expect_both(&rx, Duration::from_secs(2));
-    (listener, cap, rx, pg.client(&url))
+    (listener, cap, peers, rx, pg.client(&url))
 }
 
 #[test]
@@ -76,25 +97,45 @@ fn a_notice_wakes_the_listener_and_a_rollback_sends_none() {
     let Some(pg) = PgServer::start() else {
         return;
     };
-    let (listener, cap, rx, mut other) = started(&pg, "wakes");
+    let (listener, cap, peers, rx, mut other) = started(&pg, "wakes");
+    assert_eq!(peers.count(), 0);
     assert_eq!(cap.cap(Duration::from_secs(60)), Duration::from_secs(60));
 
     for channel in [Channel::Tasks, Channel::Schedules] {
-        listen::notify(&mut Sql::new(&mut other, None), channel).unwrap();
+        listen::notify(&mut Sql::new(&mut other, None), channel, OTHER_NODE).unwrap();
         assert_eq!(rx.recv_timeout(WAKE), Ok(channel));
     }
 
     // Rolled back: never sent. The committed notice after it is the next one to arrive.
     let mut tx = other.transaction().unwrap();
-    listen::notify(&mut Sql::new(&mut tx, None), Channel::Tasks).unwrap();
+    listen::notify(&mut Sql::new(&mut tx, None), Channel::Tasks, OTHER_NODE).unwrap();
     tx.rollback().unwrap();
-    listen::notify(&mut Sql::new(&mut other, None), Channel::Schedules).unwrap();
+    listen::notify(
+        &mut Sql::new(&mut other, None),
+        Channel::Schedules,
+        OTHER_NODE,
+    )
+    .unwrap();
     assert_eq!(rx.recv_timeout(WAKE), Ok(Channel::Schedules));
     no_wake(&rx, Duration::from_millis(1500));
 
+    // The node's own notice wakes nothing (its loops were woken in process): the next wake is
+    // the other node's notice sent after it.
+    listen::notify(&mut Sql::new(&mut other, None), Channel::Tasks, THIS_NODE).unwrap();
+    listen::notify(
+        &mut Sql::new(&mut other, None),
+        Channel::Schedules,
+        OTHER_NODE,
+    )
+    .unwrap();
+    assert_eq!(rx.recv_timeout(WAKE), Ok(Channel::Schedules));
+    // The other node is counted among the peers (the delivery pool spaces its rounds by
+    // them), the listener's own node is not.
+    assert_eq!(peers.count(), 1);
+
     // In a transaction: sent at commit, not before.
     let mut tx = other.transaction().unwrap();
-    listen::notify(&mut Sql::new(&mut tx, None), Channel::Tasks).unwrap();
+    listen::notify(&mut Sql::new(&mut tx, None), Channel::Tasks, OTHER_NODE).unwrap();
     no_wake(&rx, Duration::from_millis(500));
     tx.commit().unwrap();
     assert_eq!(rx.recv_timeout(WAKE), Ok(Channel::Tasks));
@@ -110,7 +151,7 @@ fn a_terminated_listener_reconnects_and_fires_both_wakes() {
     let Some(pg) = PgServer::start() else {
         return;
     };
-    let (listener, cap, rx, mut other) = started(&pg, "reconnect");
+    let (listener, cap, _, rx, mut other) = started(&pg, "reconnect");
     let backend = |c: &mut postgres::Client| -> Option<i32> {
         c.query_opt(
             "SELECT pid FROM pg_stat_activity WHERE application_name = $1",
@@ -131,7 +172,7 @@ fn a_terminated_listener_reconnects_and_fires_both_wakes() {
     wait_listening(&cap);
     let second = backend(&mut other).expect("a new backend");
     assert_ne!(first, second);
-    listen::notify(&mut Sql::new(&mut other, None), Channel::Tasks).unwrap();
+    listen::notify(&mut Sql::new(&mut other, None), Channel::Tasks, OTHER_NODE).unwrap();
     assert_eq!(rx.recv_timeout(WAKE), Ok(Channel::Tasks));
     listener.stop();
 }
@@ -143,7 +184,7 @@ fn without_a_server_the_listener_keeps_trying_and_sleeps_are_capped() {
     let url = PgUrl::parse(&format!("postgres://u:pw@{port}/db")).unwrap();
     let (wakers, rx) = wakers();
     let cap = IdleCap::new(POLL);
-    let listener = Listener::spawn(&url, wakers, &cap).unwrap();
+    let listener = Listener::spawn(&url, THIS_NODE, wakers, &cap, &Peers::default()).unwrap();
     std::thread::sleep(Duration::from_millis(500));
     assert!(!cap.is_listening());
     assert_eq!(cap.cap(Duration::from_secs(60)), POLL);

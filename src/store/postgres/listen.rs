@@ -1,12 +1,16 @@
 //! Cross-node wake-ups (docs/design.md §16, `docs/dev/storage.md`): once a write that made work
-//! due has committed, the store calls [`notify`] (never for a rollback), and every node's `store-listener` thread, on its own connection outside the
-//! pool, `LISTEN`s and calls the matching wake. When the listener is not connected (or with
+//! due has committed, the store calls [`notify`] (never for a rollback), and every node's
+//! `store-listener` thread, on its own connection outside the pool, `LISTEN`s and calls the
+//! matching wake, except for the node's own notices (its own dispatcher and scheduler were
+//! woken in process); the nodes it hears from are counted in [`Peers`] (the delivery pool
+//! spaces its rounds by them). When the listener is not connected (or with
 //! `--pg-poll-only`) the delivery pool and the scheduler cap their idle sleep at
 //! `--pg-poll-ms` through an [`IdleCap`], so a missed notice costs at most that much delay.
 
 use super::{Backing, Link, PgPool, PgUrl, Sql, connect_with};
-use crate::store::watch::{IdleCap, Wakers};
+use crate::store::watch::{IdleCap, Peers, Wakers};
 use postgres::fallible_iterator::FallibleIterator;
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
@@ -37,15 +41,20 @@ impl Channel {
     }
 }
 
-/// Sends a notice on `channel`, without waiting for a WAL flush (a notice is a wake-up, not
+/// Sends a notice on `channel` from node `sender` (its payload: the listener of that node
+/// passes over its own notices), without waiting for a WAL flush (a notice is a wake-up, not
 /// data: a crash may lose it, a poll finds the work). The [`Notifier`] runs it outside any
 /// transaction, after the commits that made the work due, so it is a short transaction of its
 /// own; inside a transaction it would be sent at that transaction's commit (never for a
 /// rollback), and that commit would not wait for its flush either.
-pub fn notify(c: &mut Sql<impl Backing>, channel: Channel) -> Result<(), postgres::Error> {
+pub fn notify(
+    c: &mut Sql<impl Backing>,
+    channel: Channel,
+    sender: &str,
+) -> Result<(), postgres::Error> {
     c.execute(
-        "SELECT set_config('synchronous_commit', 'off', true), pg_notify($1, '')",
-        &[&channel.name()],
+        "SELECT set_config('synchronous_commit', 'off', true), pg_notify($1, $2)",
+        &[&channel.name(), &sender],
     )?;
     Ok(())
 }
@@ -90,14 +99,14 @@ impl Owed {
 }
 
 impl Notifier {
-    /// Starts the `store-notifier` thread, sending on connections of `pool`.
-    pub fn spawn(pool: PgPool, link: Arc<Link>) -> std::io::Result<Notifier> {
+    /// Starts the `store-notifier` thread, sending on connections of `pool` as node `node`.
+    pub fn spawn(pool: PgPool, link: Arc<Link>, node: String) -> std::io::Result<Notifier> {
         let owed = Arc::new(Owed::default());
         let thread = {
             let owed = owed.clone();
             std::thread::Builder::new()
                 .name("store-notifier".into())
-                .spawn(move || send_owed(&pool, &link, &owed))?
+                .spawn(move || send_owed(&pool, &link, &owed, &node))?
         };
         Ok(Notifier {
             owed,
@@ -128,7 +137,7 @@ impl Notifier {
 }
 
 /// The `store-notifier` loop: waits until something is owed, sends it, pauses [`NOTICE_GAP`].
-fn send_owed(pool: &PgPool, link: &Link, owed: &Owed) {
+fn send_owed(pool: &PgPool, link: &Link, owed: &Owed, node: &str) {
     loop {
         let taken = {
             let mut state = owed.lock();
@@ -150,7 +159,7 @@ fn send_owed(pool: &PgPool, link: &Link, owed: &Owed) {
                     let (client, statements) = conn.split();
                     let mut sql = Sql::new(client, Some(statements));
                     for (_, channel) in channels {
-                        if let Err(e) = notify(&mut sql, channel) {
+                        if let Err(e) = notify(&mut sql, channel, node) {
                             tracing::warn!(error = %e, channel = channel.name(), "could not tell the other nodes of a change (they find it at their next poll)");
                         }
                     }
@@ -191,15 +200,24 @@ pub struct Listener {
 }
 
 impl Listener {
-    /// Starts the `store-listener` thread on its own connection to `url`. It connects in the
-    /// background and marks `cap` listening while connected (so sleeps are capped until then
-    /// and whenever the connection is down). Errors only when the thread cannot be started.
-    pub fn spawn(url: &PgUrl, wakers: Wakers, cap: &IdleCap) -> std::io::Result<Listener> {
+    /// Starts the `store-listener` thread of node `node` on its own connection to `url`. It
+    /// connects in the background and marks `cap` listening while connected (so sleeps are
+    /// capped until then and whenever the connection is down). Notices `node` sent itself wake
+    /// nothing; the other nodes heard from within [`PEER_FRESH`] are counted in `peers`.
+    /// Errors only when the thread cannot be started.
+    pub fn spawn(
+        url: &PgUrl,
+        node: &str,
+        wakers: Wakers,
+        cap: &IdleCap,
+        peers: &Peers,
+    ) -> std::io::Result<Listener> {
         let stop = Arc::new(AtomicBool::new(false));
         let (url, stopping, listening) = (url.clone(), stop.clone(), cap.listening_flag());
+        let mut heard = Heard::new(node, peers.clone());
         let thread = std::thread::Builder::new()
             .name("store-listener".into())
-            .spawn(move || run(&url, &wakers, &stopping, &listening))?;
+            .spawn(move || run(&url, &mut heard, &wakers, &stopping, &listening))?;
         Ok(Listener { stop, thread })
     }
 
@@ -214,7 +232,7 @@ impl Listener {
 /// The listener loop: connect and `LISTEN`, deliver notices until the connection fails,
 /// reconnect with backoff. After every (re)connection both wakes fire once, since notices sent
 /// while no connection listened are lost.
-fn run(url: &PgUrl, wakers: &Wakers, stop: &AtomicBool, listening: &AtomicBool) {
+fn run(url: &PgUrl, heard: &mut Heard, wakers: &Wakers, stop: &AtomicBool, listening: &AtomicBool) {
     let mut backoff = BACKOFF_MIN;
     let mut failures = 0u32;
     while !stop.load(Ordering::Acquire) {
@@ -230,8 +248,9 @@ fn run(url: &PgUrl, wakers: &Wakers, stop: &AtomicBool, listening: &AtomicBool) 
                 wake(wakers, Channel::Schedules);
                 backoff = BACKOFF_MIN;
                 failures = 0;
-                let why = listen(&mut client, wakers, stop);
+                let why = listen(&mut client, heard, wakers, stop);
                 listening.store(false, Ordering::Release);
+                heard.forget();
                 match why {
                     Ok(()) => return,
                     Err(e) => tracing::warn!(
@@ -276,17 +295,25 @@ fn subscribe(url: &PgUrl) -> anyhow::Result<postgres::Client> {
     Ok(client)
 }
 
-/// Calls the wakes for notices until `stop` (Ok) or the connection fails (Err).
-fn listen(client: &mut postgres::Client, wakers: &Wakers, stop: &AtomicBool) -> anyhow::Result<()> {
+/// Calls the wakes for other nodes' notices until `stop` (Ok) or the connection fails (Err).
+/// A node's own notice is passed over: the commit it announces woke this node's loops in
+/// process already, and waking them again would cost a round that finds the work claimed.
+fn listen(
+    client: &mut postgres::Client,
+    heard: &mut Heard,
+    wakers: &Wakers,
+    stop: &AtomicBool,
+) -> anyhow::Result<()> {
     let mut checked = Instant::now();
     while !stop.load(Ordering::Acquire) {
-        let mut heard = false;
+        let mut heard_any = false;
         {
             let mut notices = client.notifications();
             let mut iter = notices.timeout_iter(TICK);
             while let Some(notice) = iter.next()? {
-                heard = true;
-                if let Some(channel) = Channel::from_name(notice.channel()) {
+                heard_any = true;
+                let own = heard.from(notice.payload());
+                if let (false, Some(channel)) = (own, Channel::from_name(notice.channel())) {
                     // At debug: what woke a loop is visible (tests count these lines).
                     tracing::debug!(channel = channel.name(), "woken by a notice");
                     wake(wakers, channel);
@@ -299,7 +326,8 @@ fn listen(client: &mut postgres::Client, wakers: &Wakers, stop: &AtomicBool) -> 
         if client.is_closed() {
             anyhow::bail!("the connection was closed");
         }
-        if heard {
+        heard.count(Instant::now());
+        if heard_any {
             checked = Instant::now();
         } else if checked.elapsed() >= CHECK_EVERY {
             client.is_valid(Duration::from_secs(5))?;
@@ -307,6 +335,73 @@ fn listen(client: &mut postgres::Client, wakers: &Wakers, stop: &AtomicBool) -> 
         }
     }
     Ok(())
+}
+
+/// A node is counted in [`Peers`] while its last notice is younger than this (a node sends at
+/// most one per [`NOTICE_GAP`] while it makes work due; one that stopped publishing, or died,
+/// drops out after it).
+pub const PEER_FRESH: Duration = Duration::from_secs(2);
+
+/// The nodes a listener heard from, each with the time of its last notice (a node's notices
+/// carry its id; nodes of a version that sent none count as one, the empty id).
+struct Heard {
+    node: String,
+    last: HashMap<String, Instant>,
+    counted: Instant,
+    peers: Peers,
+}
+
+impl Heard {
+    fn new(node: &str, peers: Peers) -> Heard {
+        Heard {
+            node: node.to_string(),
+            last: HashMap::new(),
+            counted: Instant::now(),
+            peers,
+        }
+    }
+
+    /// Notes a notice from `sender`; true when it is this node's own.
+    fn from(&mut self, sender: &str) -> bool {
+        if sender == self.node {
+            return true;
+        }
+        let now = Instant::now();
+        match self.last.get_mut(sender) {
+            Some(last) => *last = now,
+            None => {
+                self.last.insert(sender.to_string(), now);
+                self.publish();
+            }
+        }
+        if now.duration_since(self.counted) >= PEER_FRESH {
+            self.count(now);
+        }
+        false
+    }
+
+    /// Drops the nodes not heard from within [`PEER_FRESH`] and publishes the count.
+    fn count(&mut self, now: Instant) {
+        self.last
+            .retain(|_, last| now.duration_since(*last) < PEER_FRESH);
+        self.counted = now;
+        self.publish();
+    }
+
+    /// Sets [`Peers`] to the nodes heard from, logged (at debug) when that changes.
+    fn publish(&mut self) {
+        let n = self.last.len();
+        if self.peers.count() != n {
+            tracing::debug!(peers = n, "other nodes heard from");
+            self.peers.set(n);
+        }
+    }
+
+    /// The connection is down: nobody is heard from until it is back.
+    fn forget(&mut self) {
+        self.last.clear();
+        self.publish();
+    }
 }
 
 /// Sleeps `pause` unless `stop` is set meanwhile ([`Listener::stop`] unparks the thread).

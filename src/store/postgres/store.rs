@@ -7,7 +7,7 @@ use super::listen::Notifier;
 use super::replay::Carried;
 use super::tasks::ClaimFloors;
 use super::{Conn, Link, PgPool, PgSettings, PgUrl, Sql, Statements};
-use crate::store::{IdleCap, Store, StoreError, Tx, Watcher};
+use crate::store::{IdleCap, Peers, Store, StoreError, Tx, Watcher};
 use postgres::GenericClient;
 use postgres::error::SqlState;
 use std::path::Path;
@@ -76,13 +76,14 @@ impl PgStore {
             sslmode = ?parsed.tls().mode,
             "PostgreSQL connection pool ready (one more connection listens for other nodes' changes unless --pg-poll-only)"
         );
-        let notifier = Notifier::spawn(pool.clone(), link.clone())?;
+        let node = node_id();
+        let notifier = Notifier::spawn(pool.clone(), link.clone(), node.clone())?;
         Ok(PgStore {
             notifier: Some(notifier),
             pool: Some(pool),
             link,
             url: parsed,
-            node: node_id(),
+            node,
             last_probe: Mutex::new(None),
             floors: ClaimFloors::default(),
         })
@@ -368,11 +369,18 @@ impl Store for PgStore {
     ) -> anyhow::Result<Watcher> {
         let cap = IdleCap::new(poll);
         if poll_only {
-            return Ok(Watcher::shared(cap, LEASE_RESCUE_EVERY, None));
+            return Ok(Watcher::shared(
+                cap,
+                Peers::default(),
+                LEASE_RESCUE_EVERY,
+                None,
+            ));
         }
-        let listener = super::listen::Listener::spawn(&self.url, wakers, &cap)?;
+        let peers = Peers::default();
+        let listener = super::listen::Listener::spawn(&self.url, &self.node, wakers, &cap, &peers)?;
         Ok(Watcher::shared(
             cap,
+            peers,
             LEASE_RESCUE_EVERY,
             Some(Box::new(move || listener.stop())),
         ))
