@@ -1,7 +1,7 @@
 //! Watching for changes other processes make to the database: what [`Store::watch`] returns
 //! ([`Watcher`]), the wakes it calls ([`Wakers`]), the cap on idle sleeps while notices may
-//! be missed ([`IdleCap`]) and how many other processes were heard from ([`Peers`]). Backend-neutral: a store with nothing to watch returns
-//! [`Watcher::none`].
+//! be missed ([`IdleCap`]) and how many other processes were heard from ([`Peers`]).
+//! Backend-neutral: a store with nothing to watch returns [`Watcher::none`].
 //!
 //! [`Store::watch`]: crate::store::Store::watch
 
