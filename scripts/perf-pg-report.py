@@ -2,9 +2,10 @@
 """Where a PostgreSQL server's CPU (or webhookd's) went, from `perf script -F
 comm,pid,tid,ip,sym,dso` of a `perf record -e cpu-clock -g` run (scripts/profile-pg.sh).
 
-usage: scripts/perf-pg-report.py postgres|webhookd PIDS_FILE UNITS UNIT < script.txt
+usage: scripts/perf-pg-report.py postgres|webhookd|harness PIDS_FILE UNITS UNIT < script.txt
 
-Counts only the samples of the processes in PIDS_FILE (one pid a line) and prints, as shares
+Counts only the samples of the processes in PIDS_FILE (one pid a line) and prints (for the
+harness, only the first line: its CPU per unit), as shares
 of those samples and as CPU-ms per unit (UNITS: how many UNITs, deliveries or requests, the
 sampled window served; a sample is PERIOD_MS of CPU, 1 ms at `perf record -F 1000`):
   1. by component: each sample charged to the component of the frame nearest its leaf that
@@ -68,6 +69,8 @@ PG_INCLUSIVE = [
     "PortalRun", "standard_ExecutorStart", "standard_ExecutorRun", "standard_ExecutorFinish",
     "standard_ExecutorEnd", "ExecSetParamPlan", "ExecModifyTable", "ExecInsert",
     "ExecInsertIndexTuples", "btinsert", "_bt_doinsert", "heap_insert", "heap_update",
+    "ExecOpenIndices", "BuildIndexInfo", "ExecCloseIndices", "index_open", "LockRelationOid",
+    "LockReleaseAll", "ExecInitNode", "ExecPrepareQual",
     "ExecOnConflictUpdate", "_bt_check_unique",
     "XLogInsert", "XLogInsertRecord", "CommitTransactionCommand", "RecordTransactionCommit",
     "XLogFlush", "XLogWrite", "issue_xlog_fsync", "fdatasync", "__libc_fdatasync",
@@ -181,8 +184,10 @@ if not samples:
     sys.exit(0)
 ms = lambda n: n * PERIOD_MS / units if units else float("nan")
 print(f"{who}: {samples:,} samples ({samples * PERIOD_MS / 1000:.1f} CPU-s), "
-      f"{units:,.0f} units ({unit}s): {ms(samples):.3f} CPU-ms per {unit}; "
+      f"{units:,.0f} units (one a {unit}): {ms(samples):.3f} CPU-ms per {unit}; "
       f"{100 * kernel_share['kernel'] / samples:.1f} % of samples in the kernel")
+if who == "harness":
+    sys.exit(0)
 print("\nby process: " + ", ".join(f"{p} {100 * n / samples:.1f} %" for p, n in procs.most_common(6)))
 print(f"\n| component (nearest frame that names one) | share | CPU-ms per {unit} |")
 print("|---|---|---|")
@@ -195,9 +200,12 @@ if who == "postgres":
         if incl[name]:
             print(f"| `{name}` | {100 * incl[name] / samples:.1f} % | {ms(incl[name]):.3f} |")
 else:
-    print(f"\n| function (inclusive), top 25 of webhookd's own | share |")
-    print("|---|---|")
     own = [(s, n) for s, n in incl.most_common() if "webhookd::" in s and "{{closure}}" not in s]
+    if not own:
+        print("\n(no webhookd function named: a stripped build; threads and the kernel only)")
+    else:
+        print(f"\n| function (inclusive), top 25 of webhookd's own | share |")
+        print("|---|---|")
     for name, n in own[:25]:
         print(f"| `{name[:110]}` | {100 * n / samples:.1f} % |")
 print("\n| leaf symbol (self), top 30 | share |")

@@ -93,6 +93,8 @@ for scenario in $SCENARIOS; do
     { echo "$pgpid"; ps -o pid= --ppid "$pgpid"; } | tr -d ' ' | sort -u >"$dir/pg.pids"
     # webhookd: the nodes the harness runs, bench-pg.sh's copy of WEBHOOKD.
     pgrep -f "^$dir/bench/bin-run/webhookd " >"$dir/webhookd.pids" || true
+    # The harness: the load generator, on the same two cores.
+    pgrep -P "$pid_run" -x "$(basename "${BENCH:-bench}" | cut -c1-15)" >"$dir/harness.pids" || true
     wait "$pid_run" || true
     perf script -i "$dir/perf.data" -F comm,pid,tid,ip,sym,dso 2>/dev/null >"$dir/perf.script"
     read -r u0 e0 <<<"$units0"
@@ -108,6 +110,8 @@ for scenario in $SCENARIOS; do
         read -r r0 f0 b0 w0 s0 <<<"$wal0"
         read -r r1 f1 b1 w1 s1 <<<"$wal1"
         echo "pg_stat_wal over the window: $((r1 - r0)) records, $((f1 - f0)) full-page images, $((b1 - b0)) bytes, $((w1 - w0)) writes, $((s1 - s0)) syncs; per $unit: $(python3 -c "u=max($units,1); print(f'{($r1-$r0)/u:.2f} records, {($b1-$b0)/u:,.0f} bytes, {($s1-$s0)/u:.3f} syncs')")"
+        echo
+        python3 scripts/perf-pg-report.py harness "$dir/harness.pids" "$units" "$unit" <"$dir/perf.script"
         echo
         echo "### PostgreSQL"
         echo
