@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Where PostgreSQL's CPU goes, by function (#20): runs scripts/bench-pg.sh's publish1 and api
-# scenarios on pg1, and over each one's measured phase (publish1: the full-rate phase, from its
-# first publish to the last of its deliveries; api: the GET phase) samples the machine with
+# scenarios (publish10 too, when asked) on pg1, and over each one's measured phase (publish*:
+# the full-rate phase, from its first publish to the last of its deliveries; api: the GET
+# phase) samples the machine with
 # `perf record -e cpu-clock -F 1000 -g -a` (this VM has no PMU), then reports the run's PostgreSQL
 # server's samples (postmaster and children) and, apart, webhookd's: by component (plan,
 # executor, index and heap inserts, WAL insert, commit/flush, locks, client I/O, catalog
@@ -11,11 +12,11 @@
 #
 # Beside the profile, over the same window: pg_stat_statements (calls, mean and total time
 # per statement; reset at the window's start), pg_stat_wal's deltas, and the units the CPU is
-# divided by: deliveries (rows added to `attempts`) and events for publish1, signed requests
+# divided by: deliveries (rows added to `attempts`) and events for publish*, signed requests
 # (rows added to `replay_guard`) for api.
 #
 # Usage: scripts/profile-pg.sh [OUT_DIR]
-# Env: SCENARIOS (default "publish1 api"), WEBHOOKD (build to run; default this tree's
+# Env: SCENARIOS (default "publish1 api"; publish10 too), WEBHOOKD (build to run; default this tree's
 #      target/release/webhookd, not rebuilt), BENCH (harness; default
 #      target/release/examples/bench), EVENTS1 (default 20000), PG_CONF_EXTRA (lines for postgresql.conf, as bench-pg.sh's; default
 #      "pg_stat_statements.track_planning = on", so that the statements' `plans` column counts
@@ -36,12 +37,12 @@ export PG_CONF_EXTRA=${PG_CONF_EXTRA:-pg_stat_statements.track_planning = on}
 command -v perf >/dev/null || { echo "profile-pg: perf is missing (apt-get install -y linux-perf)" >&2; exit 2; }
 
 # The phase's first line in the harness's log, and the line that ends it.
-phase_start() { case $1 in publish1) echo "bench: publish: fan-out 1, [0-9]* events from" ;; api) echo "GET /v1/endpoints/" ;; esac; }
-phase_end() { case $1 in publish1) echo "paced at" ;; api) echo "GET /v1/tasks" ;; esac; }
+phase_start() { case $1 in publish1) echo "bench: publish: fan-out 1, [0-9]* events from" ;; publish10) echo "bench: publish: fan-out 10, [0-9]* events from" ;; api) echo "GET /v1/endpoints/" ;; esac; }
+phase_end() { case $1 in publish*) echo "paced at" ;; api) echo "GET /v1/tasks" ;; esac; }
 # The units of the scenario: SQL counting them in the run's database.
 units_sql() {
     case $1 in
-        publish1) echo "SELECT (SELECT count(*) FROM attempts) || ' ' || (SELECT count(*) FROM events)" ;;
+        publish*) echo "SELECT (SELECT count(*) FROM attempts) || ' ' || (SELECT count(*) FROM events)" ;;
         api) echo "SELECT (SELECT count(*) FROM replay_guard) || ' 0'" ;;
     esac
 }
@@ -82,11 +83,13 @@ for scenario in $SCENARIOS; do
         kill -0 "$pid_run" 2>/dev/null || break
         sleep 0.05
     done
+    # Sampling stops at the signal; the counts are taken at once, before perf writes its file
+    # (the next phase runs meanwhile).
     kill -INT "$pid_perf"
-    wait "$pid_perf" || true
     secs=$(python3 -c "import time; print(f'{time.time() - $t0:.1f}')")
     units1=$(psql_db "$db" "$(units_sql "$scenario")")
     wal1=$(psql_db "$db" "SELECT wal_records || ' ' || wal_fpi || ' ' || wal_bytes || ' ' || wal_write || ' ' || wal_sync FROM pg_stat_wal")
+    wait "$pid_perf" || true
     psql_db bench "SELECT calls, rows, round((total_exec_time / greatest(calls, 1))::numeric, 3), round(total_exec_time::numeric, 1), round(total_plan_time::numeric, 1), plans, wal_records, wal_bytes, left(regexp_replace(query, '\s+', ' ', 'g'), 150) FROM pg_stat_statements WHERE dbid = (SELECT oid FROM pg_database WHERE datname = '$db') ORDER BY total_exec_time DESC LIMIT 25" \
         >"$dir/statements" || true
     settings=$(psql_db "$db" "SELECT string_agg(name || '=' || setting, ' ' ORDER BY name) FROM pg_settings WHERE name IN ('plan_cache_mode', 'synchronous_commit', 'wal_writer_delay', 'commit_delay')")
@@ -105,7 +108,7 @@ for scenario in $SCENARIOS; do
     {
         echo "## $scenario${SQL_BEFORE:+ after \`$SQL_BEFORE\`}: perf over the phase, ${secs} s (load average $load at its start)"
         echo
-        echo "$units $units_name$([ "$scenario" = publish1 ] && echo ", $events events") in the window; server settings: $settings"
+        echo "$units $units_name$([ "$scenario" != api ] && echo ", $events events") in the window; server settings: $settings"
         echo
         read -r r0 f0 b0 w0 s0 <<<"$wal0"
         read -r r1 f1 b1 w1 s1 <<<"$wal1"
