@@ -89,9 +89,9 @@ for scenario in $SCENARIOS; do
     secs=$(python3 -c "import time; print(f'{time.time() - $t0:.1f}')")
     units1=$(psql_db "$db" "$(units_sql "$scenario")")
     wal1=$(psql_db "$db" "SELECT wal_records || ' ' || wal_fpi || ' ' || wal_bytes || ' ' || wal_write || ' ' || wal_sync FROM pg_stat_wal")
-    wait "$pid_perf" || true
     psql_db bench "SELECT calls, rows, round((total_exec_time / greatest(calls, 1))::numeric, 3), round(total_exec_time::numeric, 1), round(total_plan_time::numeric, 1), plans, wal_records, wal_bytes, left(regexp_replace(query, '\s+', ' ', 'g'), 150) FROM pg_stat_statements WHERE dbid = (SELECT oid FROM pg_database WHERE datname = '$db') ORDER BY total_exec_time DESC LIMIT 25" \
         >"$dir/statements" || true
+    wait "$pid_perf" || true
     settings=$(psql_db "$db" "SELECT string_agg(name || '=' || setting, ' ' ORDER BY name) FROM pg_settings WHERE name IN ('plan_cache_mode', 'synchronous_commit', 'wal_writer_delay', 'commit_delay')")
     { echo "$pgpid"; ps -o pid= --ppid "$pgpid"; } | tr -d ' ' | sort -u >"$dir/pg.pids"
     # webhookd: the nodes the harness runs, bench-pg.sh's copy of WEBHOOKD.
