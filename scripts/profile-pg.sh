@@ -61,7 +61,8 @@ for scenario in $SCENARIOS; do
         sleep 0.2
     done
     [ -n "$port" ] || { echo "profile-pg: bench-pg.sh did not start its server" >&2; cat "$dir/bench.err" >&2; exit 1; }
-    datadir=$(dirname "$(grep -lx "$port" /tmp/webhookd-bench-pg.*/data/postmaster.pid | head -1)")
+    # Other servers' folders come and go meanwhile: a file gone under the glob is no error.
+    datadir=$(dirname "$({ grep -lxs "$port" /tmp/webhookd-bench-pg.*/data/postmaster.pid || true; } | head -1)")
     pgpid=$(head -1 "$datadir/postmaster.pid")
     sock=$(dirname "$datadir")
     psql_db() { psql -h "$sock" -p "$port" -U webhookd -d "$1" -AtXqc "$2"; }
