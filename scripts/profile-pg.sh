@@ -57,7 +57,7 @@ for scenario in $SCENARIOS; do
     trap 'pkill -P "$pid_run" 2>/dev/null; kill "$pid_run" 2>/dev/null' EXIT
     port=
     while [ -z "$port" ] && kill -0 "$pid_run" 2>/dev/null; do
-        port=$(sed -n 's/^== PostgreSQL .* on port \([0-9]*\):.*/\1/p' "$dir/bench.err")
+        port=$(sed -n 's/^== PostgreSQL .* on port \([0-9]*\):.*/\1/p' "$dir/bench.err" 2>/dev/null || true)
         sleep 0.2
     done
     [ -n "$port" ] || { echo "profile-pg: bench-pg.sh did not start its server" >&2; cat "$dir/bench.err" >&2; exit 1; }
