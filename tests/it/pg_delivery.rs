@@ -2265,3 +2265,84 @@ fn a_rounds_health_passes_over_an_endpoint_another_writer_holds_and_is_written_l
         "the streak of both rounds, from the first failure"
     );
 }
+
+/// A node delivers to an endpoint whose row another writer holds (`FOR NO KEY UPDATE`, as
+/// another node's round holds it): the node records the delivery while the row is held and
+/// carries its health; once the other writer is done, the node writes that health (its next
+/// round, which has no result for the endpoint, waits for the row).
+#[test]
+fn a_node_records_deliveries_while_another_writer_holds_the_endpoint_and_its_health_after() {
+    use crate::support::{Receiver, create_key, ok, wait_for};
+    use serde_json::json;
+    use std::time::Duration;
+    let Some((server, url)) = database("health_node") else {
+        return;
+    };
+    let mut config = webhookd::config::Config::new(url.clone());
+    config.listen = "127.0.0.1:0".parse().unwrap();
+    config.workers = 2;
+    let (key_id, secret) = create_key(&url, "app1");
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let running = runtime
+        .block_on(webhookd::server::start(
+            config,
+            Arc::new(webhookd::clock::SystemClock),
+            std::future::pending(),
+        ))
+        .expect("server starts");
+    let api = webhookd::client::Client::new(&format!("http://{}", running.addr), &key_id, &secret);
+    let receiver = Receiver::start();
+    let body = json!({ "name": "receiver", "url": receiver.url });
+    let ep = ok(&api, "POST", "/endpoints", Some(body))["id"]
+        .as_i64()
+        .unwrap();
+    let mut reader = server.client(&url);
+    let mut health = move || -> (Option<i64>, i64, Vec<String>) {
+        let r = reader
+            .query_one(
+                "SELECT last_success_at, consecutive_failures,
+                        ARRAY(SELECT status FROM tasks WHERE endpoint_id = $1 ORDER BY id)
+                   FROM endpoints WHERE id = $1",
+                &[&ep],
+            )
+            .unwrap();
+        (r.get(0), r.get(1), r.get(2))
+    };
+
+    let mut other = server.client(&url);
+    let mut holder = other.transaction().unwrap();
+    holder
+        .query_one(
+            "SELECT id FROM endpoints WHERE id = $1 FOR NO KEY UPDATE",
+            &[&ep],
+        )
+        .unwrap();
+    for _ in 0..3 {
+        ok(&api, "POST", "/tasks", Some(json!({ "endpoint_id": ep })));
+    }
+    let while_held = wait_for(Duration::from_secs(60), || {
+        let now = health();
+        (now.2.iter().all(|s| s == "success")).then_some(now)
+    })
+    .expect("the deliveries are recorded while another writer holds the endpoint");
+    assert_eq!(
+        (while_held.0, while_held.1),
+        (None, 0),
+        "the health waits for the row"
+    );
+    holder.commit().unwrap();
+    let after = wait_for(Duration::from_secs(60), || {
+        let now = health();
+        now.0.is_some().then_some(now)
+    })
+    .expect("the carried health is written once the row is free");
+    assert_eq!(after.1, 0);
+    assert_eq!(receiver.received().len(), 3);
+    runtime
+        .block_on(running.shutdown())
+        .expect("clean shutdown");
+}
