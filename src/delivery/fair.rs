@@ -603,7 +603,7 @@ fn wake(at: &mut Option<i64>, candidate: i64) {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
     use crate::clock::ManualClock;
     use chrono::TimeZone;
@@ -710,7 +710,7 @@ mod tests {
 
     /// Endpoints of app `a` on a fresh SQLite store, each with `tasks` pending tasks due at 0;
     /// the store (kept in its directory) and their ids.
-    fn store_with_endpoints(
+    pub(crate) fn store_with_endpoints(
         n: usize,
         tasks: usize,
     ) -> (tempfile::TempDir, Arc<dyn crate::store::Store>, Vec<i64>) {

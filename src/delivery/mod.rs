@@ -40,9 +40,10 @@ use crate::app::App;
 use crate::metrics::DeliveryOutcome;
 use crate::operator::{self, OperatorEvent};
 use crate::store::endpoints::DisabledReason;
-use crate::store::{self, IdleCap, Peers, StoreError, Tx, Watcher, tasks::Claimed};
+use crate::store::tasks::{Claimed, IfBusy};
+use crate::store::{self, IdleCap, Peers, StoreError, Tx, Watcher};
 use send::{Sent, Target, Verdict};
-use std::collections::{HashMap, VecDeque};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
@@ -589,6 +590,8 @@ fn dispatch(shared: &Arc<Shared>) {
     let mut held = held::Held::default();
     let mut last_round: Option<Instant> = None;
     let mut next_rescue_ms = i64::MIN;
+    // Health the last round could not write (another node was writing the endpoint).
+    let mut carried = health::Carried::default();
     // On a database other nodes share, one may die holding leases, and nothing wakes this one
     // when they run out: look at least once per rescue period, or its tasks would wait up to
     // `max_idle` more after their lease ended.
@@ -634,8 +637,9 @@ fn dispatch(shared: &Arc<Shared>) {
         } else {
             Vec::new()
         };
+        let carrying = std::mem::take(&mut carried);
         let round = |tx: &mut dyn Tx| {
-            record(tx, &done, &rules)?;
+            let deferred = record(tx, &done, &carrying, &rules, IfBusy::Defer)?;
             if rescue {
                 // A send under way keeps its lease: it ran out only if the clock stepped forward
                 // (a VM resumed, an NTP correction), and taking it back would send it twice. A
@@ -655,7 +659,7 @@ fn dispatch(shared: &Arc<Shared>) {
             }
             let walk = gate.walk(tx, now, free)?;
             let jobs = targets(tx, &mut held, walk.claimed, &walk.caps, now)?;
-            Ok::<_, StoreError>((jobs, walk.out_of_room, walk.wake_at))
+            Ok::<_, StoreError>((jobs, walk.out_of_room, walk.wake_at, deferred))
         };
         // Redoable: a claim or result a crash loses only sends its task again. Not a round
         // that may publish an operator event: the event's id and its tasks' ids go out to
@@ -669,26 +673,40 @@ fn dispatch(shared: &Arc<Shared>) {
         // them again (their tasks are no longer running under this node's claim of that
         // attempt). A claim that committed before a failure (its answer lost, or a later read)
         // leaves its tasks running here, unsent: their lease runs out and the rescue hands
-        // them back, as a dead node's.
-        let round = if done.iter().any(Done::may_publish) {
+        // them back, as a dead node's. Health carried from the last round counts as this
+        // round's: a carried failure may disable its endpoint (and publish), and a round
+        // without a transaction writes only changes that hold no failure (below).
+        let statements = done.iter().all(Done::is_success) && !carrying.has_failures();
+        let round = if done.iter().any(Done::may_publish) || carrying.may_publish() {
             app.store.write(round)
-        } else if done.iter().all(Done::is_success) {
+        } else if statements {
             app.store.write_redoable_statements(round)
         } else {
             app.store.write_redoable(round)
         };
         let (claimed, out_of_room, wake_at) = match round {
-            Ok(round) => {
+            Ok((claimed, out_of_room, wake_at, deferred)) => {
                 if let (true, Some(every)) = (rescue, rescue_every_ms) {
                     next_rescue_ms = now.saturating_add(every);
                 }
-                round
+                carried = deferred;
+                (claimed, out_of_room, wake_at)
             }
             Err(e) => {
                 tracing::error!(error = %e, "delivery pool: database round failed; retrying");
                 // The results wait for the next round (in a transaction nothing was recorded;
                 // without one, those recorded already are not recorded again, see above), and
                 // the gate starts over from what is really in flight.
+                // The health: a round in a transaction wrote none of it, so what was carried
+                // stays carried. A round without one may have written its changes, or some of
+                // them, before it failed; each holds no failure (a success, or nothing but
+                // times), and writing such a change twice leaves what writing it once does,
+                // so they are all carried, and written (again) with the next round.
+                carried = if statements {
+                    carrying.then_round(&fold(&done))
+                } else {
+                    carrying
+                };
                 gate = new_gate();
                 lock(&shared.results).extend(done);
                 app.delivery_wake.wait(ERROR_PAUSE);
@@ -709,9 +727,14 @@ fn dispatch(shared: &Arc<Shared>) {
             }
             None => idle,
         };
+        // Carried health is written by the next round, which comes within a round gap.
+        let wait = match carried.is_empty() {
+            true => wait,
+            false => wait.min(gap),
+        };
         app.delivery_wake.wait(wait);
     }
-    drain_at_shutdown(shared);
+    drain_at_shutdown(shared, carried);
 }
 
 /// The shortest time between two of this node's rounds when `peers` other nodes share its
@@ -782,11 +805,20 @@ fn recover(app: &App, now_ms: i64) {
 /// the recorded ones alone in a call of its own, see [`health`]), a `410 Gone` or auto-disable
 /// disabling the endpoint, and the operator events these cause. An attempt whose task is no
 /// longer `running` is not recorded.
+///
+/// `carried`: health an earlier round of this dispatcher left unwritten ([`health::Carried`]),
+/// folded before this round's change for each endpoint this round has results for, and written
+/// on its own first (waiting for the endpoints) for the others. With [`IfBusy::Defer`] (the
+/// dispatcher's rounds) the round's change for an endpoint another writer is writing at that
+/// moment is passed over and returned, to be carried to the next round; its auto-disable test
+/// waits until it is written. With [`IfBusy::Wait`] nothing is returned.
 pub(crate) fn record(
     tx: &mut dyn Tx,
     done: &[Done],
+    carried: &health::Carried,
     rules: &health::Rules,
-) -> Result<(), StoreError> {
+    if_busy: IfBusy,
+) -> Result<health::Carried, StoreError> {
     let mut seen = health::Fold::default();
     let results: Vec<_> = done
         .iter()
@@ -813,15 +845,23 @@ pub(crate) fn record(
             request_headers: d.sent.request_headers.clone(),
         })
         .collect();
-    // The health of every result, written with them when every one is recorded (the usual
-    // round); else the health of those recorded, below.
-    let mut all = health::Fold::default();
-    for d in done {
-        all.add(d.endpoint_id, d.sent.is_success(), d.at, d.quiet);
-    }
-    let all: Vec<_> = all.into_endpoints().map(|(id, e)| (id, e.delta)).collect();
-    let written = tx.record_attempts(&results, &attempts, &all)?;
-    for (d, recorded) in done.iter().zip(written.recorded) {
+    // The health of every result, after what was carried for its endpoint, written with them
+    // when every one is recorded (the usual round); else the health of those recorded, below.
+    let all: BTreeMap<i64, health::Seen> = fold(done).into_endpoints().collect();
+    // What was carried for endpoints without a result now is written first, on its own: the
+    // round's one statement that waits for an endpoint, before any row the round locks.
+    let mut written: Vec<(i64, health::Seen)> = carried
+        .iter()
+        .filter(|(id, _)| !all.contains_key(id))
+        .collect();
+    write_health(tx, &written)?;
+    let round: Vec<(i64, health::Seen)> = all
+        .iter()
+        .map(|(&id, &seen)| (id, carried.before(id, seen)))
+        .collect();
+    let deltas: Vec<_> = round.iter().map(|(id, s)| (*id, s.delta)).collect();
+    let outcome = tx.record_attempts(&results, &attempts, &deltas, if_busy)?;
+    for (d, recorded) in done.iter().zip(outcome.recorded) {
         let status_code = d.sent.status.map(i64::from);
         if !recorded {
             continue;
@@ -845,15 +885,66 @@ pub(crate) fn record(
             report_failed_task(tx, d, status_code)?;
         }
     }
-    let seen: Vec<(i64, health::Seen)> = seen.into_endpoints().collect();
-    if !written.health_written {
-        let deltas: Vec<_> = seen.iter().map(|(id, e)| (*id, e.delta)).collect();
-        tx.record_endpoints_health(&deltas)?;
+    let mut deferred = health::Carried::default();
+    if outcome.health_written {
+        for (id, seen) in round {
+            match outcome.deferred.binary_search(&id) {
+                Ok(_) => deferred.keep(id, seen),
+                Err(_) => written.push((id, seen)),
+            }
+        }
+    } else {
+        // The recorded ones' health, after what was carried for their endpoints (and what was
+        // carried for an endpoint none of whose results was recorded, alone).
+        let seen: BTreeMap<i64, health::Seen> = seen.into_endpoints().collect();
+        let late: Vec<(i64, health::Seen)> = all
+            .keys()
+            .filter_map(|&id| match (carried.get(id), seen.get(&id)) {
+                (None, None) => None,
+                (kept, now) => Some((
+                    id,
+                    kept.unwrap_or_default()
+                        .then(now.copied().unwrap_or_default()),
+                )),
+            })
+            .collect();
+        write_health(tx, &late)?;
+        written.extend(late);
     }
+    written.sort_by_key(|(id, _)| *id);
+    disable_failing(tx, &written, rules)?;
+    Ok(deferred)
+}
+
+/// One change per endpoint for the results of `done`, in order.
+fn fold(done: &[Done]) -> health::Fold {
+    let mut fold = health::Fold::default();
+    for d in done {
+        fold.add(d.endpoint_id, d.sent.is_success(), d.at, d.quiet);
+    }
+    fold
+}
+
+/// Writes these endpoints' changes (in id order), waiting for any another writer holds.
+fn write_health(tx: &mut dyn Tx, changes: &[(i64, health::Seen)]) -> Result<(), StoreError> {
+    if changes.is_empty() {
+        return Ok(());
+    }
+    let deltas: Vec<_> = changes.iter().map(|(id, s)| (*id, s.delta)).collect();
+    tx.record_endpoints_health(&deltas)
+}
+
+/// The auto-disable test of each endpoint whose written change holds a failure (by id), and
+/// the operator event of each it disables (unless its last failure was quiet).
+fn disable_failing(
+    tx: &mut dyn Tx,
+    written: &[(i64, health::Seen)],
+    rules: &health::Rules,
+) -> Result<(), StoreError> {
     let Some(after_ms) = rules.failing_after_ms else {
         return Ok(());
     };
-    for (endpoint_id, endpoint) in seen.iter().filter(|(_, e)| e.delta.failures > 0) {
+    for (endpoint_id, endpoint) in written.iter().filter(|(_, e)| e.delta.failures > 0) {
         let endpoint_id = *endpoint_id;
         let at = endpoint.delta.last_failure_at.unwrap_or_default();
         let Some((app_id, streak)) =
@@ -1034,8 +1125,9 @@ fn hand_out(shared: &Arc<Shared>, jobs: Vec<Job>) {
 /// Shutdown: claimed tasks not yet sent go back to `pending` at once; sends in flight get the
 /// grace to finish and their results are committed; what is still in flight after the grace is
 /// recorded as an attempt interrupted by shutdown and handed back to `pending` as well
-/// ([`interrupted`]).
-fn drain_at_shutdown(shared: &Shared) {
+/// ([`interrupted`]). Health the dispatcher still carries is written with the first of these
+/// writes, waiting for its endpoints.
+fn drain_at_shutdown(shared: &Shared, mut carried: health::Carried) {
     let app = &shared.app;
     app.probes.close();
     let unsent = {
@@ -1049,10 +1141,14 @@ fn drain_at_shutdown(shared: &Shared) {
     let rules = health::Rules::from_hours(app.config.disable_failing_after_hours);
     loop {
         let done = std::mem::take(&mut *lock(&shared.results));
-        if !done.is_empty() {
-            match app.store.write(|tx| record(tx, &done, &rules)) {
-                Ok(()) => {
+        if !done.is_empty() || !carried.is_empty() {
+            match app
+                .store
+                .write(|tx| record(tx, &done, &carried, &rules, IfBusy::Wait))
+            {
+                Ok(_) => {
                     shared.in_flight.fetch_sub(done.len(), Ordering::SeqCst);
+                    carried = health::Carried::default();
                 }
                 Err(e) => tracing::error!(error = %e, "delivery pool: cannot record results"),
             }
@@ -1072,7 +1168,10 @@ fn drain_at_shutdown(shared: &Shared) {
         );
         // Results that came in since the last look first, then the sends still under way.
         let done = std::mem::take(&mut *lock(&shared.results));
-        if let Err(e) = app.store.write(|tx| record(tx, &done, &rules)) {
+        if let Err(e) = app
+            .store
+            .write(|tx| record(tx, &done, &carried, &rules, IfBusy::Wait))
+        {
             tracing::error!(error = %e, "delivery pool: cannot record results");
         }
         if let Err(e) = shared.sending.record_at_shutdown(app) {
@@ -1102,6 +1201,47 @@ mod tests {
             cap,
             reply: None,
         }
+    }
+
+    /// Carried health is written by the next round that has no result for its endpoint, and a
+    /// carried streak gets the auto-disable test when written, as a round's own would.
+    #[test]
+    fn carried_failures_are_written_by_the_next_round_and_may_disable_their_endpoint() {
+        let (_dir, store, ids) = fair::tests::store_with_endpoints(2, 0);
+        let hour = 3_600_000;
+        let rules = health::Rules {
+            failing_after_ms: Some(hour),
+        };
+        let mut carried = health::Carried::default();
+        for at in [0, hour / 2, hour, 3 * hour / 2, 2 * hour] {
+            carried.keep(ids[0], health::Seen::one(false, at, false));
+        }
+        carried.keep(ids[1], health::Seen::one(true, 100, false));
+        let left = store
+            .write(|tx| record(tx, &[], &carried, &rules, IfBusy::Defer))
+            .unwrap();
+        assert!(left.is_empty(), "nothing held the rows");
+        let read = |id: i64| {
+            store
+                .read(|tx| tx.get_endpoint_any(id))
+                .unwrap()
+                .expect("the endpoint")
+        };
+        let failing = read(ids[0]);
+        assert_eq!(
+            (
+                failing.status.as_str(),
+                failing.disabled_reason.as_deref(),
+                failing.consecutive_failures,
+                failing.last_failure_at,
+            ),
+            ("disabled", Some("failing"), 5, Some(2 * hour))
+        );
+        let fine = read(ids[1]);
+        assert_eq!(
+            (fine.status.as_str(), fine.last_success_at),
+            ("enabled", Some(100))
+        );
     }
 
     #[test]

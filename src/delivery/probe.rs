@@ -10,7 +10,8 @@ use super::{Done, health, record, send};
 use crate::app::App;
 use crate::clock::rfc3339;
 use crate::retry::RetryPolicy;
-use crate::store::{self, StoreError, attempts::Attempt, endpoints::Endpoint, tasks::Claimed};
+use crate::store::tasks::{Claimed, IfBusy};
+use crate::store::{self, StoreError, attempts::Attempt, endpoints::Endpoint};
 use std::collections::HashMap;
 use std::sync::mpsc;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
@@ -250,8 +251,10 @@ pub fn run(
     // goes back to `pending` with the others.
     let done: Done = done.recv().map_err(|_| ProbeError::Stopped)?;
     let rules = health::Rules::from_hours(app.config.disable_failing_after_hours);
-    app.store
-        .write(|tx| record(tx, std::slice::from_ref(&done), &rules))?;
+    app.store.write(|tx| {
+        let none = health::Carried::default();
+        record(tx, std::slice::from_ref(&done), &none, &rules, IfBusy::Wait)
+    })?;
     let page = store::Page {
         page: 1,
         page_size: 1,

@@ -181,18 +181,33 @@ impl Finish<'_> {
     }
 }
 
+/// What [`TaskQueries::record_attempts`] does with an endpoint whose health another writer
+/// (another node's round) is writing at that moment.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum IfBusy {
+    /// Waits until the other writer is done, then writes (every write but a dispatcher's round).
+    Wait,
+    /// Leaves that endpoint's change unwritten and says so ([`Recorded::deferred`]): the caller
+    /// carries it and writes it later. Where no other writer can be under way (one process owns
+    /// the database) nothing is ever deferred.
+    Defer,
+}
+
 /// What [`TaskQueries::record_attempts`] wrote.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Recorded {
     /// Whether each result was recorded, in order.
     pub recorded: Vec<bool>,
-    /// The health was written: every result was recorded. Otherwise the caller writes the
-    /// health of the recorded ones.
+    /// The health was written: every result was recorded (the endpoints in `deferred` aside).
+    /// Otherwise none was, and the caller writes the health of the recorded ones.
     pub health_written: bool,
+    /// Endpoints whose change was not written because another writer was writing the endpoint
+    /// at that moment ([`IfBusy::Defer`] only), ascending.
+    pub deferred: Vec<i64>,
 }
 
 /// [`TaskQueries::record_attempts`] as three calls in turn (a backend's one-statement form
-/// falls back to it).
+/// falls back to it); it waits for a busy endpoint ([`IfBusy::Wait`]), deferring nothing.
 pub fn record_attempts_in_turn<Q>(
     tx: &mut Q,
     results: &[Finish<'_>],
@@ -217,6 +232,7 @@ where
     Ok(Recorded {
         recorded,
         health_written,
+        deferred: Vec::new(),
     })
 }
 
@@ -322,12 +338,15 @@ pub trait TaskQueries {
     /// every result was recorded, the round's endpoint health as
     /// [`EndpointQueries::record_endpoints_health`](crate::store::EndpointQueries::record_endpoints_health)
     /// writes it (`health`: the deltas of all the results): the delivery pool's results of one
-    /// round. PostgreSQL writes the three with one statement when the tasks are distinct.
+    /// round. PostgreSQL writes the three with one statement when the tasks are distinct, and
+    /// with [`IfBusy::Defer`] passes over an endpoint another writer is writing at that moment
+    /// ([`Recorded::deferred`]) instead of waiting for it.
     fn record_attempts(
         &mut self,
         results: &[Finish<'_>],
         attempts: &[crate::store::attempts::Attempt],
         health: &[(i64, crate::store::endpoints::HealthDelta)],
+        if_busy: IfBusy,
     ) -> Result<Recorded, StoreError>;
     /// Marks a task just inserted in the caller's transaction as `running`, so the delivery pool
     /// never claims it (`POST /endpoints/{id}/test` sends it itself).

@@ -12,7 +12,7 @@ use webhookd::store::Page;
 use webhookd::store::postgres as pgstore;
 use webhookd::store::postgres::PgTx;
 use webhookd::store::schedules::{Catchup, Overlap, Schedule};
-use webhookd::store::tasks::{AfterAttempt, NewTask, RetryFilter, TaskFilter, TaskKind};
+use webhookd::store::tasks::{AfterAttempt, IfBusy, NewTask, RetryFilter, TaskFilter, TaskKind};
 use webhookd::store::{ScheduleQueries, TaskQueries};
 
 const NOW: i64 = 1_700_000_000_000;
@@ -1677,7 +1677,12 @@ fn a_rounds_results_and_attempts_in_one_statement_write_what_the_two_write() {
     let ((one, first_endpoint), (two, _)) = (&rounds[0], &rounds[1]);
     let (finishes, attempts) = results(one);
     let written = PgTx::new(&mut c, "a")
-        .record_attempts(&finishes, &attempts, &[(*first_endpoint, failed)])
+        .record_attempts(
+            &finishes,
+            &attempts,
+            &[(*first_endpoint, failed)],
+            IfBusy::Wait,
+        )
         .unwrap();
     assert!(!written.health_written, "not every result was recorded");
     assert_eq!(health_row(&mut c, *first_endpoint), (None, None, 0, None));
@@ -1721,7 +1726,7 @@ fn a_rounds_results_and_attempts_in_one_statement_write_what_the_two_write() {
     let ((single, e1), (twin, e2)) = (singles[0], singles[1]);
     let (finishes, attempts) = results(&single[..1]);
     let written = PgTx::new(&mut c, "a")
-        .record_attempts(&finishes, &attempts, &[(e1, failed)])
+        .record_attempts(&finishes, &attempts, &[(e1, failed)], IfBusy::Wait)
         .unwrap();
     assert_eq!(
         (written.recorded, written.health_written),
@@ -1744,7 +1749,7 @@ fn a_rounds_results_and_attempts_in_one_statement_write_what_the_two_write() {
     let twice = [single[1], single[1]];
     let (finishes, attempts) = results(&twice);
     let written = PgTx::new(&mut c, "a")
-        .record_attempts(&finishes, &attempts, &[(e1, failed)])
+        .record_attempts(&finishes, &attempts, &[(e1, failed)], IfBusy::Wait)
         .unwrap();
     assert_eq!(
         (written.recorded, written.health_written),
@@ -1762,7 +1767,7 @@ fn a_rounds_results_and_attempts_in_one_statement_write_what_the_two_write() {
     assert_eq!(attempt_rows(&mut c, &single), attempt_rows(&mut c, &twin));
     assert!(
         PgTx::new(&mut c, "a")
-            .record_attempts(&[], &[], &[])
+            .record_attempts(&[], &[], &[], IfBusy::Wait)
             .unwrap()
             .recorded
             .is_empty()
@@ -2035,7 +2040,7 @@ fn a_round_failing_after_its_results_committed_is_retried_without_recording_twic
     };
 
     let failed = store.write_redoable_statements::<(), StoreError>(|tx| {
-        let written = tx.record_attempts(&finishes, &attempts, &health)?;
+        let written = tx.record_attempts(&finishes, &attempts, &health, IfBusy::Wait)?;
         assert_eq!(
             (written.recorded, written.health_written),
             (vec![true, true], true)
@@ -2066,7 +2071,7 @@ fn a_round_failing_after_its_results_committed_is_retried_without_recording_twic
 
     let retried = store
         .write_redoable_statements::<_, StoreError>(|tx| {
-            tx.record_attempts(&finishes, &attempts, &health)
+            tx.record_attempts(&finishes, &attempts, &health, IfBusy::Wait)
         })
         .unwrap();
     assert_eq!(
@@ -2091,7 +2096,7 @@ fn a_round_failing_after_its_results_committed_is_retried_without_recording_twic
     };
     let written = store
         .write_redoable_statements::<_, StoreError>(|tx| {
-            tx.record_attempts(&[second], &[attempt], &[])
+            tx.record_attempts(&[second], &[attempt], &[], IfBusy::Wait)
         })
         .unwrap();
     assert_eq!(written.recorded, [true]);
@@ -2103,4 +2108,241 @@ fn a_round_failing_after_its_results_committed_is_retried_without_recording_twic
             1
         )
     );
+}
+
+/// A round's health passes over an endpoint whose row another transaction holds: the round
+/// returns while that transaction is still open (it does not wait for it), records its results
+/// and attempts, writes the health of the endpoints nobody held, and says which it deferred.
+/// Once the other transaction ends, the carried change written before the next round's (the
+/// dispatcher's fold, `delivery::health::Carried`) leaves the streak of both rounds.
+#[test]
+fn a_rounds_health_passes_over_an_endpoint_another_writer_holds_and_is_written_later() {
+    use std::sync::mpsc;
+    use std::time::Duration;
+    use webhookd::delivery::health::{Carried, Fold};
+    use webhookd::store::StoreError;
+    use webhookd::store::attempts::Attempt;
+    use webhookd::store::tasks::Finish;
+    let Some((server, url)) = database("health_deferred") else {
+        return;
+    };
+    let mut c = server.client(&url);
+    let store = webhookd::store::open(&url, 2).unwrap();
+    let (held, free) = (endpoint(&mut c, 1_000, None), endpoint(&mut c, 1_000, None));
+    let tasks: Vec<i64> = [held, held, free, held]
+        .iter()
+        .map(|&e| task(&mut c, e, NOW))
+        .collect();
+    let claimed = store
+        .write_redoable_statements::<_, StoreError>(|tx| {
+            tx.claim_endpoints_tasks(&[(held, 10), (free, 10)], NOW)
+        })
+        .unwrap();
+    assert_eq!(claimed.iter().map(Vec::len).sum::<usize>(), 4);
+    // Results at NOW + 10, + 20 (failures of `held`), + 30 (a failure of `free`); the last
+    // task of `held` fails in the next round, at NOW + 40.
+    let result = |task_id: i64, at: i64| {
+        let finish = Finish {
+            task_id,
+            attempt: 1,
+            after: AfterAttempt::RetryAt(at + 60_000),
+            last_status_code: Some(500),
+            last_error: Some("HTTP 500"),
+            now_ms: at,
+        };
+        let attempt = Attempt {
+            id: 0,
+            task_id,
+            attempt: 1,
+            started_at: at - 5,
+            duration_ms: 5,
+            status_code: Some(500),
+            error: Some("HTTP 500".into()),
+            response_body: None,
+            request_headers: None,
+        };
+        (finish, attempt)
+    };
+    let round_one = [
+        (tasks[0], held, NOW + 10),
+        (tasks[1], held, NOW + 20),
+        (tasks[2], free, NOW + 30),
+    ];
+    let (finishes, attempts): (Vec<_>, Vec<_>) =
+        round_one.iter().map(|&(t, _, at)| result(t, at)).unzip();
+    let mut fold = Fold::default();
+    for &(_, e, at) in &round_one {
+        fold.add(e, false, at, false);
+    }
+    let changes: Vec<_> = fold.clone().into_endpoints().collect();
+    let deltas: Vec<_> = changes.iter().map(|(id, s)| (*id, s.delta)).collect();
+
+    // Another writer holds `held`'s row.
+    let mut other = server.client(&url);
+    let mut holder = other.transaction().unwrap();
+    holder
+        .query_one(
+            "SELECT id FROM endpoints WHERE id = $1 FOR UPDATE",
+            &[&held],
+        )
+        .unwrap();
+    let (sent, answer) = mpsc::channel();
+    let round = {
+        let store = store.clone();
+        std::thread::spawn(move || {
+            let written = store.write_redoable_statements::<_, StoreError>(|tx| {
+                tx.record_attempts(&finishes, &attempts, &deltas, IfBusy::Defer)
+            });
+            sent.send(written).unwrap();
+        })
+    };
+    // A guard against a hang only: the round answers while the other writer still holds the row.
+    let written = answer
+        .recv_timeout(Duration::from_secs(120))
+        .expect("the round waited for the row another writer holds")
+        .unwrap();
+    round.join().unwrap();
+    assert_eq!(written.recorded, [true, true, true]);
+    assert!(written.health_written);
+    assert_eq!(
+        written.deferred,
+        [held],
+        "only the held endpoint is deferred"
+    );
+    let health = |c: &mut Client, id: i64| -> (Option<i64>, Option<i64>, i64, Option<i64>) {
+        let r = c
+            .query_one(
+                "SELECT last_success_at, last_failure_at, consecutive_failures, failing_since
+                   FROM endpoints WHERE id = $1",
+                &[&id],
+            )
+            .unwrap();
+        (r.get(0), r.get(1), r.get(2), r.get(3))
+    };
+    assert_eq!(
+        health(&mut c, free),
+        (None, Some(NOW + 30), 1, Some(NOW + 30))
+    );
+    assert_eq!(
+        health(&mut c, held),
+        (None, None, 0, None),
+        "not written yet"
+    );
+    let recorded: Vec<(String, i64)> = c
+        .query(
+            "SELECT t.status, (SELECT count(*) FROM attempts a WHERE a.task_id = t.id)
+               FROM tasks t WHERE t.id = ANY($1) ORDER BY t.id",
+            &[&&tasks[..3]],
+        )
+        .unwrap()
+        .iter()
+        .map(|r| (r.get(0), r.get(1)))
+        .collect();
+    assert_eq!(recorded, vec![("pending".to_string(), 1); 3]);
+    holder.rollback().unwrap();
+
+    // The dispatcher carries the deferred change and folds it before its next round's.
+    let mut carried = Carried::default();
+    for (id, seen) in changes {
+        if written.deferred.contains(&id) {
+            carried.keep(id, seen);
+        }
+    }
+    let mut next = Fold::default();
+    next.add(held, false, NOW + 40, false);
+    let (_, later) = next.into_endpoints().next().unwrap();
+    let delta = carried.before(held, later).delta;
+    let (finish, attempt) = result(tasks[3], NOW + 40);
+    let written = store
+        .write_redoable_statements::<_, StoreError>(|tx| {
+            tx.record_attempts(&[finish], &[attempt], &[(held, delta)], IfBusy::Defer)
+        })
+        .unwrap();
+    assert_eq!((written.recorded, written.deferred), (vec![true], vec![]));
+    assert_eq!(
+        health(&mut c, held),
+        (None, Some(NOW + 40), 3, Some(NOW + 10)),
+        "the streak of both rounds, from the first failure"
+    );
+}
+
+/// A node delivers to an endpoint whose row another writer holds (`FOR NO KEY UPDATE`, as
+/// another node's round holds it): the node records the delivery while the row is held and
+/// carries its health; once the other writer is done, the node writes that health (its next
+/// round, which has no result for the endpoint, waits for the row).
+#[test]
+fn a_node_records_deliveries_while_another_writer_holds_the_endpoint_and_its_health_after() {
+    use crate::support::{Receiver, create_key, ok, wait_for};
+    use serde_json::json;
+    use std::time::Duration;
+    let Some((server, url)) = database("health_node") else {
+        return;
+    };
+    let mut config = webhookd::config::Config::new(url.clone());
+    config.listen = "127.0.0.1:0".parse().unwrap();
+    config.workers = 2;
+    let (key_id, secret) = create_key(&url, "app1");
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let running = runtime
+        .block_on(webhookd::server::start(
+            config,
+            Arc::new(webhookd::clock::SystemClock),
+            std::future::pending(),
+        ))
+        .expect("server starts");
+    let api = webhookd::client::Client::new(&format!("http://{}", running.addr), &key_id, &secret);
+    let receiver = Receiver::start();
+    let body = json!({ "name": "receiver", "url": receiver.url });
+    let ep = ok(&api, "POST", "/endpoints", Some(body))["id"]
+        .as_i64()
+        .unwrap();
+    let mut reader = server.client(&url);
+    let mut health = move || -> (Option<i64>, i64, Vec<String>) {
+        let r = reader
+            .query_one(
+                "SELECT last_success_at, consecutive_failures,
+                        ARRAY(SELECT status FROM tasks WHERE endpoint_id = $1 ORDER BY id)
+                   FROM endpoints WHERE id = $1",
+                &[&ep],
+            )
+            .unwrap();
+        (r.get(0), r.get(1), r.get(2))
+    };
+
+    let mut other = server.client(&url);
+    let mut holder = other.transaction().unwrap();
+    holder
+        .query_one(
+            "SELECT id FROM endpoints WHERE id = $1 FOR NO KEY UPDATE",
+            &[&ep],
+        )
+        .unwrap();
+    for _ in 0..3 {
+        ok(&api, "POST", "/tasks", Some(json!({ "endpoint_id": ep })));
+    }
+    let while_held = wait_for(Duration::from_secs(60), || {
+        let now = health();
+        (now.2.iter().all(|s| s == "success")).then_some(now)
+    })
+    .expect("the deliveries are recorded while another writer holds the endpoint");
+    assert_eq!(
+        (while_held.0, while_held.1),
+        (None, 0),
+        "the health waits for the row"
+    );
+    holder.commit().unwrap();
+    let after = wait_for(Duration::from_secs(60), || {
+        let now = health();
+        now.0.is_some().then_some(now)
+    })
+    .expect("the carried health is written once the row is free");
+    assert_eq!(after.1, 0);
+    assert_eq!(receiver.received().len(), 3);
+    runtime
+        .block_on(running.shutdown())
+        .expect("clean shutdown");
 }

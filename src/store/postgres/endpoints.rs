@@ -7,6 +7,7 @@ use crate::store::endpoints::{
     filter_payload_text, fresh_generation,
 };
 use crate::store::postgres::PgTx;
+use crate::store::tasks::IfBusy;
 use crate::store::{EndpointQueries, StoreError};
 use postgres::{Error, GenericClient, Row};
 
@@ -124,13 +125,23 @@ impl HealthColumns {
 }
 
 /// [`EndpointQueries::record_endpoints_health`]'s update as the tail of a `WITH` (CTEs `d`,
-/// `locked`, `h`): the deltas are the parameters from `$first` on ([`HealthColumns::params`]),
-/// written only where `when` holds. The rows are locked in id order first (`ORDER BY … FOR NO
-/// KEY UPDATE`), as one statement per endpoint in id order locked them, so two nodes' rounds
-/// cannot deadlock on each other's endpoints; each row then gets
-/// [`EndpointQueries::write_endpoint_health`]'s rules.
-pub(super) fn health_update(first: usize, when: &str) -> String {
+/// `locked`, `h`, `deferred`): the deltas are the parameters from `$first` on
+/// ([`HealthColumns::params`]), written only where `when` holds. The rows are locked in id
+/// order first (`ORDER BY … FOR NO KEY UPDATE`), as one statement per endpoint in id order
+/// locked them, so two nodes' rounds cannot deadlock on each other's endpoints; each row then
+/// gets [`EndpointQueries::write_endpoint_health`]'s rules. With [`IfBusy::Defer`] a row
+/// another transaction holds is passed over (`SKIP LOCKED`) and its id is in `deferred` (an
+/// endpoint that no longer exists is not); with [`IfBusy::Wait`] `deferred` is empty.
+pub(super) fn health_update(first: usize, when: &str, if_busy: IfBusy) -> String {
     let p = |i: usize| first + i;
+    let (skip, deferred) = match if_busy {
+        IfBusy::Wait => ("", "SELECT NULL::int8 AS id WHERE false"),
+        IfBusy::Defer => (
+            " SKIP LOCKED",
+            "SELECT d.id FROM d WHERE d.id NOT IN (SELECT id FROM locked)
+                AND EXISTS (SELECT 1 FROM endpoints e WHERE e.id = d.id)",
+        ),
+    };
     format!(
         "d AS (
              SELECT * FROM unnest(${}::int8[], ${}::int8[], ${}::int8[], ${}::int8[], ${}::int8[])
@@ -138,7 +149,7 @@ pub(super) fn health_update(first: usize, when: &str) -> String {
               WHERE {when}),
          locked AS (
              SELECT e.id FROM endpoints e WHERE e.id IN (SELECT id FROM d)
-             ORDER BY e.id FOR NO KEY UPDATE),
+             ORDER BY e.id FOR NO KEY UPDATE{skip}),
          h AS (
              UPDATE endpoints e SET
                 last_success_at = coalesce(d.last_success_at, e.last_success_at),
@@ -147,7 +158,8 @@ pub(super) fn health_update(first: usize, when: &str) -> String {
                     THEN e.consecutive_failures + d.failures ELSE d.failures END,
                 failing_since = CASE WHEN d.last_success_at IS NULL
                     THEN coalesce(e.failing_since, d.first_failure_at) ELSE d.first_failure_at END
-               FROM d, locked WHERE e.id = d.id AND locked.id = d.id)",
+               FROM d, locked WHERE e.id = d.id AND locked.id = d.id),
+         deferred AS ({deferred})",
         p(0),
         p(1),
         p(2),
@@ -376,7 +388,7 @@ impl<C: GenericClient> EndpointQueries for PgTx<'_, C> {
         let columns = HealthColumns::of(deltas);
         let c = &mut *self.c;
         c.execute(
-            &format!("WITH {} SELECT 1", health_update(1, "true")),
+            &format!("WITH {} SELECT 1", health_update(1, "true", IfBusy::Wait)),
             &columns.params(),
         )?;
         Ok(())

@@ -17,7 +17,7 @@ use crate::store::postgres::{Backing, PgTx, Sql};
 use crate::store::tasks::{
     AfterAttempt, Claimed, Finish, NewTask, PendingEndpoint, RetryFilter, STATUSES, TASK_TYPES,
 };
-use crate::store::tasks::{Recorded, record_attempts_in_turn};
+use crate::store::tasks::{IfBusy, Recorded, record_attempts_in_turn};
 use crate::store::tasks::{Task, TaskFilter};
 use crate::store::{StoreError, TaskQueries};
 use crate::trace::TaskTrace;
@@ -466,12 +466,16 @@ impl<C: GenericClient> TaskQueries for PgTx<'_, C> {
     /// ascend in the order given, as one insert each would make them), and the health update
     /// of [`EndpointQueries::record_endpoints_health`](crate::store::EndpointQueries::record_endpoints_health)
     /// in it too, done only when the results' update recorded every one. One statement, where
-    /// the three took three.
+    /// the three took three. With [`IfBusy::Defer`] the health update passes over an endpoint
+    /// row another transaction holds (`FOR NO KEY UPDATE SKIP LOCKED`: on several nodes, each
+    /// node's round writes the same endpoints' rows, and waited for the others' here) and
+    /// returns those endpoints; every row of it returns them, as an array beside the task id.
     fn record_attempts(
         &mut self,
         results: &[Finish<'_>],
         attempts: &[Attempt],
         health: &[(i64, HealthDelta)],
+        if_busy: IfBusy,
     ) -> Result<Recorded, StoreError> {
         let Some(columns) =
             FinishColumns::of(results, 1).filter(|_| attempts.len() == results.len())
@@ -502,17 +506,22 @@ impl<C: GenericClient> TaskQueries for PgTx<'_, C> {
                     WHERE a.task_id IN (SELECT id FROM f)
                     ORDER BY a.ord),
              {}
-             SELECT id{} FROM f",
-            health_update(13, "(SELECT count(*) FROM f) = $18"),
+             SELECT id, (SELECT array_agg(id ORDER BY id) FROM deferred){} FROM f",
+            health_update(13, "(SELECT count(*) FROM f) = $18", if_busy),
             self.sync_off()
         );
         let c = &mut *self.c;
         let rows = c.query(&sql, &params)?;
         let recorded = columns.recorded(&rows)?;
         let health_written = recorded.iter().all(|r| *r);
+        let deferred = match rows.first() {
+            Some(row) => row.try_get::<_, Option<Vec<i64>>>(1)?.unwrap_or_default(),
+            None => Vec::new(),
+        };
         Ok(Recorded {
             recorded,
             health_written,
+            deferred,
         })
     }
 

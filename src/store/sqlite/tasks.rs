@@ -39,12 +39,13 @@ pub fn from_row(r: &Row<'_>) -> rusqlite::Result<Task> {
 }
 
 impl TaskQueries for SqliteTx<'_> {
-    /// The three calls in turn.
+    /// The three calls in turn; one process owns the file, so no endpoint is ever busy.
     fn record_attempts(
         &mut self,
         results: &[Finish<'_>],
         attempts: &[crate::store::attempts::Attempt],
         health: &[(i64, crate::store::endpoints::HealthDelta)],
+        _: crate::store::tasks::IfBusy,
     ) -> Result<Recorded, StoreError> {
         record_attempts_in_turn(self, results, attempts, health)
     }
