@@ -1244,6 +1244,33 @@ mod tests {
         );
     }
 
+    /// A change written after a newer one (carried a round late) keeps the newer times: the
+    /// health times never move back (PostgreSQL's twin: `pg_tables`).
+    #[test]
+    fn an_endpoints_health_times_never_move_back() {
+        let (_dir, store, ids) = fair::tests::store_with_endpoints(1, 0);
+        let write = |seen: health::Seen| {
+            store
+                .write(|tx| tx.record_endpoints_health(&[(ids[0], seen.delta)]))
+                .unwrap();
+            let e = store
+                .read(|tx| tx.get_endpoint_any(ids[0]))
+                .unwrap()
+                .expect("the endpoint");
+            (e.last_success_at, e.last_failure_at)
+        };
+        let newer =
+            health::Seen::one(true, 9_000, false).then(health::Seen::one(false, 9_500, false));
+        assert_eq!(write(newer), (Some(9_000), Some(9_500)));
+        let older =
+            health::Seen::one(true, 8_000, false).then(health::Seen::one(false, 8_500, false));
+        assert_eq!(write(older), (Some(9_000), Some(9_500)));
+        assert_eq!(
+            write(health::Seen::one(true, 10_000, false)),
+            (Some(10_000), Some(9_500))
+        );
+    }
+
     #[test]
     fn rounds_are_spaced_by_the_nodes_sharing_the_database_up_to_a_bound() {
         assert_eq!(round_gap(0), MIN_ROUND);

@@ -191,7 +191,9 @@ pub trait EndpointQueries {
     ) -> Result<Option<String>, StoreError>;
     /// Applies a round's [`HealthDelta`] to an endpoint in the result commit: a success in the
     /// round restarts the streak from the failures after it, and without one the round's
-    /// failures extend it. One statement, however many of its attempts the round holds; the
+    /// failures extend it. `last_success_at` and `last_failure_at` never move back: a change
+    /// written late (a node's carried change, `delivery::health::Carried`) keeps a newer time
+    /// already stored. One statement, however many of its attempts the round holds; the
     /// disabling test is [`EndpointQueries::disable_failing_endpoint`]'s.
     fn write_endpoint_health(&mut self, id: i64, delta: &HealthDelta) -> Result<(), StoreError>;
     /// The health deltas of a round's endpoints (id, delta; in id order, each id once), as

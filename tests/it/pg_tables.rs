@@ -792,6 +792,68 @@ fn a_rounds_health_and_endpoints_are_written_and_read_together_as_one_at_a_time(
     );
 }
 
+/// An endpoint's health times never move back: a change written after a newer one (a node's
+/// carried change, written a round late, after another node's) keeps the newer time, in the
+/// round's statement and in the one-endpoint write alike.
+#[test]
+fn an_endpoints_health_times_never_move_back() {
+    let Some((_server, _url, mut c)) = opened("health_times") else {
+        return;
+    };
+    let id = PgTx::new(&mut c, "test")
+        .insert_endpoint(&endpoint("a", "late", None))
+        .unwrap()
+        .id;
+    let times = |c: &mut postgres::Client| {
+        let e = PgTx::new(c, "test").get_endpoint_any(id).unwrap().unwrap();
+        (e.last_success_at, e.last_failure_at)
+    };
+    let newer = HealthDelta {
+        last_success_at: Some(9_000),
+        last_failure_at: Some(9_500),
+        failures: 1,
+        first_failure_at: Some(9_500),
+    };
+    PgTx::new(&mut c, "test")
+        .record_endpoints_health(&[(id, newer)])
+        .unwrap();
+    assert_eq!(times(&mut c), (Some(9_000), Some(9_500)));
+    let older = HealthDelta {
+        last_success_at: Some(8_000),
+        last_failure_at: Some(8_500),
+        failures: 1,
+        first_failure_at: Some(8_500),
+    };
+    PgTx::new(&mut c, "test")
+        .record_endpoints_health(&[(id, older)])
+        .unwrap();
+    assert_eq!(
+        times(&mut c),
+        (Some(9_000), Some(9_500)),
+        "the round's statement"
+    );
+    PgTx::new(&mut c, "test")
+        .write_endpoint_health(id, &older)
+        .unwrap();
+    assert_eq!(
+        times(&mut c),
+        (Some(9_000), Some(9_500)),
+        "one endpoint's write"
+    );
+    let later = HealthDelta {
+        last_success_at: Some(10_000),
+        ..Default::default()
+    };
+    PgTx::new(&mut c, "test")
+        .write_endpoint_health(id, &later)
+        .unwrap();
+    assert_eq!(
+        times(&mut c),
+        (Some(10_000), Some(9_500)),
+        "a newer time is taken"
+    );
+}
+
 #[test]
 fn deleting_an_endpoint_cancels_its_tasks_and_pauses_schedules_left_without_targets() {
     let Some((_server, _url, mut c)) = opened("cascade") else {

@@ -152,8 +152,8 @@ pub(super) fn health_update(first: usize, when: &str, if_busy: IfBusy) -> String
              ORDER BY e.id FOR NO KEY UPDATE{skip}),
          h AS (
              UPDATE endpoints e SET
-                last_success_at = coalesce(d.last_success_at, e.last_success_at),
-                last_failure_at = coalesce(d.last_failure_at, e.last_failure_at),
+                last_success_at = greatest(d.last_success_at, e.last_success_at),
+                last_failure_at = greatest(d.last_failure_at, e.last_failure_at),
                 consecutive_failures = CASE WHEN d.last_success_at IS NULL
                     THEN e.consecutive_failures + d.failures ELSE d.failures END,
                 failing_since = CASE WHEN d.last_success_at IS NULL
@@ -334,11 +334,13 @@ impl<C: GenericClient> EndpointQueries for PgTx<'_, C> {
     fn write_endpoint_health(&mut self, id: i64, delta: &HealthDelta) -> Result<(), StoreError> {
         let c = &mut *self.c;
         // A success in the round restarts the streak from the failures after it; without one the
-        // round's failures extend the streak. The casts type `$2` where it is only tested for NULL.
+        // round's failures extend the streak. The times never move back (`greatest` passes over
+        // NULL): a change written late, another node's, is no newer. The casts type `$2` where
+        // it is only tested for NULL.
         c.execute(
             "UPDATE endpoints SET
-                last_success_at = coalesce($2::bigint, last_success_at),
-                last_failure_at = coalesce($3::bigint, last_failure_at),
+                last_success_at = greatest($2::bigint, last_success_at),
+                last_failure_at = greatest($3::bigint, last_failure_at),
                 consecutive_failures = CASE WHEN $2::bigint IS NULL THEN consecutive_failures + $4::bigint ELSE $4::bigint END,
                 failing_since = CASE WHEN $2::bigint IS NULL THEN coalesce(failing_since, $5::bigint) ELSE $5::bigint END
              WHERE id = $1",

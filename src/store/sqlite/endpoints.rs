@@ -199,11 +199,12 @@ impl EndpointQueries for SqliteTx<'_> {
     fn write_endpoint_health(&mut self, id: i64, delta: &HealthDelta) -> Result<(), StoreError> {
         let conn = self.0;
         // A success in the round restarts the streak from the failures after it; without one the
-        // round's failures extend the streak.
+        // round's failures extend the streak. The times never move back (the later of the two,
+        // either when the other is NULL), as on PostgreSQL.
         conn.prepare_cached(
             "UPDATE endpoints SET
-                last_success_at = coalesce(?2, last_success_at),
-                last_failure_at = coalesce(?3, last_failure_at),
+                last_success_at = max(coalesce(?2, last_success_at), coalesce(last_success_at, ?2)),
+                last_failure_at = max(coalesce(?3, last_failure_at), coalesce(last_failure_at, ?3)),
                 consecutive_failures = CASE WHEN ?2 IS NULL THEN consecutive_failures + ?4 ELSE ?4 END,
                 failing_since = CASE WHEN ?2 IS NULL THEN coalesce(failing_since, ?5) ELSE ?5 END
              WHERE id = ?1",
