@@ -97,6 +97,16 @@ procs = collections.Counter()
 GENERIC = {"memory (palloc, contexts)", "hash tables"}
 
 
+def component_kernel(frames, otherwise):
+    """The nearest kernel frame's component (scheduler, network, disk, ...), else `otherwise`."""
+    for sym, dso in frames:
+        if KERNEL.search(dso):
+            for name, r in krules:
+                if r.search(sym):
+                    return name
+    return otherwise
+
+
 def component_pg(frames):
     for generic in (False, True):
         for sym, dso in frames:
@@ -105,12 +115,7 @@ def component_pg(frames):
             for name, r in rules:
                 if (name in GENERIC) == generic and r.search(sym):
                     return name
-    for sym, dso in frames:
-        if KERNEL.search(dso):
-            for name, r in krules:
-                if r.search(sym):
-                    return name
-    return "other / unnamed (static functions)"
+    return component_kernel(frames, "other / unnamed (static functions)")
 
 
 def component_webhookd(frames):
@@ -125,12 +130,7 @@ def component_webhookd(frames):
         if crate in ("core", "alloc", "std"):
             continue
         return f"{crate}::{module}" if crate == "webhookd" else crate
-    for sym, dso in frames:
-        if KERNEL.search(dso):
-            for name, r in krules:
-                if r.search(sym):
-                    return name
-    return "other (libc, std, unnamed)"
+    return component_kernel(frames, "other (libc, std, unnamed)")
 
 
 def flush(head, frames):
