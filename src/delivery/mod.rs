@@ -39,7 +39,7 @@ pub mod target;
 use crate::app::App;
 use crate::metrics::DeliveryOutcome;
 use crate::operator::{self, OperatorEvent};
-use crate::store::endpoints::DisabledReason;
+use crate::store::endpoints::{DisabledReason, HealthDelta};
 use crate::store::tasks::{Claimed, IfBusy};
 use crate::store::{self, IdleCap, Peers, StoreError, Tx, Watcher};
 use send::{Sent, Target, Verdict};
@@ -859,8 +859,7 @@ pub(crate) fn record(
         .iter()
         .map(|(&id, &seen)| (id, carried.before(id, seen)))
         .collect();
-    let deltas: Vec<_> = round.iter().map(|(id, s)| (*id, s.delta)).collect();
-    let outcome = tx.record_attempts(&results, &attempts, &deltas, if_busy)?;
+    let outcome = tx.record_attempts(&results, &attempts, &deltas_of(&round), if_busy)?;
     for (d, recorded) in done.iter().zip(outcome.recorded) {
         let status_code = d.sent.status.map(i64::from);
         if !recorded {
@@ -899,13 +898,10 @@ pub(crate) fn record(
         let seen: BTreeMap<i64, health::Seen> = seen.into_endpoints().collect();
         let late: Vec<(i64, health::Seen)> = all
             .keys()
-            .filter_map(|&id| match (carried.get(id), seen.get(&id)) {
-                (None, None) => None,
-                (kept, now) => Some((
-                    id,
-                    kept.unwrap_or_default()
-                        .then(now.copied().unwrap_or_default()),
-                )),
+            .filter(|&&id| carried.get(id).is_some() || seen.contains_key(&id))
+            .map(|&id| {
+                let now = seen.get(&id).copied().unwrap_or_default();
+                (id, carried.before(id, now))
             })
             .collect();
         write_health(tx, &late)?;
@@ -930,8 +926,12 @@ fn write_health(tx: &mut dyn Tx, changes: &[(i64, health::Seen)]) -> Result<(), 
     if changes.is_empty() {
         return Ok(());
     }
-    let deltas: Vec<_> = changes.iter().map(|(id, s)| (*id, s.delta)).collect();
-    tx.record_endpoints_health(&deltas)
+    tx.record_endpoints_health(&deltas_of(changes))
+}
+
+/// The stored part of each endpoint's change (what the store writes), in the same order.
+fn deltas_of(changes: &[(i64, health::Seen)]) -> Vec<(i64, HealthDelta)> {
+    changes.iter().map(|(id, s)| (*id, s.delta)).collect()
 }
 
 /// The auto-disable test of each endpoint whose written change holds a failure (by id), and
