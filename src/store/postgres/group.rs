@@ -15,14 +15,16 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Condvar, Mutex, MutexGuard};
 
-/// How many publish statements (a group's or a lone publish's) run at once: two keep both
-/// cores of a small PostgreSQL busy while the next group gathers behind them.
-const RUNNING: usize = 2;
+/// How many publish statements (a group's or a lone publish's) run at once: one, so that the
+/// next group gathers behind it, as SQLite's writes gather behind a commit. Measured against two
+/// and three (BENCHMARKS.md, "Publishes grouped into one statement on PostgreSQL"): one formed
+/// the largest groups and delivered the most.
+const RUNNING: usize = 1;
 /// The most publishes one statement writes.
 const MAX_GROUP: usize = 64;
 
 /// The combiner a [`super::PgStore`] holds: a publish that finds [`RUNNING`] statements under
-/// way queues its copy here; the first of the queued to find a statement's slot free leads, and
+/// way (or others queued) queues its copy here; the first of the queued to find a statement's slot free leads, and
 /// writes what is queued (up to [`MAX_GROUP`]) in one statement on its own connection.
 #[derive(Default)]
 pub struct PublishGroups {
