@@ -33,6 +33,7 @@ mod operations;
 mod packaging;
 mod pg;
 mod pg_delivery;
+mod pg_group;
 mod pg_listen;
 mod pg_store;
 mod pg_tables;

@@ -1,19 +1,22 @@
 //! The `events` table on PostgreSQL ([`EventQueries`] on a [`PgTx`]).
 
+use super::group::{Publish, Stated, Turn};
 use super::list::{Filters, list_page};
 use crate::store::Page;
 use crate::store::events::{Event, NewEvent};
 use crate::store::postgres::PgTx;
 use crate::store::postgres::replay::{Carried, record_pair_if};
 use crate::store::postgres::tasks::{TaskColumns, insert_tasks_sql};
+use crate::store::replay::FirstUse;
 use crate::store::tasks::NewTask;
 use crate::store::{EventQueries, StoreError};
 use postgres::types::ToSql;
 use postgres::{Error, GenericClient, Row};
 
-const COLUMNS: &str = "id, app_id, event_name, event_key, payload, status, task_count, created_at";
+pub(super) const COLUMNS: &str =
+    "id, app_id, event_name, event_key, payload, status, task_count, created_at";
 
-fn from_row(r: &Row) -> Result<Event, Error> {
+pub(super) fn from_row(r: &Row) -> Result<Event, Error> {
     let payload: String = r.try_get(4)?;
     Ok(Event {
         id: r.try_get(0)?,
@@ -35,7 +38,80 @@ impl<C: GenericClient> PgTx<'_, C> {
     /// ([`crate::store::ReplayQueries::carry_first_use`], `Store::write_statement`), the same
     /// statement records the pair too, and only while the key generation is the one the
     /// request was authenticated at: the whole publish is one autocommit statement, durable
-    /// at its commit (docs/dev/storage.md, "A publish in one statement on PostgreSQL"),
+    /// at its commit (docs/dev/storage.md, "A publish in one statement on PostgreSQL"); when
+    /// other such publishes are in flight, one statement writes several of them
+    /// ([`super::group::PublishGroups`]; "Publishes grouped into one statement on PostgreSQL"). What the
+    /// statement found ([`Stated`]) tells apart: written (the event), a replay (no event, both
+    /// generations held: the pair is settled as refused), and a generation moved (nothing
+    /// written: the pair stays to record, `None`, and the caller goes the transaction's way).
+    fn event_with_tasks(
+        &mut self,
+        event: &NewEvent<'_>,
+        at_generation: Option<i64>,
+        tasks: &mut [NewTask<'_>],
+    ) -> Result<Option<Event>, StoreError> {
+        let written = match (at_generation, std::mem::take(&mut self.pair)) {
+            (Some(generation), Carried::Pending(pair)) => {
+                let stated = self.stated_with_pair(event, generation, &pair, tasks)?;
+                self.pair = match (&stated.event, stated.targets_held && stated.key_held) {
+                    (Some(_), _) => Carried::Done(Some(pair.generation)),
+                    (None, true) => Carried::Done(None),
+                    (None, false) => Carried::Pending(pair),
+                };
+                stated.event
+            }
+            (_, other) => {
+                self.pair = other;
+                self.statement(event, at_generation, None, tasks)?
+                    .as_ref()
+                    .map(from_row)
+                    .transpose()?
+            }
+        };
+        let Some(event) = written else {
+            return Ok(None);
+        };
+        for task in tasks.iter_mut() {
+            task.event_id = Some(event.id);
+        }
+        if !tasks.is_empty() {
+            self.tasks_due();
+        }
+        Ok(Some(event))
+    }
+
+    /// A publish carrying its replay pair: written by a group's statement, or by its own
+    /// ([`PgTx::statement`]) when it runs alone.
+    fn stated_with_pair(
+        &mut self,
+        event: &NewEvent<'_>,
+        generation: i64,
+        pair: &FirstUse,
+        tasks: &[NewTask<'_>],
+    ) -> Result<Stated, StoreError> {
+        let turn = match self.groups {
+            Some(groups) => {
+                groups.write(&mut self.c, || Publish::new(event, generation, pair, tasks))
+            }
+            None => Turn::Alone(None),
+        };
+        let _slot = match turn {
+            Turn::Stated(stated) => return Ok(stated),
+            Turn::Alone(slot) => slot,
+        };
+        let row = self
+            .statement(event, Some(generation), Some(pair), tasks)?
+            .ok_or_else(|| StoreError::Other(anyhow::anyhow!("the publish returned no row")))?;
+        let written: Option<i64> = row.try_get(0)?;
+        Ok(Stated {
+            event: written.map(|_| from_row(&row)).transpose()?,
+            targets_held: row.try_get(8)?,
+            key_held: row.try_get(9)?,
+        })
+    }
+
+    /// One publish's statement: the event and its tasks, at `at_generation` when given, with
+    /// `pair` recorded too when given,
     ///
     /// ```sql
     /// WITH g AS (SELECT <target generation> = $19 AS targets_held, <key generation> = $25 AS key_held),
@@ -46,15 +122,14 @@ impl<C: GenericClient> PgTx<'_, C> {
     /// SELECT <event>, targets_held, key_held FROM g LEFT JOIN e ON true
     /// ```
     ///
-    /// which tells apart: written (the event), a replay (no event, both generations held: the
-    /// pair is settled as refused), and a generation moved (nothing written: the pair stays
-    /// to record, `None`, and the caller goes the transaction's way).
-    fn event_with_tasks(
+    /// (one row, whatever it wrote); without `pair`, the event's row when it was written.
+    fn statement(
         &mut self,
         event: &NewEvent<'_>,
         at_generation: Option<i64>,
-        tasks: &mut [NewTask<'_>],
-    ) -> Result<Option<Event>, StoreError> {
+        pair: Option<&FirstUse>,
+        tasks: &[NewTask<'_>],
+    ) -> Result<Option<Row>, StoreError> {
         let NewEvent {
             app_id,
             event_name,
@@ -64,17 +139,10 @@ impl<C: GenericClient> PgTx<'_, C> {
         } = *event;
         let task_count = i64::try_from(tasks.len()).unwrap_or(i64::MAX);
         let columns = TaskColumns::new(tasks);
-        let pair = match (at_generation, std::mem::take(&mut self.pair)) {
-            (Some(_), Carried::Pending(pair)) => Some(pair),
-            (_, other) => {
-                self.pair = other;
-                None
-            }
-        };
         const TARGET_GENERATION: &str =
             "coalesce((SELECT generation FROM target_generation WHERE app_id = $1), 0) = $19";
         let tasks_sql = insert_tasks_sql(7, "e.id", ", e");
-        let sql = match (&pair, at_generation) {
+        let sql = match (pair, at_generation) {
             (Some(_), _) => format!(
                 "WITH g AS (
                      SELECT {TARGET_GENERATION} AS targets_held,
@@ -114,7 +182,7 @@ impl<C: GenericClient> PgTx<'_, C> {
         if let Some(generation) = &at_generation {
             params.push(generation);
         }
-        if let Some(p) = &pair {
+        if let Some(p) = pair {
             params.extend([
                 &p.key_id as &(dyn ToSql + Sync),
                 &p.signature,
@@ -124,30 +192,7 @@ impl<C: GenericClient> PgTx<'_, C> {
                 &p.generation,
             ]);
         }
-        let c = &mut *self.c;
-        let Some(row) = c.query_opt(&sql, &params)? else {
-            return Ok(None);
-        };
-        if let Some(pair) = pair {
-            let written: Option<i64> = row.try_get(0)?;
-            let (targets_held, key_held): (bool, bool) = (row.try_get(8)?, row.try_get(9)?);
-            self.pair = match written {
-                Some(_) => Carried::Done(Some(pair.generation)),
-                None if targets_held && key_held => Carried::Done(None),
-                None => Carried::Pending(pair),
-            };
-            if written.is_none() {
-                return Ok(None);
-            }
-        }
-        let event = from_row(&row)?;
-        for task in tasks.iter_mut() {
-            task.event_id = Some(event.id);
-        }
-        if !tasks.is_empty() {
-            self.tasks_due();
-        }
-        Ok(Some(event))
+        Ok(self.c.query_opt(&sql, &params)?)
     }
 }
 

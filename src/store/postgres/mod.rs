@@ -13,6 +13,7 @@ mod connect;
 pub mod copy;
 pub mod endpoints;
 pub mod events;
+mod group;
 pub mod health;
 pub mod keys;
 pub mod list;
@@ -27,6 +28,7 @@ pub mod tasks;
 mod tls;
 mod url;
 
+pub use group::GroupCounts;
 pub use migrate::{SCHEMA_VERSION, upgrade_with_extra};
 pub use store::{PgStore, PgTx};
 pub use tls::{RootCert, SslMode, TlsSettings};

@@ -3,6 +3,7 @@
 //! share the database: every node has its own [`PgStore::node`] id, written into the tasks it
 //! claims (the lease).
 
+use super::group::{GroupCounts, PublishGroups};
 use super::listen::Notifier;
 use super::replay::Carried;
 use super::tasks::ClaimFloors;
@@ -35,6 +36,8 @@ pub struct PgStore {
     /// Sends the notices other nodes are owed after this node's commits (`listen.rs`);
     /// `None` once the store drops.
     notifier: Option<Notifier>,
+    /// Signed publishes in flight at once, written by one statement (`group.rs`).
+    groups: PublishGroups,
 }
 
 impl Drop for PgStore {
@@ -86,7 +89,13 @@ impl PgStore {
             node,
             last_probe: Mutex::new(None),
             floors: ClaimFloors::default(),
+            groups: PublishGroups::default(),
         })
+    }
+
+    /// How often signed publishes were written in groups so far (tests, benchmarks).
+    pub fn publish_groups(&self) -> GroupCounts {
+        self.groups.counts()
     }
 
     /// Tells the other nodes, after a commit, what it made due: marked owed, and sent by the
@@ -166,6 +175,7 @@ impl PgStore {
             pg.floors = Some(&self.floors);
             pg.unsynced = unsynced;
             pg.autocommit = !unsynced;
+            pg.groups = (!unsynced).then_some(&self.groups);
             f(&mut pg)?;
             pg.give_new_target_generations()?;
             pg.wake
@@ -470,6 +480,9 @@ pub struct PgTx<'c, C: GenericClient> {
     /// The apps whose targets this transaction changed: they get a new target generation just
     /// before it commits (`endpoints.rs`, `give_new_target_generations`).
     pub(super) targets_changed: Vec<String>,
+    /// `write_statement`: a publish carrying its replay pair may be written by one statement
+    /// with others in flight at once (`group.rs`).
+    pub(super) groups: Option<&'c PublishGroups>,
 }
 
 impl<'c, C: GenericClient> PgTx<'c, C> {
@@ -484,6 +497,7 @@ impl<'c, C: GenericClient> PgTx<'c, C> {
             autocommit: false,
             pair: Carried::Nothing,
             targets_changed: Vec::new(),
+            groups: None,
         }
     }
 
@@ -498,6 +512,7 @@ impl<'c, C: GenericClient> PgTx<'c, C> {
             autocommit: false,
             pair: Carried::Nothing,
             targets_changed: Vec::new(),
+            groups: None,
         }
     }
 
