@@ -97,6 +97,11 @@ impl<C: GenericClient> PgTx<'_, C> {
         };
         let _slot = match turn {
             Turn::Stated(stated) => return Ok(stated),
+            Turn::Unread(why) => {
+                return Err(StoreError::Other(anyhow::anyhow!(
+                    "the publish was written by a group's statement, but its row could not be read: {why}"
+                )));
+            }
             Turn::Alone(slot) => slot,
         };
         let row = self

@@ -41,8 +41,8 @@ struct State {
     running: usize,
     next_ticket: u64,
     queue: VecDeque<(u64, Publish)>,
-    /// Per ticket of a publish a leader took: its outcome, `None` when its group failed.
-    outcomes: HashMap<u64, Option<Stated>>,
+    /// Per ticket of a publish a leader took: its outcome.
+    outcomes: HashMap<u64, Outcome>,
 }
 
 /// How often publishes were grouped: statements of more than one publish, the publishes they
@@ -64,6 +64,17 @@ pub(super) struct Stated {
     pub key_held: bool,
 }
 
+/// What a group's leader posts for each of its other members.
+enum Outcome {
+    /// Written (or not) by the group's statement, committed.
+    Stated(Stated),
+    /// The group's statement failed, so nothing of it committed: the member runs alone.
+    Alone,
+    /// The statement committed but the member's row could not be read back: it fails, and is
+    /// not run again (its pair is recorded, so a rerun would be refused as a replay).
+    Unread(String),
+}
+
 /// The outcome of [`PublishGroups::write`].
 pub(super) enum Turn<'g> {
     /// Run the publish's own statement: alone, holding a statement's slot until it drops
@@ -72,6 +83,8 @@ pub(super) enum Turn<'g> {
     Alone(Option<Slot<'g>>),
     /// Written (or not) by a group's statement, committed.
     Stated(Stated),
+    /// Its group's statement committed, but what it wrote for this publish could not be read.
+    Unread(String),
 }
 
 /// A statement's slot, given back when dropped.
@@ -175,7 +188,11 @@ impl PublishGroups {
         s.queue.push_back((ticket, publish()));
         loop {
             if let Some(outcome) = s.outcomes.remove(&ticket) {
-                return outcome.map_or(Turn::Alone(None), Turn::Stated);
+                return match outcome {
+                    Outcome::Stated(stated) => Turn::Stated(stated),
+                    Outcome::Alone => Turn::Alone(None),
+                    Outcome::Unread(why) => Turn::Unread(why),
+                };
             }
             if s.running < RUNNING
                 && let Some(at) = s.queue.iter().position(|(t, _)| *t == ticket)
@@ -211,11 +228,11 @@ impl PublishGroups {
             tickets,
             outcomes: None,
         };
-        let stated = match write_group(c, &group) {
-            Ok(stated) => {
+        let outcomes = match write_group(c, &group) {
+            Ok(outcomes) => {
                 self.groups.fetch_add(1, Relaxed);
                 self.members.fetch_add(group.len() as u64, Relaxed);
-                stated
+                outcomes
             }
             Err(e) => {
                 tracing::debug!(error = %e, members = group.len(), "a group of publishes failed; each runs alone");
@@ -223,20 +240,26 @@ impl PublishGroups {
                 return Turn::Alone(None);
             }
         };
-        let mut stated = stated.into_iter();
-        let own = stated.next().expect("one row per publish");
-        answer.outcomes = Some(stated.collect());
+        let mut outcomes = outcomes.into_iter();
+        let own = outcomes.next();
+        answer.outcomes = Some(outcomes.collect());
         drop(answer);
-        Turn::Stated(own)
+        match own {
+            Some(Outcome::Stated(stated)) => Turn::Stated(stated),
+            Some(Outcome::Unread(why)) => Turn::Unread(why),
+            Some(Outcome::Alone) | None => {
+                Turn::Unread("the group's statement returned no row".into())
+            }
+        }
     }
 }
 
 /// Posts the outcomes of a group's other members when dropped: theirs, or (the statement failed,
-/// or the leader unwound) none, so that each runs alone. No member waits forever.
+/// or the leader unwound) [`Outcome::Alone`], so that each runs alone. No member waits forever.
 struct Answer<'g> {
     groups: &'g PublishGroups,
     tickets: Vec<u64>,
-    outcomes: Option<Vec<Stated>>,
+    outcomes: Option<Vec<Outcome>>,
 }
 
 impl Drop for Answer<'_> {
@@ -244,7 +267,12 @@ impl Drop for Answer<'_> {
         let mut outcomes = self.outcomes.take().map(Vec::into_iter);
         let mut s = lock(&self.groups.state);
         for ticket in self.tickets.drain(..) {
-            let outcome = outcomes.as_mut().and_then(Iterator::next);
+            let outcome = match &mut outcomes {
+                None => Outcome::Alone,
+                Some(written) => written.next().unwrap_or_else(|| {
+                    Outcome::Unread("the group's statement returned no row for it".into())
+                }),
+            };
             s.outcomes.insert(ticket, outcome);
         }
         drop(s);
@@ -302,8 +330,9 @@ fn group_sql() -> String {
     )
 }
 
-/// Runs the group's statement on `c`: one [`Stated`] per publish of `group`, in order.
-fn write_group<B: Backing>(c: &mut Sql<B>, group: &[Publish]) -> Result<Vec<Stated>, StoreError> {
+/// Runs the group's statement on `c`: one [`Outcome`] per publish of `group`, in order.
+/// `Err`: the statement failed and nothing of it committed.
+fn write_group<B: Backing>(c: &mut Sql<B>, group: &[Publish]) -> Result<Vec<Outcome>, StoreError> {
     static SQL: std::sync::LazyLock<String> = std::sync::LazyLock::new(group_sql);
     // Each task carries the number of its publish (1-based) in its event id column.
     let tasks: Vec<NewTask<'_>> = (1_i64..)
@@ -356,21 +385,28 @@ fn write_group<B: Backing>(c: &mut Sql<B>, group: &[Publish]) -> Result<Vec<Stat
         &key_generations,
     ]);
     let rows = c.query(&SQL, &params)?;
+    // From here the statement has committed: a row that cannot be read fails its publish, which
+    // is not run again.
     if rows.len() != group.len() {
-        return Err(StoreError::Other(anyhow::anyhow!(
+        let why = format!(
             "a group of {} publishes returned {} rows",
             group.len(),
             rows.len()
-        )));
+        );
+        return Ok(group.iter().map(|_| Outcome::Unread(why.clone())).collect());
     }
-    rows.iter()
+    Ok(rows
+        .iter()
         .map(|row| {
-            let written: Option<i64> = row.try_get(0)?;
-            Ok(Stated {
-                event: written.map(|_| from_row(row)).transpose()?,
-                targets_held: row.try_get(8)?,
-                key_held: row.try_get(9)?,
-            })
+            let stated = (|| -> Result<Stated, postgres::Error> {
+                let written: Option<i64> = row.try_get(0)?;
+                Ok(Stated {
+                    event: written.map(|_| from_row(row)).transpose()?,
+                    targets_held: row.try_get(8)?,
+                    key_held: row.try_get(9)?,
+                })
+            })();
+            stated.map_or_else(|e| Outcome::Unread(e.to_string()), Outcome::Stated)
         })
-        .collect()
+        .collect())
 }
