@@ -618,7 +618,7 @@ async fn read_body(
 
 /// Runs `work` on a blocking thread, at most [`API_THREADS`] at once (the permit is held by
 /// the thread, so a client that goes away does not free it early). `in_place`: on the
-/// runtime's own thread instead ([`in_place_runtime`]), under the same bound, in
+/// runtime's own thread instead ([`reads_in_place`]), under the same bound, in
 /// `block_in_place`; `on_runtime` (with `in_place`): on that thread as it is, `work` moving
 /// into `block_in_place` itself whatever may wait ([`one_resource`]). Either way a panic of
 /// `work` is a 500.
@@ -655,22 +655,21 @@ async fn on_api_thread<T: Send + 'static>(
 }
 
 /// Whether a `GET` or a publish runs on the runtime's own thread
-/// ([`tokio::task::block_in_place`]) instead of a blocking thread's: the hand-off to a blocking
-/// thread and back cost a signed `GET` more than its read, on SQLite where its replay record is
-/// written after its answer (`replay_behind`) and on PostgreSQL where it is one statement; a
-/// publish gained a little too, waiting for its commit there (docs/dev/storage.md, "Reads on
-/// the runtime's thread", "PostgreSQL requests in place"). `block_in_place` hands the thread's
-/// other tasks to another thread first, so the runtime keeps answering meanwhile, however long
-/// the store takes. Needs the multi-threaded runtime `serve` uses.
-fn in_place_runtime() -> bool {
-    tokio::runtime::Handle::current().runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread
+/// ([`tokio::task::block_in_place`]) instead of a blocking thread's: where a read's replay
+/// record is written after its answer (`replay_behind`), a signed `GET` is one read and no
+/// write, and the hand-off to a blocking thread and back cost it more than its read; a publish
+/// gained a little too, waiting for its group commit there (docs/dev/storage.md, "Reads on the
+/// runtime's thread"). `block_in_place` hands the thread's other tasks to another thread first,
+/// so the runtime keeps answering meanwhile. Needs the multi-threaded runtime `serve` uses.
+fn reads_in_place(shared: &Shared) -> bool {
+    shared.behind.is_some()
+        && tokio::runtime::Handle::current().runtime_flavor()
+            == tokio::runtime::RuntimeFlavor::MultiThread
 }
 
-/// Whether a `GET` run in place ([`in_place_runtime`]) where its replay record is written
-/// behind (SQLite) runs on the runtime's thread without `block_in_place`: a read of one
-/// resource by its id (the path ends in a numeric id, no query), whose statements find their
-/// rows by key (on PostgreSQL the read is a round trip to the server, so it keeps
-/// `block_in_place`). `block_in_place` itself costs a thread
+/// Whether a `GET` run in place ([`reads_in_place`]) runs on the runtime's thread without
+/// `block_in_place`: a read of one resource by its id (the path ends in a numeric id, no
+/// query), whose statements find their rows by key. `block_in_place` itself costs a thread
 /// hand-off per request, more than such a read (docs/dev/storage.md, "Reads on the runtime's
 /// thread"); the request moves into it for whatever may wait (`auth::RequestGuard::on_runtime`),
 /// and a list, whose page can take long, keeps it for all its work.
@@ -726,8 +725,8 @@ async fn handle_api(
     };
     // A publish too (docs/dev/storage.md, "Reads on the runtime's thread").
     let is_get = parts.method == Method::GET;
-    let in_place = (is_get || parts.uri.path() == "/v1/events") && in_place_runtime();
-    let on_runtime = in_place && is_get && shared.behind.is_some() && one_resource(&parts.uri);
+    let in_place = (is_get || parts.uri.path() == "/v1/events") && reads_in_place(shared);
+    let on_runtime = in_place && is_get && one_resource(&parts.uri);
     let result = on_api_thread(shared, in_place, on_runtime, move |shared| {
         handle_blocking(shared, &parts, body, caller, on_runtime)
     })

@@ -524,11 +524,11 @@ fn payload_numbers_keep_every_digit() {
 }
 
 /// Requests held up by the database do not hold up the API: with more reads and publishes
-/// waiting on locked tables than the runtime has threads (a request waits on PostgreSQL in
-/// `block_in_place`, docs/dev/storage.md, "PostgreSQL requests in place"), `/healthz` and a
-/// read of another table still answer, and the held requests answer once the lock goes. On
-/// SQLite a read does not wait for a writer (WAL) and a publish waits for its group commit,
-/// so there it checks that every request answers.
+/// waiting on locked tables than the runtime has threads (docs/dev/storage.md, "PostgreSQL
+/// requests on a blocking thread"), `/healthz` and a read of another table still answer, and
+/// the held requests answer once the lock goes. On SQLite a read does not wait for a writer
+/// (WAL) and a publish waits for its group commit, so there it checks that every request
+/// answers.
 #[test]
 fn requests_waiting_on_locked_tables_leave_the_api_answering() {
     const HELD: usize = 3;

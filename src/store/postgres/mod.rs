@@ -5,7 +5,7 @@
 //! `docs/dev/storage.md` describes the interface both implement.
 //!
 //! The `postgres` client runs its own small runtime and blocks: call it from plain threads or
-//! `spawn_blocking` (or `block_in_place`), never directly inside an async task.
+//! `spawn_blocking`, never directly inside an async task.
 
 pub mod attempts;
 mod conn;
