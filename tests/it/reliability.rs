@@ -522,3 +522,77 @@ fn payload_numbers_keep_every_digit() {
     assert!(text.contains(r#""x":-3.2949719314518018e-158"#), "{text}");
     assert!(text.contains(r#""y":0.30000000000000004"#), "{text}");
 }
+
+/// Requests held up by the database do not hold up the API: with more reads and publishes
+/// waiting on locked tables than the runtime has threads (docs/dev/storage.md, "PostgreSQL
+/// requests on a blocking thread"), `/healthz` and a read of another table still answer, and
+/// the held requests answer once the lock goes. On SQLite a read does not wait for a writer
+/// (WAL) and a publish waits for its group commit, so there it checks that every request
+/// answers.
+#[test]
+fn requests_waiting_on_locked_tables_leave_the_api_answering() {
+    const HELD: usize = 3;
+    let server = TestServer::start();
+    let client = server.client();
+    // Distinct requests (two alike in one millisecond would be a replay).
+    let endpoint = json!({"name": "a", "url": "https://example.com/h"});
+    let reads: Vec<_> = (0..HELD)
+        .map(|_| {
+            let id = ok(&client, "POST", "/endpoints", Some(endpoint.clone()))["id"]
+                .as_i64()
+                .unwrap();
+            format!("/endpoints/{id}")
+        })
+        .collect();
+    let event = |n: usize| json!({"event_name": "order.created", "payload": {"n": n}});
+    ok(&client, "POST", "/events", Some(event(HELD)));
+
+    let mut lock = Db::open(&server.db);
+    let locked = matches!(lock, Db::Postgres(_));
+    if let Db::Postgres(c) = &mut lock {
+        c.batch_execute("BEGIN; LOCK TABLE endpoints, events IN ACCESS EXCLUSIVE MODE")
+            .unwrap();
+    }
+    let held: Vec<_> = reads
+        .into_iter()
+        .enumerate()
+        .flat_map(|(n, one)| {
+            let (reads, publishes, event) = (server.client(), server.client(), event(n));
+            [
+                std::thread::spawn(move || ok(&reads, "GET", &one, None)),
+                std::thread::spawn(move || ok(&publishes, "POST", "/events", Some(event))),
+            ]
+        })
+        .collect();
+    if locked {
+        let mut watch = Db::open(&server.db);
+        let mut waiting = || {
+            watch.int(
+                "SELECT count(*) FROM pg_stat_activity
+                  WHERE datname = current_database() AND wait_event_type = 'Lock'",
+                &[],
+            )
+        };
+        let all_wait = wait_for(patient(Duration::from_secs(20)), || {
+            (waiting() >= 2 * HELD as i64).then_some(())
+        });
+        assert!(
+            all_wait.is_some(),
+            "{} requests wait on the lock",
+            waiting()
+        );
+    }
+    let (status, text) = get_text(&format!("{}/healthz", server.url));
+    assert_eq!(status, 200, "{text}");
+    ok(&client, "GET", "/tasks", None);
+    if let Db::Postgres(c) = &mut lock {
+        c.batch_execute("COMMIT").unwrap();
+    }
+    for request in held {
+        request.join().expect("the held request answers");
+    }
+    assert_eq!(
+        ok(&client, "GET", "/events", None)["total"].as_i64(),
+        Some(1 + HELD as i64)
+    );
+}
