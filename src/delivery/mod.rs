@@ -848,13 +848,15 @@ pub(crate) fn record(
     // The health of every result, after what was carried for its endpoint, written with them
     // when every one is recorded (the usual round); else the health of those recorded, below.
     let all: BTreeMap<i64, health::Seen> = fold(done).into_endpoints().collect();
-    // What was carried for endpoints without a result now is written first, on its own: the
-    // round's one statement that waits for an endpoint, before any row the round locks.
+    // What was carried for endpoints without a result now is written first, on its own,
+    // before any row the round locks; an endpoint another writer still holds is passed over
+    // again (with `IfBusy::Defer`) and stays carried, so the dispatcher never waits for it.
+    let mut deferred = health::Carried::default();
     let mut written: Vec<(i64, health::Seen)> = carried
         .iter()
         .filter(|(id, _)| !all.contains_key(id))
         .collect();
-    write_health(tx, &written)?;
+    write_health(tx, &mut written, if_busy, &mut deferred)?;
     let round: Vec<(i64, health::Seen)> = all
         .iter()
         .map(|(&id, &seen)| (id, carried.before(id, seen)))
@@ -884,7 +886,6 @@ pub(crate) fn record(
             report_failed_task(tx, d, status_code)?;
         }
     }
-    let mut deferred = health::Carried::default();
     if outcome.health_written {
         for (id, seen) in round {
             match outcome.deferred.binary_search(&id) {
@@ -896,7 +897,7 @@ pub(crate) fn record(
         // The recorded ones' health, after what was carried for their endpoints (and what was
         // carried for an endpoint none of whose results was recorded, alone).
         let seen: BTreeMap<i64, health::Seen> = seen.into_endpoints().collect();
-        let late: Vec<(i64, health::Seen)> = all
+        let mut late: Vec<(i64, health::Seen)> = all
             .keys()
             .filter(|&&id| carried.get(id).is_some() || seen.contains_key(&id))
             .map(|&id| {
@@ -904,7 +905,7 @@ pub(crate) fn record(
                 (id, carried.before(id, now))
             })
             .collect();
-        write_health(tx, &late)?;
+        write_health(tx, &mut late, if_busy, &mut deferred)?;
         written.extend(late);
     }
     written.sort_by_key(|(id, _)| *id);
@@ -921,12 +922,27 @@ fn fold(done: &[Done]) -> health::Fold {
     fold
 }
 
-/// Writes these endpoints' changes (in id order), waiting for any another writer holds.
-fn write_health(tx: &mut dyn Tx, changes: &[(i64, health::Seen)]) -> Result<(), StoreError> {
+/// Writes these endpoints' changes (in id order). An endpoint another writer holds is waited
+/// for ([`IfBusy::Wait`]) or passed over ([`IfBusy::Defer`]): its change moves from `changes`
+/// to `deferred`, to be carried to the next round.
+fn write_health(
+    tx: &mut dyn Tx,
+    changes: &mut Vec<(i64, health::Seen)>,
+    if_busy: IfBusy,
+    deferred: &mut health::Carried,
+) -> Result<(), StoreError> {
     if changes.is_empty() {
         return Ok(());
     }
-    tx.record_endpoints_health(&deltas_of(changes))
+    let passed_over = tx.record_endpoints_health(&deltas_of(changes), if_busy)?;
+    changes.retain(|&(id, seen)| {
+        let busy = passed_over.binary_search(&id).is_ok();
+        if busy {
+            deferred.keep(id, seen);
+        }
+        !busy
+    });
+    Ok(())
 }
 
 /// The stored part of each endpoint's change (what the store writes), in the same order.
@@ -1251,7 +1267,7 @@ mod tests {
         let (_dir, store, ids) = fair::tests::store_with_endpoints(1, 0);
         let write = |seen: health::Seen| {
             store
-                .write(|tx| tx.record_endpoints_health(&[(ids[0], seen.delta)]))
+                .write(|tx| tx.record_endpoints_health(&[(ids[0], seen.delta)], IfBusy::Wait))
                 .unwrap();
             let e = store
                 .read(|tx| tx.get_endpoint_any(ids[0]))

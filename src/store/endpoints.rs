@@ -3,6 +3,7 @@
 //! in its own `endpoints.rs` (`store::sqlite::endpoints`, `store::postgres::endpoints`).
 
 use crate::clock::{ser_ms, ser_opt_ms};
+use crate::store::tasks::IfBusy;
 use crate::store::{Page, StoreError};
 use serde::Serialize;
 
@@ -200,12 +201,19 @@ pub trait EndpointQueries {
     /// [`EndpointQueries::write_endpoint_health`] writes each (the caller asks
     /// [`EndpointQueries::disable_failing_endpoint`] for the endpoints whose round failed).
     /// One call each unless a backend writes them together (PostgreSQL: one statement for the
-    /// round).
-    fn record_endpoints_health(&mut self, deltas: &[(i64, HealthDelta)]) -> Result<(), StoreError> {
+    /// round). With [`IfBusy::Defer`] an endpoint another writer is writing at that moment is
+    /// passed over: returns those endpoints (ascending), their changes not written. A store
+    /// with one writer (SQLite) never passes one over.
+    fn record_endpoints_health(
+        &mut self,
+        deltas: &[(i64, HealthDelta)],
+        if_busy: IfBusy,
+    ) -> Result<Vec<i64>, StoreError> {
+        let _ = if_busy;
         for (id, delta) in deltas {
             self.write_endpoint_health(*id, delta)?;
         }
-        Ok(())
+        Ok(Vec::new())
     }
     /// Disables endpoint `id` with reason `failing` when its streak reached `min_failures`
     /// attempts over at least `failing_after_ms` by `now_ms`; returns its app and streak

@@ -227,7 +227,7 @@ where
     tx.insert_attempts(&kept)?;
     let health_written = recorded.iter().all(|r| *r);
     if health_written {
-        tx.record_endpoints_health(health)?;
+        tx.record_endpoints_health(health, IfBusy::Wait)?;
     }
     Ok(Recorded {
         recorded,

@@ -1739,7 +1739,7 @@ fn a_rounds_results_and_attempts_in_one_statement_write_what_the_two_write() {
     );
     PgTx::new(&mut c, "a").insert_attempts(&attempts).unwrap();
     PgTx::new(&mut c, "a")
-        .record_endpoints_health(&[(e2, failed)])
+        .record_endpoints_health(&[(e2, failed)], IfBusy::Wait)
         .unwrap();
     assert_eq!(
         health_row(&mut c, e1),

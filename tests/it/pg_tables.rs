@@ -14,6 +14,7 @@ use webhookd::store::events::NewEvent;
 use webhookd::store::policies::Policy;
 use webhookd::store::postgres as pg;
 use webhookd::store::postgres::PgTx;
+use webhookd::store::tasks::IfBusy;
 use webhookd::store::{
     AttemptQueries, EndpointQueries, EventQueries, KeyQueries, PolicyQueries, ReplayQueries,
     RetentionQueries,
@@ -733,7 +734,7 @@ fn a_rounds_health_and_endpoints_are_written_and_read_together_as_one_at_a_time(
             .map(|(&id, &(delta, _))| (id, delta))
             .collect();
         PgTx::new(&mut c, "test")
-            .record_endpoints_health(&batch)
+            .record_endpoints_health(&batch, IfBusy::Wait)
             .unwrap();
         for (&id, (delta, now_ms)) in together.iter().zip(&rounds) {
             if delta.failures > 0
@@ -782,7 +783,7 @@ fn a_rounds_health_and_endpoints_are_written_and_read_together_as_one_at_a_time(
         );
     }
     PgTx::new(&mut c, "test")
-        .record_endpoints_health(&[])
+        .record_endpoints_health(&[], IfBusy::Wait)
         .unwrap();
     assert!(
         PgTx::new(&mut c, "test")
@@ -790,6 +791,53 @@ fn a_rounds_health_and_endpoints_are_written_and_read_together_as_one_at_a_time(
             .unwrap()
             .is_empty()
     );
+}
+
+/// Health written with `IfBusy::Defer` (a dispatcher's carried change for an endpoint its round
+/// has no result for) passes over an endpoint another writer holds, returning it unwritten, and
+/// writes the others at once; with `IfBusy::Wait` the same change waits for the row.
+#[test]
+fn deferred_health_passes_over_a_held_endpoint_and_writes_the_others() {
+    let Some((server, url, mut c)) = opened("health_pass_over") else {
+        return;
+    };
+    let mut insert = |name: &str| {
+        PgTx::new(&mut c, "test")
+            .insert_endpoint(&endpoint("a", name, None))
+            .unwrap()
+            .id
+    };
+    let (held, free) = (insert("held"), insert("free"));
+    let failed = HealthDelta {
+        last_success_at: None,
+        last_failure_at: Some(5_000),
+        failures: 2,
+        first_failure_at: Some(4_000),
+    };
+    let mut other = server.client(&url);
+    let mut holder = other.transaction().unwrap();
+    holder
+        .query_one(
+            "SELECT id FROM endpoints WHERE id = $1 FOR NO KEY UPDATE",
+            &[&held],
+        )
+        .unwrap();
+    let passed_over = PgTx::new(&mut c, "test")
+        .record_endpoints_health(&[(held, failed), (free, failed)], IfBusy::Defer)
+        .unwrap();
+    assert_eq!(passed_over, vec![held]);
+    let streak = |c: &mut postgres::Client, id: i64| {
+        let e = PgTx::new(c, "test").get_endpoint_any(id).unwrap().unwrap();
+        (e.consecutive_failures, e.last_failure_at)
+    };
+    assert_eq!(streak(&mut c, free), (2, Some(5_000)));
+    assert_eq!(streak(&mut c, held), (0, None), "passed over, not written");
+    holder.commit().unwrap();
+    let passed_over = PgTx::new(&mut c, "test")
+        .record_endpoints_health(&[(held, failed)], IfBusy::Defer)
+        .unwrap();
+    assert!(passed_over.is_empty());
+    assert_eq!(streak(&mut c, held), (2, Some(5_000)));
 }
 
 /// An endpoint's health times never move back: a change written after a newer one (a node's
@@ -815,7 +863,7 @@ fn an_endpoints_health_times_never_move_back() {
         first_failure_at: Some(9_500),
     };
     PgTx::new(&mut c, "test")
-        .record_endpoints_health(&[(id, newer)])
+        .record_endpoints_health(&[(id, newer)], IfBusy::Wait)
         .unwrap();
     assert_eq!(times(&mut c), (Some(9_000), Some(9_500)));
     let older = HealthDelta {
@@ -825,7 +873,7 @@ fn an_endpoints_health_times_never_move_back() {
         first_failure_at: Some(8_500),
     };
     PgTx::new(&mut c, "test")
-        .record_endpoints_health(&[(id, older)])
+        .record_endpoints_health(&[(id, older)], IfBusy::Wait)
         .unwrap();
     assert_eq!(
         times(&mut c),

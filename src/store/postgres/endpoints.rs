@@ -383,17 +383,27 @@ impl<C: GenericClient> EndpointQueries for PgTx<'_, C> {
     /// [`EndpointQueries::write_endpoint_health`]'s rules row by row; its rows are locked in
     /// id order first (`ORDER BY … FOR NO KEY UPDATE`), as one statement per endpoint in id
     /// order locked them, so two nodes' rounds cannot deadlock on each other's endpoints.
-    fn record_endpoints_health(&mut self, deltas: &[(i64, HealthDelta)]) -> Result<(), StoreError> {
+    /// With [`IfBusy::Defer`] the rows another writer holds are skipped (`SKIP LOCKED`) and
+    /// returned, as the round's results statement does.
+    fn record_endpoints_health(
+        &mut self,
+        deltas: &[(i64, HealthDelta)],
+        if_busy: IfBusy,
+    ) -> Result<Vec<i64>, StoreError> {
         if deltas.is_empty() {
-            return Ok(());
+            return Ok(Vec::new());
         }
         let columns = HealthColumns::of(deltas);
         let c = &mut *self.c;
-        c.execute(
-            &format!("WITH {} SELECT 1", health_update(1, "true", IfBusy::Wait)),
-            &columns.params(),
-        )?;
-        Ok(())
+        let sql = format!(
+            "WITH {} SELECT id FROM deferred ORDER BY id",
+            health_update(1, "true", if_busy)
+        );
+        let rows = c.query(&sql, &columns.params())?;
+        Ok(rows
+            .iter()
+            .map(|r| r.try_get(0))
+            .collect::<Result<_, _>>()?)
     }
 
     fn list_endpoints(
