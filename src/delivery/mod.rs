@@ -857,7 +857,7 @@ pub(crate) fn record(
         .filter(|(id, _)| !all.contains_key(id))
         .collect();
     write_health(tx, &mut written, if_busy, &mut deferred)?;
-    let round: Vec<(i64, health::Seen)> = all
+    let mut round: Vec<(i64, health::Seen)> = all
         .iter()
         .map(|(&id, &seen)| (id, carried.before(id, seen)))
         .collect();
@@ -887,12 +887,8 @@ pub(crate) fn record(
         }
     }
     if outcome.health_written {
-        for (id, seen) in round {
-            match outcome.deferred.binary_search(&id) {
-                Ok(_) => deferred.keep(id, seen),
-                Err(_) => written.push((id, seen)),
-            }
-        }
+        set_aside(&mut round, &outcome.deferred, &mut deferred);
+        written.extend(round);
     } else {
         // The recorded ones' health, after what was carried for their endpoints (and what was
         // carried for an endpoint none of whose results was recorded, alone).
@@ -935,6 +931,17 @@ fn write_health(
         return Ok(());
     }
     let passed_over = tx.record_endpoints_health(&deltas_of(changes), if_busy)?;
+    set_aside(changes, &passed_over, deferred);
+    Ok(())
+}
+
+/// Moves the changes of the endpoints a write passed over (`passed_over`, ascending) from
+/// `changes` to `deferred`, to be carried to the next round.
+fn set_aside(
+    changes: &mut Vec<(i64, health::Seen)>,
+    passed_over: &[i64],
+    deferred: &mut health::Carried,
+) {
     changes.retain(|&(id, seen)| {
         let busy = passed_over.binary_search(&id).is_ok();
         if busy {
@@ -942,7 +949,6 @@ fn write_health(
         }
         !busy
     });
-    Ok(())
 }
 
 /// The stored part of each endpoint's change (what the store writes), in the same order.

@@ -107,12 +107,7 @@ impl<C: GenericClient> PgTx<'_, C> {
         let row = self
             .statement(event, Some(generation), Some(pair), tasks)?
             .ok_or_else(|| StoreError::Other(anyhow::anyhow!("the publish returned no row")))?;
-        let written: Option<i64> = row.try_get(0)?;
-        Ok(Stated {
-            event: written.map(|_| from_row(&row)).transpose()?,
-            targets_held: row.try_get(8)?,
-            key_held: row.try_get(9)?,
-        })
+        Ok(Stated::of_row(&row)?)
     }
 
     /// One publish's statement: the event and its tasks, at `at_generation` when given, with

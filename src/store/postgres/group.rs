@@ -10,6 +10,7 @@ use crate::store::events::{Event, NewEvent};
 use crate::store::replay::FirstUse;
 use crate::store::tasks::{NewTask, TaskKind};
 use crate::trace::TaskTrace;
+use postgres::Row;
 use postgres::types::ToSql;
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
@@ -62,6 +63,19 @@ pub(super) struct Stated {
     pub event: Option<Event>,
     pub targets_held: bool,
     pub key_held: bool,
+}
+
+impl Stated {
+    /// A publish's row as its statement returns it, alone or in a group: the event's columns
+    /// (NULL when nothing was written), then both generations' tests.
+    pub(super) fn of_row(row: &Row) -> Result<Stated, postgres::Error> {
+        let written: Option<i64> = row.try_get(0)?;
+        Ok(Stated {
+            event: written.map(|_| from_row(row)).transpose()?,
+            targets_held: row.try_get(8)?,
+            key_held: row.try_get(9)?,
+        })
+    }
 }
 
 /// What a group's leader posts for each of its other members.
@@ -398,15 +412,7 @@ fn write_group<B: Backing>(c: &mut Sql<B>, group: &[Publish]) -> Result<Vec<Outc
     Ok(rows
         .iter()
         .map(|row| {
-            let stated = (|| -> Result<Stated, postgres::Error> {
-                let written: Option<i64> = row.try_get(0)?;
-                Ok(Stated {
-                    event: written.map(|_| from_row(row)).transpose()?,
-                    targets_held: row.try_get(8)?,
-                    key_held: row.try_get(9)?,
-                })
-            })();
-            stated.map_or_else(|e| Outcome::Unread(e.to_string()), Outcome::Stated)
+            Stated::of_row(row).map_or_else(|e| Outcome::Unread(e.to_string()), Outcome::Stated)
         })
         .collect())
 }
