@@ -99,13 +99,22 @@ pub fn page_of<T>(
 pub fn page_sql(table: &str, columns: &str, filters: &Filters) -> String {
     let n = filters.values().len();
     // `LIMIT ? + 0`: with a bare `LIMIT ?` SQLite plans with the bound value, so every new
-    // value would recompile the statement. Arms (`Filters::merged_over`) make a compound
-    // `SELECT … UNION ALL … ORDER BY id DESC`, which SQLite merges: each arm runs as a
-    // co-routine in its index's order and is read only as far as the page needs.
-    format!(
-        "{} ORDER BY id DESC LIMIT ?{} + 0 OFFSET ?{} + 0",
-        filters.select(table, columns),
+    // value would recompile the statement.
+    let order = format!(
+        "ORDER BY id DESC LIMIT ?{} + 0 OFFSET ?{} + 0",
         n + 1,
         n + 2
-    )
+    );
+    match filters.merged() {
+        false => format!("{} {order}", filters.select(table, columns)),
+        // Arms (`Filters::merged_over`) make a compound `SELECT … UNION ALL … ORDER BY id
+        // DESC`, which SQLite merges: each arm runs as a co-routine in its index's order and
+        // is read only as far as the page needs. They pass ids alone (from the index itself
+        // when no other column is tested), and the page's rows are read by id after: rows
+        // skipped by the offset are never read whole.
+        true => format!(
+            "SELECT {columns} FROM {table} WHERE id IN ({} {order}) ORDER BY id DESC",
+            filters.select(table, "id")
+        ),
+    }
 }
