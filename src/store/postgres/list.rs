@@ -75,7 +75,7 @@ pub fn list_page<T>(
         true => format!(
             "SELECT * FROM ({}) AS arms ORDER BY id DESC LIMIT ${limit_at} OFFSET ${offset_at}",
             filters.select_arms(table, columns, |arm| format!(
-                "({arm} ORDER BY id DESC LIMIT ${limit_at} + ${offset_at})"
+                "({arm} ORDER BY id DESC LIMIT ${limit_at}::int8 + ${offset_at}::int8)"
             ))
         ),
         false => format!(
