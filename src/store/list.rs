@@ -60,28 +60,18 @@ impl<V: Bind> Filters<V> {
 
     /// `SELECT columns FROM table WHERE …` for the page, before its order and limit: one
     /// statement, or with [`Filters::merged_over`] its arms joined with `UNION ALL` (each
-    /// with the same placeholders, bound once).
+    /// with the same placeholders, bound once). SQLite's only: PostgreSQL keeps `tasks_app`
+    /// and reads a list by app alone from it (migrations/postgres/tasks_app_dropped.sql).
     pub fn select(&self, table: &str, columns: &str) -> String {
-        self.select_arms(table, columns, |arm| arm)
-    }
-
-    /// [`Filters::select`] with each arm passed through `arm` first (PostgreSQL gives each
-    /// its own order and limit).
-    pub fn select_arms(
-        &self,
-        table: &str,
-        columns: &str,
-        arm: impl Fn(String) -> String,
-    ) -> String {
         let condition = self.condition();
         match &self.arms {
             None => format!("SELECT {columns} FROM {table} WHERE {condition}"),
             Some((column, words)) => words
                 .iter()
                 .map(|word| {
-                    arm(format!(
+                    format!(
                         "SELECT {columns} FROM {table} WHERE {condition} AND {column} = '{word}'"
-                    ))
+                    )
                 })
                 .collect::<Vec<_>>()
                 .join(" UNION ALL "),

@@ -66,23 +66,11 @@ pub fn list_page<T>(
     let n = params.len();
     params.push(&limit);
     params.push(&offset);
-    // Arms (`Filters::merged_over`) each in id order and limited to the page's end: the
-    // planner plans each on its own (an index scan in id order, read only as far as the page
-    // needs) and merges them (Merge Append). Without their own order and limit, the arms
-    // pulled up into one append were read whole and sorted.
-    let (limit_at, offset_at) = (n + 1, n + 2);
-    let sql = match filters.merged() {
-        true => format!(
-            "SELECT * FROM ({}) AS arms ORDER BY id DESC LIMIT ${limit_at} OFFSET ${offset_at}",
-            filters.select_arms(table, columns, |arm| format!(
-                "({arm} ORDER BY id DESC LIMIT ${limit_at}::int8 + ${offset_at}::int8)"
-            ))
-        ),
-        false => format!(
-            "{} ORDER BY id DESC LIMIT ${limit_at} OFFSET ${offset_at}",
-            filters.select(table, columns)
-        ),
-    };
+    let sql = format!(
+        "SELECT {columns} FROM {table} WHERE {condition} ORDER BY id DESC LIMIT ${} OFFSET ${}",
+        n + 1,
+        n + 2
+    );
     let items = c
         .query(&sql, &params)?
         .iter()

@@ -18,7 +18,7 @@ use crate::store::tasks::{
     AfterAttempt, Claimed, Finish, NewTask, PendingEndpoint, RetryFilter, STATUSES, TASK_TYPES,
 };
 use crate::store::tasks::{IfBusy, Recorded, record_attempts_in_turn};
-use crate::store::tasks::{Task, TaskFilter, TaskStatus};
+use crate::store::tasks::{Task, TaskFilter};
 use crate::store::{StoreError, TaskQueries};
 use crate::trace::TaskTrace;
 use postgres::GenericClient;
@@ -160,10 +160,6 @@ impl<C: GenericClient> TaskQueries for PgTx<'_, C> {
             .eq("event_id", f.event_id)
             .eq("endpoint_id", f.endpoint_id)
             .eq_known("task_type", f.task_type.as_deref(), &TASK_TYPES);
-        let filters = match f.pages_by_status() {
-            true => filters.merged_over::<TaskStatus>("status"),
-            false => filters,
-        };
         Ok(list_page(c, "tasks", COLUMNS, &filters, page, from_row)?)
     }
 
