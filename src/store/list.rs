@@ -4,6 +4,8 @@
 //! ([`Bind`]) and adds `eq` / `cmp` for the values its driver binds (`sqlite/list.rs`,
 //! `postgres/list.rs`).
 
+use crate::store::word::Word;
+
 /// A bound value of one backend.
 pub trait Bind: Sized {
     /// What starts a numbered placeholder: `?` (`?1`) or `$` (`$1`).
@@ -17,6 +19,8 @@ pub trait Bind: Sized {
 pub struct Filters<V> {
     clauses: Vec<String>,
     values: Vec<V>,
+    /// The column whose every word gets its own arm of the page ([`Filters::merged_over`]).
+    arms: Option<(&'static str, Vec<&'static str>)>,
 }
 
 impl<V: Bind> Filters<V> {
@@ -25,6 +29,52 @@ impl<V: Bind> Filters<V> {
         Filters {
             clauses: vec![format!("app_id = {}1", V::MARK)],
             values: vec![V::text(app_id.to_string())],
+            arms: None,
+        }
+    }
+
+    /// Writes the app's condition as `+app_id = …` (SQLite's unary plus: the same test, which
+    /// no index search may use), for a filter whose few rows SQLite finds by `rowid` instead:
+    /// an index on `app_id` alone is gone, and on (`app_id`, `status`, `id`) the app's
+    /// condition alone would read every task of the app. SQLite only: PostgreSQL has no unary
+    /// plus on text.
+    pub fn app_by_rowid(mut self) -> Self {
+        self.clauses[0] = format!("+app_id = {}1", V::MARK);
+        self
+    }
+
+    /// Reads the page as one arm per word `W` has in `column` (`column = 'word'` and the
+    /// filters), each in id order, merged: an index on (`app_id`, `column`, `id`) then gives
+    /// every arm its rows newest first, where the filters alone would read every row of the app
+    /// and sort them. The rows, their order and the total are the same: every row holds one of
+    /// the words (a stored word outside the set is an error where it is read).
+    pub fn merged_over<W: Word>(mut self, column: &'static str) -> Self {
+        self.arms = Some((column, W::ALL.iter().map(Word::word).collect()));
+        self
+    }
+
+    /// Whether the page is read in arms ([`Filters::merged_over`]).
+    pub fn merged(&self) -> bool {
+        self.arms.is_some()
+    }
+
+    /// `SELECT columns FROM table WHERE …` for the page, before its order and limit: one
+    /// statement, or with [`Filters::merged_over`] its arms joined with `UNION ALL` (each
+    /// with the same placeholders, bound once). SQLite's only: PostgreSQL keeps `tasks_app`
+    /// and reads a list by app alone from it (migrations/postgres/tasks_app_dropped.sql).
+    pub fn select(&self, table: &str, columns: &str) -> String {
+        let condition = self.condition();
+        match &self.arms {
+            None => format!("SELECT {columns} FROM {table} WHERE {condition}"),
+            Some((column, words)) => words
+                .iter()
+                .map(|word| {
+                    format!(
+                        "SELECT {columns} FROM {table} WHERE {condition} AND {column} = '{word}'"
+                    )
+                })
+                .collect::<Vec<_>>()
+                .join(" UNION ALL "),
         }
     }
 

@@ -97,6 +97,20 @@ pub struct TaskFilter {
     pub task_type: Option<String>,
 }
 
+impl TaskFilter {
+    /// Whether the page is read status by status, merged (`Filters::merged_over`): with no
+    /// status and no filter that has an index of its own (schedule, event, endpoint), i.e. by
+    /// app alone or by type. `tasks_app_status (app_id, status, id)` gives each status its
+    /// tasks newest first; no index holds the app's tasks in id order across statuses
+    /// (docs/dev/storage.md, "The list by app alone without tasks_app").
+    pub fn pages_by_status(&self) -> bool {
+        self.status.is_none()
+            && self.schedule_id.is_none()
+            && self.event_id.is_none()
+            && self.endpoint_id.is_none()
+    }
+}
+
 /// An endpoint with pending tasks, as the dispatcher's walk reads it
 /// ([`TaskQueries::endpoints_with_pending`]).
 #[derive(Debug, Clone, Copy, PartialEq)]

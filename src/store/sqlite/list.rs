@@ -31,13 +31,14 @@ impl Filters {
     /// Adds `event_id = value` when a value is given, and where SQLite finds those rows without
     /// an index every publish writes: the rowid range of the event's own tasks
     /// (`events.first_task_id` .. `last_task_id`) and the copies that name it
-    /// (`tasks_event_copies`). At most the event's tasks are read, then sorted by id
+    /// (`tasks_event_copies`). At most the event's tasks are read, by `rowid` (the app's
+    /// condition is kept out of index searches: [`Filters::app_by_rowid`]), then sorted by id
     /// (docs/dev/storage.md, "An event's tasks by id range").
     pub fn event(self, event_id: Option<i64>) -> Self {
         let Some(event_id) = event_id else {
             return self;
         };
-        let filters = self.bind("event_id", "=", event_id.into());
+        let filters = self.app_by_rowid().bind("event_id", "=", event_id.into());
         let n = filters.values().len();
         filters.always(&format!(
             "id IN (SELECT id FROM tasks WHERE id BETWEEN (SELECT first_task_id FROM events WHERE id = ?{n})
@@ -61,16 +62,19 @@ pub fn list_page<T>(
     page: Page,
     from_row: impl FnMut(&rusqlite::Row<'_>) -> rusqlite::Result<T>,
 ) -> rusqlite::Result<(i64, Vec<T>)> {
-    let total = conn
-        .prepare_cached(&format!(
-            "SELECT count(*) FROM {table} WHERE {}",
-            filters.condition()
-        ))?
-        .query_row(rusqlite::params_from_iter(filters.values()), |r| r.get(0))?;
     Ok((
-        total,
+        count(conn, table, filters)?,
         page_of(conn, table, columns, filters, page, from_row)?,
     ))
+}
+
+/// The number of rows of `table` matching `filters`.
+pub fn count(conn: &Connection, table: &str, filters: &Filters) -> rusqlite::Result<i64> {
+    conn.prepare_cached(&format!(
+        "SELECT count(*) FROM {table} WHERE {}",
+        filters.condition()
+    ))?
+    .query_row(rusqlite::params_from_iter(filters.values()), |r| r.get(0))
 }
 
 /// One page of `table` (newest first) matching `filters`, without the total (for a caller
@@ -83,19 +87,34 @@ pub fn page_of<T>(
     page: Page,
     from_row: impl FnMut(&rusqlite::Row<'_>) -> rusqlite::Result<T>,
 ) -> rusqlite::Result<Vec<T>> {
-    let n = filters.values().len();
-    // `LIMIT ? + 0`: with a bare `LIMIT ?` SQLite plans with the bound value, so every new
-    // value would recompile the statement.
-    let sql = format!(
-        "SELECT {columns} FROM {table} WHERE {} ORDER BY id DESC LIMIT ?{} + 0 OFFSET ?{} + 0",
-        filters.condition(),
-        n + 1,
-        n + 2
-    );
     let mut values = filters.values().to_vec();
     values.push(page.limit().into());
     values.push(page.offset().into());
-    conn.prepare_cached(&sql)?
+    conn.prepare_cached(&page_sql(table, columns, filters))?
         .query_map(rusqlite::params_from_iter(&values), from_row)?
         .collect()
+}
+
+/// The statement of [`page_of`]: `filters`' placeholders, then the limit's and the offset's.
+pub fn page_sql(table: &str, columns: &str, filters: &Filters) -> String {
+    let n = filters.values().len();
+    // `LIMIT ? + 0`: with a bare `LIMIT ?` SQLite plans with the bound value, so every new
+    // value would recompile the statement.
+    let order = format!(
+        "ORDER BY id DESC LIMIT ?{} + 0 OFFSET ?{} + 0",
+        n + 1,
+        n + 2
+    );
+    match filters.merged() {
+        false => format!("{} {order}", filters.select(table, columns)),
+        // Arms (`Filters::merged_over`) make a compound `SELECT … UNION ALL … ORDER BY id
+        // DESC`, which SQLite merges: each arm runs as a co-routine in its index's order and
+        // is read only as far as the page needs. They pass ids alone (from the index itself
+        // when no other column is tested), and the page's rows are read by id after: rows
+        // skipped by the offset are never read whole.
+        true => format!(
+            "SELECT {columns} FROM {table} WHERE id IN ({} {order}) ORDER BY id DESC",
+            filters.select(table, "id")
+        ),
+    }
 }

@@ -30,6 +30,7 @@ const UPGRADES: &[&str] = &[
     include_str!("../../../migrations/pending_counted.sql"),
     include_str!("../../../migrations/event_task_range.sql"),
     include_str!("../../../migrations/claim_index_predicate.sql"),
+    include_str!("../../../migrations/tasks_app_dropped.sql"),
 ];
 
 /// The schema version this binary writes.

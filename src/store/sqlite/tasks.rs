@@ -138,25 +138,11 @@ impl TaskQueries for SqliteTx<'_> {
         page: Page,
     ) -> Result<(i64, Vec<Task>), StoreError> {
         let conn = self.0;
-        // `retrying` is written as the exact condition of the partial index `tasks_retrying`, so
-        // SQLite reads that index instead of every pending task of the app.
-        let (status, retrying) = match f.status.as_deref() {
-            Some("retrying") => (None, true),
-            other => (other, false),
-        };
-        let mut filters = Filters::app(app_id);
-        if retrying {
-            filters = filters.always("status = 'pending' AND attempts > 0");
-        }
-        let filters = filters
-            .eq_known("status", status, &STATUSES)
-            .eq("schedule_id", f.schedule_id)
-            .event(f.event_id)
-            .eq("endpoint_id", f.endpoint_id)
-            .eq_known("task_type", f.task_type.as_deref(), &TASK_TYPES);
+        let status = f.status.as_deref();
+        let filters = list_filters(app_id, f);
         // By app alone or by app and status, the total is the counters' (`task_counts`, kept
         // by triggers): the same cost at any size. Any other filter counts its matches.
-        let counted = !retrying
+        let counted = status != Some("retrying")
             && f.schedule_id.is_none()
             && f.event_id.is_none()
             && f.endpoint_id.is_none()
@@ -488,6 +474,31 @@ impl TaskQueries for SqliteTx<'_> {
     }
 }
 
+/// The conditions of `list_tasks`. `retrying` is written as the exact condition of the partial
+/// index `tasks_retrying`, so SQLite reads that index instead of every pending task of the app.
+/// By app alone or by type the page is merged from one arm per status
+/// ([`TaskFilter::pages_by_status`]).
+fn list_filters(app_id: &str, f: &TaskFilter) -> Filters {
+    let (status, retrying) = match f.status.as_deref() {
+        Some("retrying") => (None, true),
+        other => (other, false),
+    };
+    let mut filters = Filters::app(app_id);
+    if retrying {
+        filters = filters.always("status = 'pending' AND attempts > 0");
+    }
+    let filters = filters
+        .eq_known("status", status, &STATUSES)
+        .eq("schedule_id", f.schedule_id)
+        .event(f.event_id)
+        .eq("endpoint_id", f.endpoint_id)
+        .eq_known("task_type", f.task_type.as_deref(), &TASK_TYPES);
+    match f.pages_by_status() {
+        true => filters.merged_over::<TaskStatus>("status"),
+        false => filters,
+    }
+}
+
 /// The mark in `task_counts` at or below which pending tasks are counted
 /// (migrations/pending_counted.sql).
 const MARK: &str = "(SELECT n FROM task_counts WHERE app_id = '' AND status = '')";
@@ -564,6 +575,7 @@ fn claimed_from(r: &Row<'_>) -> rusqlite::Result<((i64, i64), Claimed)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::store::word::Word;
 
     type Totals = Vec<(String, String, i64)>;
 
@@ -594,6 +606,161 @@ mod tests {
             })
             .collect();
         (answered, counted)
+    }
+
+    /// Adds tasks `from..to` (ids), nine in ten of app `a`, in every status (mostly
+    /// `success`, as a real file) and two types.
+    fn fill(conn: &rusqlite::Connection, from: i64, to: i64) {
+        conn.execute(
+            "WITH RECURSIVE n(i) AS (SELECT ?1 UNION ALL SELECT i + 1 FROM n WHERE i + 1 < ?2)
+             INSERT INTO tasks (id, app_id, endpoint_id, task_type, status, run_at, max_attempts,
+                                created_at, updated_at)
+             SELECT i, CASE WHEN i % 10 = 0 THEN 'b' ELSE 'a' END, 1,
+                    CASE WHEN i % 3 = 0 THEN 'manual' ELSE 'event' END,
+                    CASE WHEN i % 7 = 0 THEN 'pending' WHEN i % 11 = 0 THEN 'running'
+                         WHEN i % 13 = 0 THEN 'failed' WHEN i % 17 = 0 THEN 'canceled'
+                         ELSE 'success' END, 0, 1, 0, 0 FROM n",
+            params![from, to],
+        )
+        .unwrap();
+    }
+
+    /// A page of `list_tasks`' statement for app `a`: its plan, the ids, and the statement's
+    /// counters (virtual machine steps, sorts, steps of full scans).
+    fn page_read(
+        conn: &rusqlite::Connection,
+        f: &TaskFilter,
+        page: Page,
+    ) -> (Vec<String>, Vec<i64>, [i32; 3]) {
+        use rusqlite::StatementStatus::{FullscanStep, Sort, VmStep};
+        let filters = list_filters("a", f);
+        let sql = crate::store::sqlite::list::page_sql("tasks", COLUMNS, &filters);
+        let mut values = filters.values().to_vec();
+        values.push(page.limit().into());
+        values.push(page.offset().into());
+        let plan = conn
+            .prepare(&format!("EXPLAIN QUERY PLAN {sql}"))
+            .unwrap()
+            .query_map(rusqlite::params_from_iter(&values), |r| r.get(3))
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap();
+        let mut statement = conn.prepare(&sql).unwrap();
+        let ids = statement
+            .query_map(rusqlite::params_from_iter(&values), |r| r.get(0))
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap();
+        let counters = [VmStep, Sort, FullscanStep].map(|c| statement.get_status(c));
+        (plan, ids, counters)
+    }
+
+    /// The same page read from the table without any index.
+    fn page_wanted(conn: &rusqlite::Connection, task_type: Option<&str>, page: Page) -> Vec<i64> {
+        conn.prepare(
+            "SELECT id FROM tasks NOT INDEXED WHERE app_id = 'a' AND coalesce(?1 = task_type, 1)
+              ORDER BY id DESC LIMIT ?2 OFFSET ?3",
+        )
+        .unwrap()
+        .query_map(params![task_type, page.limit(), page.offset()], |r| {
+            r.get(0)
+        })
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap()
+    }
+
+    #[test]
+    fn the_list_by_app_alone_merges_one_index_arm_per_status_at_any_size() {
+        let dir = tempfile::tempdir().unwrap();
+        let pool = crate::store::sqlite::open(&dir.path().join("t.db"), 1).unwrap();
+        let conn = pool.get().unwrap();
+        let by_app = TaskFilter::default();
+        let by_type = TaskFilter {
+            task_type: Some("manual".into()),
+            ..TaskFilter::default()
+        };
+        let first = Page {
+            page: 1,
+            page_size: 20,
+        };
+        let mut steps_at = Vec::new();
+        for tasks in [2_000, 40_000] {
+            fill(
+                &conn,
+                conn.query_row("SELECT coalesce(max(id), 0) + 1 FROM tasks", [], |r| {
+                    r.get(0)
+                })
+                .unwrap(),
+                tasks + 1,
+            );
+            for (f, task_type) in [(&by_app, None), (&by_type, Some("manual"))] {
+                for page in [first, Page { page: 2, ..first }, Page { page: 40, ..first }] {
+                    let (plan, ids, [steps, sorts, full_scans]) = page_read(&conn, f, page);
+                    let at = format!(
+                        "{tasks} tasks, type {task_type:?}, page {}: {plan:?}",
+                        page.page
+                    );
+                    assert_eq!(ids, page_wanted(&conn, task_type, page), "{at}");
+                    // The arms, then the page's rows by id.
+                    let arm = match task_type {
+                        None => {
+                            "SEARCH tasks USING COVERING INDEX tasks_app_status (app_id=? AND status=?)"
+                        }
+                        Some(_) => {
+                            "SEARCH tasks USING INDEX tasks_app_status (app_id=? AND status=?)"
+                        }
+                    };
+                    let searches: Vec<_> =
+                        plan.iter().filter(|l| l.starts_with("SEARCH")).collect();
+                    assert_eq!(searches.len(), TaskStatus::ALL.len() + 1, "{at}");
+                    assert_eq!(
+                        searches[0], "SEARCH tasks USING INTEGER PRIMARY KEY (rowid=?)",
+                        "{at}"
+                    );
+                    assert!(
+                        searches[1..].iter().all(|l| *l == arm),
+                        "one arm per status: {at}"
+                    );
+                    assert!(plan.iter().any(|l| l.starts_with("MERGE")), "{at}");
+                    assert!(!plan.iter().any(|l| l.contains("TEMP B-TREE")), "{at}");
+                    assert_eq!((sorts, full_scans), (0, 0), "{at}");
+                    if f.task_type.is_none() && page == first {
+                        steps_at.push(steps);
+                    }
+                }
+            }
+            // Through the store: the same page and the exact total.
+            let (total, tasks_listed) = SqliteTx(&conn).list_tasks("a", &by_app, first).unwrap();
+            let ids: Vec<i64> = tasks_listed.iter().map(|t| t.id).collect();
+            assert_eq!(ids, page_wanted(&conn, None, first));
+            let count: i64 = conn
+                .query_row("SELECT count(*) FROM tasks WHERE app_id = 'a'", [], |r| {
+                    r.get(0)
+                })
+                .unwrap();
+            assert_eq!(total, count);
+        }
+        // A page costs the same at 20 times the tasks: about a page of rows read per arm,
+        // none of the app's other tasks.
+        assert!(
+            steps_at[1] < steps_at[0] * 3 / 2,
+            "virtual machine steps of the first page at 2,000 and 40,000 tasks: {steps_at:?}"
+        );
+        // By event: not merged; the event's tasks found by `rowid`, not the app's by
+        // `tasks_app_status (app_id=?)`.
+        let by_event = TaskFilter {
+            event_id: Some(7),
+            ..TaskFilter::default()
+        };
+        let (plan, _, _) = page_read(&conn, &by_event, first);
+        assert_eq!(
+            plan.iter()
+                .find(|l| l.starts_with("SEARCH tasks"))
+                .map(String::as_str),
+            Some("SEARCH tasks USING INTEGER PRIMARY KEY (rowid=?)"),
+            "{plan:?}"
+        );
     }
 
     fn pending_counter(conn: &rusqlite::Connection, app: &str) -> Option<i64> {
