@@ -41,7 +41,7 @@ use crate::metrics::DeliveryOutcome;
 use crate::operator::{self, OperatorEvent};
 use crate::store::endpoints::{DisabledReason, HealthDelta};
 use crate::store::tasks::{Claimed, IfBusy};
-use crate::store::{self, IdleCap, Peers, StoreError, Tx, Watcher};
+use crate::store::{self, IdleCap, KeepingUp, Peers, StoreError, Tx, Watcher};
 use send::{Sent, Target, Verdict};
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -58,6 +58,12 @@ const MIN_ROUND: Duration = Duration::from_millis(2);
 /// Most other nodes [`round_gap`] counts: rounds are never spaced more than this many times
 /// [`MIN_ROUND`] apart, whatever the nodes.
 const MOST_PEERS_PACED: u32 = 4;
+/// A round is behind when a task it claimed had been due longer than this (or it had no room
+/// for all that is due): then the other nodes sharing the database are woken for the work this
+/// node makes due ([`KeepingUp`]); while its rounds claim sooner, its own pool delivers it
+/// alone. Several round gaps (a task waits up to one for its round), well under the 50 ms the
+/// half-rate tail may take.
+const BEHIND_AFTER_MS: i64 = 25;
 /// Pause after a database error before the dispatcher tries again.
 const ERROR_PAUSE: Duration = Duration::from_millis(500);
 
@@ -270,6 +276,8 @@ struct Shared {
     rescue_every: Option<Duration>,
     /// The other nodes on the database heard from lately (`Watcher::peers`): [`round_gap`].
     peers: Peers,
+    /// Told whether the rounds keep up (`Watcher::keeping_up`): [`keeps_up`].
+    keeping_up: KeepingUp,
     /// Senders kept when idle (`--workers`) and most senders at once (`--max-in-flight`).
     keep_senders: usize,
     max_senders: usize,
@@ -293,6 +301,7 @@ impl DeliveryPool {
             idle_cap: watcher.idle_cap.clone(),
             rescue_every: watcher.rescue_every,
             peers: watcher.peers.clone(),
+            keeping_up: watcher.keeping_up.clone(),
             agent: send::agent(&app.config),
             app: app.clone(),
             queue: Mutex::default(),
@@ -592,6 +601,14 @@ fn dispatch(shared: &Arc<Shared>) {
     let mut next_rescue_ms = i64::MIN;
     // Health the last round could not write (another node was writing the endpoint).
     let mut carried = health::Carried::default();
+    // What the store was last told of the pace (`None`: nothing yet, it wakes the other nodes).
+    let mut told_keeping_up: Option<bool> = None;
+    let mut tell = |keeping_up: bool| {
+        if told_keeping_up != Some(keeping_up) {
+            told_keeping_up = Some(keeping_up);
+            shared.keeping_up.set(keeping_up);
+        }
+    };
     // On a database other nodes share, one may die holding leases, and nothing wakes this one
     // when they run out: look at least once per rescue period, or its tasks would wait up to
     // `max_idle` more after their lease ended.
@@ -707,6 +724,7 @@ fn dispatch(shared: &Arc<Shared>) {
                 } else {
                     carrying
                 };
+                tell(false);
                 gate = new_gate();
                 lock(&shared.results).extend(done);
                 app.delivery_wake.wait(ERROR_PAUSE);
@@ -714,6 +732,7 @@ fn dispatch(shared: &Arc<Shared>) {
             }
         };
         shared.in_flight.fetch_sub(done.len(), Ordering::SeqCst);
+        tell(keeps_up(&claimed, out_of_room, now));
         hand_out(shared, claimed);
         if out_of_room && free > 0 {
             continue; // more may be claimable now
@@ -734,7 +753,18 @@ fn dispatch(shared: &Arc<Shared>) {
         };
         app.delivery_wake.wait(wait);
     }
+    // Stopping: what is made due from now on (tasks handed back) is for the other nodes.
+    tell(false);
     drain_at_shutdown(shared, carried);
+}
+
+/// Whether a round kept up with the work due: it had room for all of it, and claimed each task
+/// within [`BEHIND_AFTER_MS`] of its becoming due.
+fn keeps_up(claimed: &[Job], out_of_room: bool, now_ms: i64) -> bool {
+    !out_of_room
+        && claimed
+            .iter()
+            .all(|job| now_ms.saturating_sub(job.task.due_at) <= BEHIND_AFTER_MS)
 }
 
 /// The shortest time between two of this node's rounds when `peers` other nodes share its

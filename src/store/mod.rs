@@ -28,7 +28,7 @@ pub use replay::ReplayQueries;
 pub use retention::RetentionQueries;
 pub use schedules::ScheduleQueries;
 pub use tasks::TaskQueries;
-pub use watch::{IdleCap, Peers, Wakers, Watcher};
+pub use watch::{IdleCap, KeepingUp, Peers, Wakers, Watcher};
 pub use word::Word;
 
 use std::path::Path;

@@ -1,6 +1,7 @@
 //! Watching for changes other processes make to the database: what [`Store::watch`] returns
 //! ([`Watcher`]), the wakes it calls ([`Wakers`]), the cap on idle sleeps while notices may
-//! be missed ([`IdleCap`]) and how many other processes were heard from ([`Peers`]).
+//! be missed ([`IdleCap`]), how many other processes were heard from ([`Peers`]) and whether
+//! this process's delivery pool keeps up with the work due ([`KeepingUp`]).
 //! Backend-neutral: a store with nothing to watch returns [`Watcher::none`].
 //!
 //! [`Store::watch`]: crate::store::Store::watch
@@ -74,6 +75,38 @@ impl Peers {
     }
 }
 
+/// Where the delivery pool tells the store whether it keeps up with the work due (it claims
+/// what is due soon after it is due, with room to spare): while it does, a store shared with
+/// other processes need not wake them for the work this process makes due, since its own pool,
+/// woken in process, delivers it (docs/dev/storage.md, "Notices only when behind"). Until the
+/// pool first says so, and whenever it says it does not (behind, or stopping), the other
+/// processes are woken as before. Cheap to clone; a store with nothing to tell does nothing.
+#[derive(Clone, Default)]
+pub struct KeepingUp(Option<Arc<dyn Fn(bool) + Send + Sync>>);
+
+impl KeepingUp {
+    /// Calls `told` with each change the delivery pool reports.
+    pub fn new(told: impl Fn(bool) + Send + Sync + 'static) -> KeepingUp {
+        KeepingUp(Some(Arc::new(told)))
+    }
+
+    /// Reports whether the delivery pool keeps up (called on changes only).
+    pub fn set(&self, keeping_up: bool) {
+        if let Some(told) = &self.0 {
+            told(keeping_up);
+        }
+    }
+}
+
+impl std::fmt::Debug for KeepingUp {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self.0 {
+            Some(_) => "KeepingUp(told)",
+            None => "KeepingUp(none)",
+        })
+    }
+}
+
 /// What [`Store::watch`](crate::store::Store::watch) started: the cap on idle sleeps, how often
 /// leases of other processes must be looked at, and the watching to stop at shutdown.
 pub struct Watcher {
@@ -84,6 +117,8 @@ pub struct Watcher {
     pub rescue_every: Option<Duration>,
     /// Other processes heard from lately (always 0 for a store one process owns).
     pub peers: Peers,
+    /// Where the delivery pool says whether it keeps up (nowhere for a store one process owns).
+    pub keeping_up: KeepingUp,
     stop: Option<Box<dyn FnOnce() + Send>>,
 }
 
@@ -94,15 +129,18 @@ impl Watcher {
             idle_cap: IdleCap::new(Duration::MAX),
             rescue_every: None,
             peers: Peers::default(),
+            keeping_up: KeepingUp::default(),
             stop: None,
         }
     }
 
     /// Several processes on one database: sleeps capped by `idle_cap`, the others counted in
-    /// `peers`, leases looked at every `rescue_every`, and `stop` run at shutdown.
+    /// `peers`, the delivery pool's pace told to `keeping_up`, leases looked at every
+    /// `rescue_every`, and `stop` run at shutdown.
     pub fn shared(
         idle_cap: IdleCap,
         peers: Peers,
+        keeping_up: KeepingUp,
         rescue_every: Duration,
         stop: Option<Box<dyn FnOnce() + Send>>,
     ) -> Watcher {
@@ -110,6 +148,7 @@ impl Watcher {
             idle_cap,
             rescue_every: Some(rescue_every),
             peers,
+            keeping_up,
             stop,
         }
     }

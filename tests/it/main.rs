@@ -35,6 +35,7 @@ mod pg;
 mod pg_delivery;
 mod pg_group;
 mod pg_listen;
+mod pg_notices;
 mod pg_store;
 mod pg_tables;
 mod pg_tls;

@@ -1156,3 +1156,88 @@ fn assert_key_refused(cluster: &Cluster, i: usize, key: &(String, String)) {
         reply.body
     );
 }
+
+/// Notices only when behind (docs/dev/storage.md): a node whose delivery pool keeps up sends the
+/// others no task notice for what it makes due; what it leaves when it dies or stops is still
+/// delivered by them. Each publish's first attempt fails (500) on the node it was published
+/// on, which records the retry (due 3 s later, for its own pool: no notice while it keeps up);
+/// the node is then killed (SIGKILL: nothing more is sent) or stopped (SIGTERM: its stop sends
+/// one task notice covering what it withheld) before the retry is due, and the retry is
+/// delivered by a node left. The killed node's retry is found by the others' regular look at
+/// the database (at least once a second, idle or not), as a dead node's work always was.
+#[test]
+fn what_a_node_that_kept_up_leaves_when_it_dies_or_stops_is_delivered_by_the_others() {
+    let Some(mut cluster) = Cluster::start(3, &[]) else {
+        return;
+    };
+    for node in &cluster.nodes {
+        wait_for(Duration::from_secs(10), || {
+            (node.log_text().contains("PostgreSQL listener connected")).then_some(())
+        })
+        .expect("the node's listener connects");
+    }
+    let key = cluster.key("app1");
+    let a = cluster.client(0, &key);
+    let receiver = Receiver::start();
+    let policy = ok(
+        &a,
+        "POST",
+        "/v1/retries/policies",
+        json!({"name": "soon", "max_attempts": 3, "backoff_type": "fixed",
+               "initial_delay_sec": 3, "max_delay_sec": 3}),
+    );
+    ok(
+        &a,
+        "POST",
+        "/v1/endpoints",
+        json!({"name": "e", "url": receiver.url, "timeout_ms": 2000, "filter_events": "e",
+               "retry_policy_id": policy["id"]}),
+    );
+    let mut sql = cluster.sql();
+    let status = |sql: &mut postgres::Client, task: i64| -> String {
+        sql.query_one("SELECT status FROM tasks WHERE id = $1", &[&task])
+            .unwrap()
+            .get(0)
+    };
+    // Publishes on node `i`; returns its task once its first attempt failed and the retry waits.
+    let publish_and_fail_once =
+        |cluster: &Cluster, sql: &mut postgres::Client, i: usize, seen: usize| {
+            receiver.script([Answer::status(500)]);
+            let client = cluster.client(i, &key);
+            ok(&client, "POST", "/v1/events", json!({"event_name": "e"}));
+            let got = receiver.wait_for(seen + 1, Duration::from_secs(30));
+            assert_eq!(got.len(), seen + 1, "first attempt\n{}", cluster.logs());
+            let task = task_id(&got[seen]);
+            wait_for(Duration::from_secs(30), || {
+                (status(sql, task) == "pending").then_some(())
+            })
+            .unwrap_or_else(|| panic!("the retry is recorded\n{}", cluster.logs()));
+            task
+        };
+    let delivered = |cluster: &Cluster, sql: &mut postgres::Client, task: i64, seen: usize| {
+        let got = receiver.wait_for(seen + 1, Duration::from_secs(60));
+        assert_eq!(got.len(), seen + 1, "the retry\n{}", cluster.logs());
+        assert_eq!(task_id(&got[seen]), task);
+        wait_for(Duration::from_secs(30), || {
+            (status(sql, task) == "success").then_some(())
+        })
+        .unwrap_or_else(|| panic!("the retry is recorded as delivered\n{}", cluster.logs()));
+    };
+
+    // Killed: the retry it recorded is found and delivered by B or C.
+    let task = publish_and_fail_once(&cluster, &mut sql, 0, 0);
+    cluster.nodes[0].kill_hard();
+    delivered(&cluster, &mut sql, task, 1);
+
+    // Stopped: its stop tells the last node, which delivers the retry.
+    let c_notices = cluster.nodes[2].task_notices();
+    let task = publish_and_fail_once(&cluster, &mut sql, 1, 2);
+    cluster.nodes[1].signal(libc::SIGTERM);
+    let _ = cluster.nodes[1].child.wait();
+    delivered(&cluster, &mut sql, task, 3);
+    assert!(
+        cluster.nodes[2].task_notices() > c_notices,
+        "the stopped node's notice\n{}",
+        cluster.logs()
+    );
+}

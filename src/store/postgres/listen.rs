@@ -6,9 +6,11 @@
 //! spaces its rounds by them). When the listener is not connected (or with
 //! `--pg-poll-only`) the delivery pool and the scheduler cap their idle sleep at
 //! `--pg-poll-ms` through an [`IdleCap`], so a missed notice costs at most that much delay.
+//! While the node's own delivery pool keeps up ([`KeepingUp`]) its task notices are withheld
+//! (its pool delivers what it made due) and a presence notice now and then keeps it counted.
 
 use super::{Backing, Link, PgPool, PgUrl, Sql, connect_with};
-use crate::store::watch::{IdleCap, Peers, Wakers};
+use crate::store::watch::{IdleCap, KeepingUp, Peers, Wakers};
 use postgres::fallible_iterator::FallibleIterator;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -23,6 +25,10 @@ pub enum Channel {
     Tasks,
     /// A schedule was created, updated, resumed or deleted.
     Schedules,
+    /// Nothing to wake for: the sender is alive and makes work due, which its own delivery pool
+    /// keeps up with (it is counted in [`Peers`], no loop is woken). Nodes of versions before
+    /// it do not listen on it.
+    Nodes,
 }
 
 impl Channel {
@@ -31,11 +37,12 @@ impl Channel {
         match self {
             Channel::Tasks => "webhookd_tasks",
             Channel::Schedules => "webhookd_schedules",
+            Channel::Nodes => "webhookd_nodes",
         }
     }
 
     fn from_name(name: &str) -> Option<Channel> {
-        [Channel::Tasks, Channel::Schedules]
+        [Channel::Tasks, Channel::Schedules, Channel::Nodes]
             .into_iter()
             .find(|c| c.name() == name)
     }
@@ -64,6 +71,11 @@ pub fn notify(
 /// commit), and another node hears of work at most this much later than it would have.
 const NOTICE_GAP: Duration = Duration::from_millis(2);
 
+/// While its task notices are withheld, a node sends a presence notice ([`Channel::Nodes`]) at
+/// most this often, and only when it withheld one since: the other nodes keep counting it in
+/// their [`Peers`] (well within [`PEER_FRESH`]) and space their rounds by it as before.
+const PRESENCE_EVERY: Duration = Duration::from_millis(500);
+
 /// The notices a node owes the other nodes after its commits, sent by its `store-notifier`
 /// thread (docs/dev/storage.md, "Notices after the commit").
 ///
@@ -74,6 +86,16 @@ const NOTICE_GAP: Duration = Duration::from_millis(2);
 /// it, and one marked while a notice is sent is covered by the next. So a notice still follows
 /// the commits it announces and is never sent for a rollback; what a crash loses between a
 /// commit and its notice the other nodes find at their next poll, as before.
+///
+/// A task notice is **withheld** while the node's delivery pool says it keeps up
+/// ([`Notifier::keeping_up`]): that pool was woken in process by the same commit and delivers
+/// the work, and waking the other nodes for it only had them race it for the claim (on three
+/// nodes a notice per 1.7 deliveries, each waking two dispatchers). The moment the pool says it
+/// is behind or stopping, one notice covers everything withheld so far (the other nodes' walk
+/// reads all due work), and notices go out as before; [`Notifier::stop`] sends one too. What a
+/// node that dies leaves withheld is what a crash between a commit and its notice always left:
+/// the other nodes find it at their next look, at most `LEASE_RESCUE_EVERY` (1 s) apart, and
+/// its claimed tasks after their lease, as before.
 pub struct Notifier {
     owed: Arc<Owed>,
     thread: Option<JoinHandle<()>>,
@@ -90,11 +112,58 @@ struct OwedState {
     tasks: bool,
     schedules: bool,
     stop: bool,
+    /// The delivery pool said it keeps up: task notices are withheld.
+    keeping_up: bool,
+    /// A task notice was withheld since the last one sent.
+    withheld: bool,
 }
 
 impl Owed {
     fn lock(&self) -> MutexGuard<'_, OwedState> {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The delivery pool's report: when it falls behind, what was withheld is owed again.
+    fn set_keeping_up(&self, keeping_up: bool) {
+        let mut state = self.lock();
+        state.keeping_up = keeping_up;
+        if !keeping_up && state.withheld {
+            state.tasks = true;
+            self.marked.notify_one();
+        }
+    }
+}
+
+/// What one turn of the `store-notifier` thread sends.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+struct Turn {
+    tasks: bool,
+    schedules: bool,
+    /// A task notice was withheld: a presence notice is due unless one went out lately.
+    withheld: bool,
+    stop: bool,
+}
+
+impl OwedState {
+    /// Takes what is owed (the caller waited until something is): a task notice withheld while
+    /// the pool keeps up (unless stopping, when everything withheld is sent).
+    fn take(&mut self) -> Turn {
+        let withhold = self.tasks && self.keeping_up && !self.stop;
+        if withhold {
+            self.withheld = true;
+        }
+        let tasks = (self.tasks && !withhold) || (self.stop && self.withheld);
+        if tasks {
+            self.withheld = false;
+        }
+        let turn = Turn {
+            tasks,
+            schedules: self.schedules,
+            withheld: withhold,
+            stop: self.stop,
+        };
+        (self.tasks, self.schedules) = (false, false);
+        turn
     }
 }
 
@@ -112,6 +181,13 @@ impl Notifier {
             owed,
             thread: Some(thread),
         })
+    }
+
+    /// Where the delivery pool reports whether it keeps up: task notices are withheld while it
+    /// does (above).
+    pub fn keeping_up(&self) -> KeepingUp {
+        let owed = self.owed.clone();
+        KeepingUp::new(move |keeping_up| owed.set_keeping_up(keeping_up))
     }
 
     /// Marks the channels a committed write made owed (`tasks`: a task became due;
@@ -138,22 +214,28 @@ impl Notifier {
 
 /// The `store-notifier` loop: waits until something is owed, sends it, pauses [`NOTICE_GAP`].
 fn send_owed(pool: &PgPool, link: &Link, owed: &Owed, node: &str) {
+    // Any notice counts the node among the other nodes' peers.
+    let mut last_notice: Option<Instant> = None;
     loop {
         let taken = {
             let mut state = owed.lock();
             while !state.tasks && !state.schedules && !state.stop {
                 state = owed.marked.wait(state).unwrap_or_else(|e| e.into_inner());
             }
-            let taken = *state;
-            (state.tasks, state.schedules) = (false, false);
-            taken
+            state.take()
         };
+        let present = taken.withheld
+            && !taken.tasks
+            && !taken.schedules
+            && last_notice.is_none_or(|at| at.elapsed() >= PRESENCE_EVERY);
         let channels = [
             (taken.tasks, Channel::Tasks),
             (taken.schedules, Channel::Schedules),
+            (present, Channel::Nodes),
         ];
         let mut channels = channels.into_iter().filter(|(owed, _)| *owed).peekable();
         if channels.peek().is_some() {
+            last_notice = Some(Instant::now());
             match super::checkout(pool, link, None) {
                 Ok(mut conn) => {
                     let (client, statements) = conn.split();
@@ -181,6 +263,7 @@ fn wake(wakers: &Wakers, channel: Channel) {
     match channel {
         Channel::Tasks => (wakers.tasks)(),
         Channel::Schedules => (wakers.schedules)(),
+        Channel::Nodes => {}
     }
 }
 
@@ -280,7 +363,7 @@ fn run(url: &PgUrl, heard: &mut Heard, wakers: &Wakers, stop: &AtomicBool, liste
 /// see it in `pg_stat_activity`.
 pub const APPLICATION_NAME: &str = "webhookd-listener";
 
-/// A new connection listening on both channels.
+/// A new connection listening on the three channels.
 fn subscribe(url: &PgUrl) -> anyhow::Result<postgres::Client> {
     let mut config = url.config().clone();
     if config.get_application_name().is_none() {
@@ -288,9 +371,10 @@ fn subscribe(url: &PgUrl) -> anyhow::Result<postgres::Client> {
     }
     let mut client = connect_with(url, config)?;
     client.batch_execute(&format!(
-        "LISTEN {}; LISTEN {}",
+        "LISTEN {}; LISTEN {}; LISTEN {}",
         Channel::Tasks.name(),
-        Channel::Schedules.name()
+        Channel::Schedules.name(),
+        Channel::Nodes.name()
     ))?;
     Ok(client)
 }
@@ -313,7 +397,10 @@ fn listen(
             while let Some(notice) = iter.next()? {
                 heard_any = true;
                 let own = heard.from(notice.payload());
-                if let (false, Some(channel)) = (own, Channel::from_name(notice.channel())) {
+                let channel = Channel::from_name(notice.channel());
+                if let (false, Some(channel @ (Channel::Tasks | Channel::Schedules))) =
+                    (own, channel)
+                {
                     // At debug: what woke a loop is visible (tests count these lines).
                     tracing::debug!(channel = channel.name(), "woken by a notice");
                     wake(wakers, channel);
@@ -426,5 +513,64 @@ mod tests {
             assert_eq!(Channel::from_name(channel.name()), Some(channel));
         }
         assert_eq!(Channel::from_name("other"), None);
+    }
+
+    #[test]
+    fn task_notices_are_withheld_while_the_pool_keeps_up_and_owed_again_when_it_falls_behind() {
+        let owed = Owed::default();
+        let take = |owed: &Owed| owed.lock().take();
+        // Until the pool says it keeps up: sent as before.
+        owed.lock().tasks = true;
+        assert_eq!(
+            take(&owed),
+            Turn {
+                tasks: true,
+                ..Turn::default()
+            }
+        );
+        owed.set_keeping_up(true);
+        owed.lock().tasks = true;
+        let withheld = Turn {
+            withheld: true,
+            ..Turn::default()
+        };
+        assert_eq!(take(&owed), withheld);
+        // A schedule notice is never withheld (the scheduler is not the pool).
+        (owed.lock().tasks, owed.lock().schedules) = (true, true);
+        assert_eq!(
+            take(&owed),
+            Turn {
+                schedules: true,
+                withheld: true,
+                ..Turn::default()
+            }
+        );
+        // Behind: what was withheld is owed again, without a new write.
+        owed.set_keeping_up(false);
+        assert!(owed.lock().tasks);
+        assert_eq!(
+            take(&owed),
+            Turn {
+                tasks: true,
+                ..Turn::default()
+            }
+        );
+        // Nothing withheld since: falling behind again owes nothing.
+        owed.set_keeping_up(true);
+        owed.set_keeping_up(false);
+        assert!(!owed.lock().tasks);
+        // Stopping sends what was withheld.
+        owed.set_keeping_up(true);
+        owed.lock().tasks = true;
+        assert_eq!(take(&owed), withheld);
+        owed.lock().stop = true;
+        assert_eq!(
+            take(&owed),
+            Turn {
+                tasks: true,
+                stop: true,
+                ..Turn::default()
+            }
+        );
     }
 }

@@ -378,10 +378,18 @@ impl Store for PgStore {
         poll_only: bool,
     ) -> anyhow::Result<Watcher> {
         let cap = IdleCap::new(poll);
+        // The other nodes find what this one's notices leave out at their next look (at least
+        // every `LEASE_RESCUE_EVERY`): `listen::Notifier`, "withheld".
+        let keeping_up = self
+            .notifier
+            .as_ref()
+            .map(Notifier::keeping_up)
+            .unwrap_or_default();
         if poll_only {
             return Ok(Watcher::shared(
                 cap,
                 Peers::default(),
+                keeping_up,
                 LEASE_RESCUE_EVERY,
                 None,
             ));
@@ -391,6 +399,7 @@ impl Store for PgStore {
         Ok(Watcher::shared(
             cap,
             peers,
+            keeping_up,
             LEASE_RESCUE_EVERY,
             Some(Box::new(move || listener.stop())),
         ))
