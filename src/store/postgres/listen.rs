@@ -519,15 +519,13 @@ mod tests {
     fn task_notices_are_withheld_while_the_pool_keeps_up_and_owed_again_when_it_falls_behind() {
         let owed = Owed::default();
         let take = |owed: &Owed| owed.lock().take();
+        let sent = Turn {
+            tasks: true,
+            ..Turn::default()
+        };
         // Until the pool says it keeps up: sent as before.
         owed.lock().tasks = true;
-        assert_eq!(
-            take(&owed),
-            Turn {
-                tasks: true,
-                ..Turn::default()
-            }
-        );
+        assert_eq!(take(&owed), sent);
         owed.set_keeping_up(true);
         owed.lock().tasks = true;
         let withheld = Turn {
@@ -548,13 +546,7 @@ mod tests {
         // Behind: what was withheld is owed again, without a new write.
         owed.set_keeping_up(false);
         assert!(owed.lock().tasks);
-        assert_eq!(
-            take(&owed),
-            Turn {
-                tasks: true,
-                ..Turn::default()
-            }
-        );
+        assert_eq!(take(&owed), sent);
         // Nothing withheld since: falling behind again owes nothing.
         owed.set_keeping_up(true);
         owed.set_keeping_up(false);
