@@ -5,5 +5,6 @@
 -- which SQLite merges arm by arm: no sort, about a page of rows read). Every other reader
 -- finds what it needs in `tasks_app_status` (`app_id` is its prefix) or by `rowid`
 -- (docs/dev/storage.md, "The list by app alone without tasks_app"). The twin,
--- migrations/postgres/tasks_app_dropped.sql, drops it there too.
+-- migrations/postgres/tasks_app_dropped.sql, changes nothing: PostgreSQL keeps the index for
+-- the count(*) of a list by app alone (SQLite keeps its totals in task_counts).
 DROP INDEX tasks_app;
