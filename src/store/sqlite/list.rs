@@ -69,7 +69,7 @@ pub fn list_page<T>(
 }
 
 /// The number of rows of `table` matching `filters`.
-pub fn count(conn: &Connection, table: &str, filters: &Filters) -> rusqlite::Result<i64> {
+fn count(conn: &Connection, table: &str, filters: &Filters) -> rusqlite::Result<i64> {
     conn.prepare_cached(&format!(
         "SELECT count(*) FROM {table} WHERE {}",
         filters.condition()
