@@ -37,6 +37,7 @@ const UPGRADES: &[&str] = &[
     include_str!("../../../migrations/postgres/event_task_range.sql"),
     include_str!("../../../migrations/postgres/claim_index_predicate.sql"),
     include_str!("../../../migrations/postgres/tasks_app_dropped.sql"),
+    include_str!("../../../migrations/postgres/in_order_head_late.sql"),
 ];
 
 /// The schema version this binary writes.

@@ -31,6 +31,7 @@ const UPGRADES: &[&str] = &[
     include_str!("../../../migrations/event_task_range.sql"),
     include_str!("../../../migrations/claim_index_predicate.sql"),
     include_str!("../../../migrations/tasks_app_dropped.sql"),
+    include_str!("../../../migrations/in_order_head_late.sql"),
 ];
 
 /// The schema version this binary writes.

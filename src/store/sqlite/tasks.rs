@@ -14,6 +14,18 @@ use rusqlite::{OptionalExtension, Row, ToSql, params};
 
 pub const COLUMNS: &str = "id, app_id, schedule_id, event_id, endpoint_id, task_type, payload, status, run_at, attempts, max_attempts, next_attempt_at, last_status_code, last_error, finished_at, created_at, updated_at, trace_id";
 
+/// The first task of an endpoint's `tasks_endpoint_late` by (`run_at`, id) (`in_order_head`).
+const LATE_HEAD: &str =
+    "SELECT run_at, id, next_attempt_at FROM tasks INDEXED BY tasks_endpoint_late
+  WHERE status = 'pending' AND endpoint_id = ?1 AND next_attempt_at IS NOT run_at
+  ORDER BY run_at, id LIMIT 1";
+
+/// The first task of an endpoint due at its `run_at`, due no later than `?2` (`in_order_head`).
+const ON_TIME_HEAD: &str = "SELECT run_at, id FROM tasks INDEXED BY tasks_endpoint_due
+  WHERE status = 'pending' AND endpoint_id = ?1 AND next_attempt_at <= ?2
+    AND next_attempt_at = run_at
+  ORDER BY next_attempt_at, id LIMIT 1";
+
 pub fn from_row(r: &Row<'_>) -> rusqlite::Result<Task> {
     let payload: String = r.get(6)?;
     Ok(Task {
@@ -222,17 +234,40 @@ impl TaskQueries for SqliteTx<'_> {
             .collect::<rusqlite::Result<_>>()?)
     }
 
+    /// Two seeks, no `tasks_endpoint_order` (migrations/in_order_head_late.sql): the first task
+    /// of `tasks_endpoint_late` by (`run_at`, id), and the first on-time task (due at its
+    /// `run_at`) of `tasks_endpoint_due` due no later than that one runs: for an on-time task
+    /// the order by due time is the order by `run_at`. Whichever runs first is the head. The
+    /// second seek reads past only tasks due before their `run_at` (canceled before they ran,
+    /// then sent back by `retry` to be due now): a task due after its `run_at` ahead of the
+    /// late head would run before it, so it would have been the late head.
     fn in_order_head(&mut self, endpoint_id: i64) -> Result<Option<(i64, i64)>, StoreError> {
         let conn = self.0;
-        Ok(conn
-            .prepare_cached(
-                "SELECT id, next_attempt_at FROM tasks INDEXED BY tasks_endpoint_order
-             WHERE status = 'pending' AND endpoint_id = ?1 ORDER BY run_at, id LIMIT 1",
-            )?
+        let late = conn
+            .prepare_cached(LATE_HEAD)?
             .query_row(params![endpoint_id], |r| {
-                Ok((r.get(0)?, r.get::<_, Option<i64>>(1)?.unwrap_or(i64::MAX)))
+                Ok((
+                    (r.get::<_, i64>(0)?, r.get::<_, i64>(1)?),
+                    r.get::<_, Option<i64>>(2)?,
+                ))
             })
-            .optional()?)
+            .optional()?;
+        let on_time = conn
+            .prepare_cached(ON_TIME_HEAD)?
+            .query_row(
+                params![
+                    endpoint_id,
+                    late.map_or(i64::MAX, |((run_at, _), _)| run_at)
+                ],
+                |r| Ok((r.get::<_, i64>(0)?, r.get::<_, i64>(1)?)),
+            )
+            .optional()?;
+        Ok(match (late, on_time) {
+            (Some((first, due)), on_time) if on_time.is_none_or(|o| first < o) => {
+                Some((first.1, due.unwrap_or(i64::MAX)))
+            }
+            (_, on_time) => on_time.map(|(run_at, id)| (id, run_at)),
+        })
     }
 
     /// `LIMIT ?3 + 0`, not `LIMIT ?3`: SQLite plans with the value bound to a bare `LIMIT`
@@ -845,5 +880,108 @@ mod tests {
         insert(4, "b");
         exact("inserted below the mark");
         assert_eq!(pending_counter(&conn, "b"), Some(2));
+    }
+
+    /// Tasks of endpoint 1 (and of 2 between them) with `run_at` in `0..40` and a due time
+    /// chosen by `lcg`: on time, later (waiting to retry), earlier (sent back by `retry`), none,
+    /// or not pending; then the head is taken away until none is left, and at each step
+    /// `in_order_head` names the task a full read of the table says runs first.
+    #[test]
+    fn the_in_order_head_is_the_first_task_by_run_at_without_an_index_in_that_order() {
+        let dir = tempfile::tempdir().unwrap();
+        let pool = crate::store::sqlite::open(&dir.path().join("t.db"), 1).unwrap();
+        let conn = pool.get().unwrap();
+        let mut seed: u64 = 42;
+        let mut lcg = |n: i64| {
+            seed = seed
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            i64::try_from((seed >> 33) % n as u64).unwrap()
+        };
+        let wanted = |conn: &rusqlite::Connection| -> Option<(i64, i64)> {
+            conn.query_row(
+                "SELECT id, coalesce(next_attempt_at, 9223372036854775807) FROM tasks NOT INDEXED
+                  WHERE status = 'pending' AND endpoint_id = 1 ORDER BY run_at, id LIMIT 1",
+                [],
+                |r| Ok((r.get(0)?, r.get(1)?)),
+            )
+            .optional()
+            .unwrap()
+        };
+        let mut heads = 0;
+        for round in 0..40 {
+            conn.execute("DELETE FROM tasks", []).unwrap();
+            for id in 1..=60 {
+                let run_at = lcg(40);
+                let (status, due) = match lcg(20) {
+                    0..=9 => ("pending", Some(run_at)),
+                    10..=13 => ("pending", Some(run_at + 1 + lcg(30))),
+                    14..=15 => ("pending", Some(run_at - 1 - lcg(30))),
+                    16 => ("pending", None),
+                    17 => ("running", Some(run_at)),
+                    _ => ("success", None),
+                };
+                conn.execute(
+                    "INSERT INTO tasks (id, app_id, endpoint_id, task_type, status, run_at,
+                                        next_attempt_at, max_attempts, created_at, updated_at)
+                     VALUES (?1, 'a', ?2, 'event', ?3, ?4, ?5, 1, 0, 0)",
+                    params![id, 1 + lcg(4) / 3, status, run_at, due],
+                )
+                .unwrap();
+            }
+            loop {
+                let head = SqliteTx(&conn).in_order_head(1).unwrap();
+                assert_eq!(head, wanted(&conn), "round {round}, after {heads} heads");
+                let Some((id, _)) = head else { break };
+                conn.execute("UPDATE tasks SET status = 'success' WHERE id = ?1", [id])
+                    .unwrap();
+                heads += 1;
+            }
+        }
+        assert!(heads > 1_000, "{heads} heads compared");
+    }
+
+    /// A backlog sent back by a bulk retry (due now, `run_at` long past), ahead of a backlog on
+    /// time in `tasks_endpoint_due`: the head's two seeks read a few entries, not the
+    /// backlogs, and neither sorts; then the same with the on-time backlog alone.
+    #[test]
+    fn the_in_order_head_reads_no_backlog() {
+        use rusqlite::StatementStatus::{FullscanStep, Sort, VmStep};
+        let dir = tempfile::tempdir().unwrap();
+        let pool = crate::store::sqlite::open(&dir.path().join("t.db"), 1).unwrap();
+        let conn = pool.get().unwrap();
+        conn.execute(
+            "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 20000)
+             INSERT INTO tasks (id, app_id, endpoint_id, task_type, status, run_at,
+                                next_attempt_at, max_attempts, created_at, updated_at)
+             SELECT i, 'a', 1, 'event', 'pending', CASE WHEN i <= 10000 THEN i ELSE i + 20000 END,
+                    CASE WHEN i <= 10000 THEN 25000 ELSE i + 20000 END, 1, 0, 0 FROM n",
+            [],
+        )
+        .unwrap();
+        // The two statements as `in_order_head` left them in the connection's cache.
+        let counters = |conn: &rusqlite::Connection| {
+            let mut sums = [0; 3];
+            for sql in [LATE_HEAD, ON_TIME_HEAD] {
+                let cached = conn.prepare_cached(sql).unwrap();
+                for (sum, c) in sums.iter_mut().zip([VmStep, Sort, FullscanStep]) {
+                    *sum += cached.get_status(c);
+                }
+            }
+            sums
+        };
+        for (step, expected) in [
+            ("the late backlog ahead", (1, 25_000)),
+            ("the on-time backlog alone", (10_001, 30_001)),
+        ] {
+            let before = counters(&conn);
+            assert_eq!(SqliteTx(&conn).in_order_head(1).unwrap(), Some(expected));
+            let after = counters(&conn);
+            let [steps, sorts, full_scans] = [0, 1, 2].map(|i| after[i] - before[i]);
+            assert!(steps < 200, "{step}: {steps} steps");
+            assert_eq!((sorts, full_scans), (0, 0), "{step}");
+            conn.execute("UPDATE tasks SET status = 'success' WHERE id <= 10000", [])
+                .unwrap();
+        }
     }
 }
