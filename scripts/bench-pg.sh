@@ -113,6 +113,37 @@ args_for_scenario() {
     esac
 }
 
+# What the run's connections and the server do, every half second while the harness (pid $1)
+# runs, as SQL for one psql session on `bench`; each row tagged with the file it goes to:
+# conns/xacts (the run's database: connections, transactions so far), activity (every process
+# that is not a client backend: autovacuum workers with the table they vacuum, WAL writer,
+# checkpointer; and the databases on the server), waits (the run's client backends by state and
+# wait event: Lock/LWLock waits, ClientRead = idle in a transaction or waiting for the node, IO
+# waits; and the statement they run).
+sample_server() {
+    while kill -0 "$1" 2>/dev/null; do
+        echo "SELECT 'conns', count(*) FROM pg_stat_activity WHERE $RUN_DB;"
+        echo "SELECT 'xacts', coalesce(sum(xact_commit + xact_rollback), 0) FROM pg_stat_database WHERE $RUN_DB;"
+        echo "SELECT 'activity', to_char(clock_timestamp(), 'HH24:MI:SS.MS'), pid, backend_type, coalesce(datname, '-'), coalesce(wait_event, '-'), left(coalesce(query, ''), 80) FROM pg_stat_activity WHERE backend_type <> 'client backend' UNION ALL SELECT 'activity', to_char(clock_timestamp(), 'HH24:MI:SS.MS'), 0, 'databases', string_agg(datname, ' ' ORDER BY datname), '-', '' FROM pg_database;"
+        echo "SELECT 'waits', to_char(clock_timestamp(), 'HH24:MI:SS.MS'), state, coalesce(wait_event_type, '-'), coalesce(wait_event, '-'), left(regexp_replace(coalesce(query, ''), '\s+', ' ', 'g'), 60) FROM pg_stat_activity WHERE backend_type = 'client backend' AND $RUN_DB;"
+        sleep 0.5
+    done
+}
+# The run's queue tables every half second (live and dead tuples, vacuums, sizes; the last
+# sample is the run's end: the harness drops its database when it stops), through one psql
+# session on the run's database, opened once the harness has made it.
+sample_run_db() {
+    local db=
+    while [ -z "$db" ] && kill -0 "$1" 2>/dev/null; do
+        db=$(q "SELECT datname FROM pg_database WHERE $RUN_DB LIMIT 1") || db=
+        [ -n "$db" ] || sleep 0.5
+    done
+    [ -n "$db" ] || return 0
+    while kill -0 "$1" 2>/dev/null; do
+        echo "SELECT to_char(clock_timestamp(), 'HH24:MI:SS.MS'), relname, n_live_tup, n_dead_tup, n_tup_upd, n_tup_hot_upd, vacuum_count, autovacuum_count, autoanalyze_count, pg_relation_size(relid), pg_indexes_size(relid) FROM pg_stat_user_tables WHERE relname IN ('tasks', 'replay_guard', 'events', 'attempts') UNION ALL SELECT to_char(clock_timestamp(), 'HH24:MI:SS.MS'), indexrelname, idx_scan, idx_tup_read, idx_tup_fetch, 0, 0, 0, 0, pg_relation_size(indexrelid), 0 FROM pg_stat_user_indexes WHERE relname = 'tasks';"
+        sleep 0.5
+    done | "${RUN[@]}" "$PGBIN/psql" -h "$PGDIR" -p "$PORT" -U webhookd -d "$db" -AtXq
+}
 for round in $(seq 1 "$ROUNDS"); do
 for config in $CONFIGS; do
     for scenario in $SCENARIOS; do
@@ -141,34 +172,34 @@ for config in $CONFIGS; do
         wal0=$(q "SELECT pg_current_wal_lsn()")
         q "SELECT pg_stat_statements_reset()" >/dev/null
         trips0=$(cat "$OUT/roundtrips.json" 2>/dev/null || echo '{}')
-        peak=0 xacts=0
         [ "$config" != sqlite ] && q "SELECT $BGWRITER" >"$OUT/$name.bgwriter"
+        # The samples every half second go to two psql sessions that stay open for the run (one
+        # on `bench` for the server-wide views, one on the run's database once it exists): a
+        # psql started per query costs a process, a connection and a backend each, and five a
+        # half second took 10–14% of the rates and doubled the half-rate p99 on two cores
+        # (BENCHMARKS.md, "The three-node tail taken apart").
+        samplers=()
+        if [ "$config" != sqlite ]; then
+            sample_server "$pid_bench" | "${RUN[@]}" "$PGBIN/psql" -h "$PGDIR" -p "$PORT" -U webhookd \
+                -d bench -AtXq >"$OUT/$name.samples" 2>/dev/null &
+            samplers+=($!)
+            sample_run_db "$pid_bench" >"$OUT/$name.tables" 2>/dev/null &
+            samplers+=($!)
+        fi
         while kill -0 "$pid_bench" 2>/dev/null; do
             ps -o pid= --ppid "$pid_bench" --ppid "$PGPID" >>"$OUT/$name.pids" || true
-            if [ "$config" != sqlite ]; then
-                conns=$(q "SELECT count(*) FROM pg_stat_activity WHERE $RUN_DB") || conns=0
-                [ "$conns" -gt "$peak" ] && peak=$conns
-                x=$(q "SELECT coalesce(sum(xact_commit + xact_rollback), 0) FROM pg_stat_database WHERE $RUN_DB") || x=0
-                [ "$x" -gt 0 ] && xacts=$x
-                # What the server does besides the run's statements: every process that is not
-                # a client backend (autovacuum workers with the table they vacuum, WAL writer,
-                # checkpointer), and the databases on the server.
-                q "SELECT to_char(clock_timestamp(), 'HH24:MI:SS.MS'), pid, backend_type, coalesce(datname, '-'), coalesce(wait_event, '-'), left(coalesce(query, ''), 80) FROM pg_stat_activity WHERE backend_type <> 'client backend' UNION ALL SELECT to_char(clock_timestamp(), 'HH24:MI:SS.MS'), 0, 'databases', string_agg(datname, ' ' ORDER BY datname), '-', '' FROM pg_database" \
-                    >>"$OUT/$name.activity" 2>/dev/null || true
-                # What the run's own connections do (OUT/NAME.waits): per sample, client backends
-                # by state and wait event (Lock/LWLock waits, ClientRead = idle in a transaction
-                # or waiting for the node, IO waits), and the statement they run.
-                q "SELECT to_char(clock_timestamp(), 'HH24:MI:SS.MS'), state, coalesce(wait_event_type, '-'), coalesce(wait_event, '-'), left(regexp_replace(coalesce(query, ''), '\s+', ' ', 'g'), 60) FROM pg_stat_activity WHERE backend_type = 'client backend' AND $RUN_DB" \
-                    >>"$OUT/$name.waits" 2>/dev/null || true
-                # The run's queue tables: live and dead tuples, vacuums, sizes (the last sample
-                # is the run's end; the harness drops its database when it stops).
-                db=$(q "SELECT datname FROM pg_database WHERE $RUN_DB LIMIT 1") || db=
-                [ -n "$db" ] && "${RUN[@]}" "$PGBIN/psql" -h "$PGDIR" -p "$PORT" -U webhookd -d "$db" -AtXqc \
-                    "SELECT to_char(clock_timestamp(), 'HH24:MI:SS.MS'), relname, n_live_tup, n_dead_tup, n_tup_upd, n_tup_hot_upd, vacuum_count, autovacuum_count, autoanalyze_count, pg_relation_size(relid), pg_indexes_size(relid) FROM pg_stat_user_tables WHERE relname IN ('tasks', 'replay_guard', 'events', 'attempts') UNION ALL SELECT to_char(clock_timestamp(), 'HH24:MI:SS.MS'), indexrelname, idx_scan, idx_tup_read, idx_tup_fetch, 0, 0, 0, 0, pg_relation_size(indexrelid), 0 FROM pg_stat_user_indexes WHERE relname = 'tasks'" \
-                    >>"$OUT/$name.tables" 2>/dev/null || true
-            fi
             sleep 0.5
         done
+        # They stop within half a second of the harness.
+        for sampler in "${samplers[@]}"; do wait "$sampler" 2>/dev/null || true; done
+        peak=0 xacts=0
+        if [ "$config" != sqlite ]; then
+            sed -n 's/^activity|//p' "$OUT/$name.samples" >"$OUT/$name.activity"
+            sed -n 's/^waits|//p' "$OUT/$name.samples" >"$OUT/$name.waits"
+            peak=$(sed -n 's/^conns|//p' "$OUT/$name.samples" | sort -n | tail -1)
+            xacts=$(sed -n 's/^xacts|//p' "$OUT/$name.samples" | grep -v '^0$' | tail -1)
+            peak=${peak:-0} xacts=${xacts:-0}
+        fi
         [ "$config" != sqlite ] && q "SELECT $BGWRITER" >>"$OUT/$name.bgwriter"
         if [ "$config" != sqlite ]; then
             wal=$(q "SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), '$wal0')::bigint")

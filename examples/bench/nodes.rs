@@ -192,7 +192,7 @@ impl Nodes {
     }
 
     /// SIGTERM to every node, waits (killing one that takes over 15 s), then drops the
-    /// database this harness made.
+    /// database this harness made (kept with `WEBHOOKD_BENCH_KEEP_DB` set, for a look after).
     pub fn stop(&mut self) {
         for child in &self.children {
             if let Ok(pid) = i32::try_from(child.id()) {
@@ -210,6 +210,10 @@ impl Nodes {
         }
         self.children.clear();
         if let Some((admin, name)) = self.made.take() {
+            if std::env::var_os("WEBHOOKD_BENCH_KEEP_DB").is_some() {
+                eprintln!("bench: database {name} kept (WEBHOOKD_BENCH_KEEP_DB)");
+                return;
+            }
             let dropped = postgres::Client::connect(&admin, postgres::NoTls).and_then(|mut c| {
                 c.batch_execute(&format!("DROP DATABASE IF EXISTS \"{name}\" WITH (FORCE)"))
             });

@@ -97,6 +97,13 @@ fn phase(
         Instant::now() + Duration::from_secs(900),
     );
     let unique: HashSet<i64> = deliveries.iter().filter_map(|d| d.task_id).collect();
+    if let Some(path) = std::env::var_os("WEBHOOKD_BENCH_TIMINGS") {
+        write_timings(
+            &path,
+            if rate.is_some() { "half" } else { "full" },
+            &deliveries,
+        )?;
+    }
     let last_us = deliveries.iter().map(|d| d.at_us).max().unwrap_or(0);
     let span_s = (last_us - outcome.start_us) as f64 / 1e6;
     let latency = Stats::new(
@@ -121,6 +128,29 @@ fn phase(
         },
         latency,
     })
+}
+
+/// Appends one line per delivery to `path` (`WEBHOOKD_BENCH_TIMINGS`): the phase, the task id,
+/// when the publish that caused it was sent and when it arrived (µs since the epoch), for
+/// taking a latency apart against the database's own times (`scripts/latency-parts.py`).
+fn write_timings(
+    path: &std::ffi::OsStr,
+    phase: &str,
+    deliveries: &[crate::receiver::Delivery],
+) -> anyhow::Result<()> {
+    use std::io::Write;
+    let mut out = std::io::BufWriter::new(
+        std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(path)?,
+    );
+    for d in deliveries {
+        if let (Some(task_id), Some(sent_us)) = (d.task_id, d.sent_us) {
+            writeln!(out, "{phase} {task_id} {sent_us} {}", d.at_us)?;
+        }
+    }
+    Ok(out.flush()?)
 }
 
 /// Runs both phases against `target` and returns the report (not yet emitted).

@@ -484,9 +484,10 @@ impl TaskQueries for SqliteTx<'_> {
             .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?
             .collect::<Result<_, _>>()?;
         // The newest pending tasks of every app, not in the counters yet ([`count_pending`]):
-        // app by app (one seek each in `tasks_app`), then each app's range of
-        // `tasks_app_status` above the mark. Not a `rowid` range above the mark: rows written
-        // by another program (a fill, `migrate`) can leave every task above it until a claim.
+        // app by app (one seek each in `tasks_app_status`, whose prefix is `app_id`), then
+        // each app's range of `tasks_app_status` above the mark. Not a `rowid` range above
+        // the mark: rows written by another program (a fill, `migrate`) can leave every task
+        // above it until a claim.
         let uncounted: i64 = conn
             .prepare_cached(&format!(
                 "WITH RECURSIVE apps(app_id) AS (
