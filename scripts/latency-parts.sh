@@ -7,7 +7,9 @@
 # server (scripts/pg-server.sh, as bench-pg.sh makes it); the harness keeps its database
 # (WEBHOOKD_BENCH_KEEP_DB) and writes each delivery's send and arrival times
 # (WEBHOOKD_BENCH_TIMINGS); scripts/latency-parts.py joins the two and prints the percentiles
-# of each part, for each phase (full rate, half rate), and the parts of the slowest 1%.
+# of each part, for each phase (full rate, half rate), and the parts of the slowest 1%. Kept
+# in OUT: per run the harness's JSON and log, the two inputs, every process's CPU each second
+# (pidstat), and the server's log.
 #
 #   scripts/latency-parts.sh [OUT_DIR]
 #   Env: CONFIGS ("pg1 pg3"), FANOUT (10), EVENTS (5000), ROUNDS (1), BENCH (the harness,
@@ -19,18 +21,24 @@ export LC_ALL=C
 OUT=${1:-$(mktemp -d /tmp/latency-parts.XXXXXX)}
 mkdir -p "$OUT"
 BENCH=${BENCH:-target/release/examples/bench}
+# The server's log (its checkpoints, with their times) stays in OUT.
+PG_KEEP_LOG=$OUT/server.log
 # shellcheck source=scripts/pg-server.sh
 source scripts/pg-server.sh
 pg_server_start
 for round in $(seq 1 "${ROUNDS:-1}"); do
     for config in ${CONFIGS:-pg1 pg3}; do
         name=$config-f${FANOUT:-10}-r$round
-        echo "== $name (load average $(cut -d' ' -f1-3 /proc/loadavg))" >&2
+        echo "== $name (load average $(cut -d' ' -f1-3 /proc/loadavg), $(date -u +%T.%N | cut -c1-12) UTC)" >&2
         rm -f "$OUT/$name.timings"
+        # Every process's CPU each second (what else ran while a phase was slow).
+        pidstat -u -h 1 >"$OUT/$name.pidstat" 2>/dev/null &
+        pid_pidstat=$!
         # shellcheck disable=SC2086 # BENCH_ARGS is a list of words
         WEBHOOKD_BENCH_KEEP_DB=1 WEBHOOKD_BENCH_TIMINGS="$OUT/$name.timings" "$BENCH" publish \
             --fanout "${FANOUT:-10}" --events "${EVENTS:-5000}" --db "$URL" --nodes "${config#pg}" \
             ${BENCH_ARGS:-} --json >"$OUT/$name.json" 2>"$OUT/$name.log"
+        kill "$pid_pidstat" 2>/dev/null || true
         db=$(sed -n 's/^bench: database \(.*\) kept.*/\1/p' "$OUT/$name.log" | tail -1)
         "${RUN[@]}" "$PGBIN/psql" -h "$PGDIR" -p "$PORT" -U webhookd -d "$db" -AtXF' ' -c \
             "SELECT t.id, e.created_at, a.started_at, a.duration_ms
