@@ -8,6 +8,16 @@ use crate::store::sqlite::list::{Filters, list_page};
 use crate::store::{EndpointQueries, StoreError};
 use rusqlite::{OptionalExtension, Row, params};
 
+/// Cancels a deleted endpoint's pending tasks. It names `tasks_endpoint_due` (its pending tasks
+/// only): without `tasks_endpoint_order`, SQLite 3.40 (Debian's shell) plans it through
+/// `tasks_endpoint (endpoint_id=?)`, every task the endpoint ever had, inside the deletion's
+/// write (250,000 of them: 1.7 → 104 ms); the bundled SQLite picks `tasks_endpoint_due` on its
+/// own, and the name keeps it so whichever SQLite plans it.
+const CANCEL_PENDING_OF_ENDPOINT: &str = "UPDATE tasks INDEXED BY tasks_endpoint_due
+  SET status = 'canceled', finished_at = ?2, updated_at = ?2, next_attempt_at = NULL,
+      last_error = coalesce(last_error, 'endpoint deleted')
+  WHERE endpoint_id = ?1 AND status = 'pending'";
+
 const COLUMNS: &str = "id, app_id, name, url, method, headers, secret, timeout_ms, retry_policy_id, filter_events, status, created_at, updated_at, rate_limit_per_sec, max_in_flight, previous_secret, previous_secret_expires_at, disabled_reason, last_success_at, last_failure_at, consecutive_failures, filter_payload";
 
 fn from_row(r: &Row<'_>) -> rusqlite::Result<Endpoint> {
@@ -306,12 +316,8 @@ impl EndpointQueries for SqliteTx<'_> {
             return Ok(None);
         }
         bump_target_generation(conn, app_id)?;
-        conn.execute(
-            "UPDATE tasks SET status = 'canceled', finished_at = ?2, updated_at = ?2, next_attempt_at = NULL,
-             last_error = coalesce(last_error, 'endpoint deleted')
-             WHERE endpoint_id = ?1 AND status = 'pending'",
-            params![id, now_ms],
-        )?;
+        conn.prepare_cached(CANCEL_PENDING_OF_ENDPOINT)?
+            .execute(params![id, now_ms])?;
         // The schedules this deletion leaves with no target: webhookd pauses them (logged at WARN,
         // docs/design.md §10).
         // The caller publishes `webhookd.schedule.paused` for each (docs/design.md §11).
@@ -383,5 +389,41 @@ impl EndpointQueries for SqliteTx<'_> {
             generation,
             targets: self.list_enabled_targets(app_id)?,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// 20,000 finished tasks and 3 pending of endpoint 1: the deletion's cancel reads the
+    /// pending ones through `tasks_endpoint_due`, not the endpoint's history.
+    #[test]
+    fn deleting_an_endpoint_cancels_its_pending_tasks_without_reading_its_history() {
+        use rusqlite::StatementStatus::VmStep;
+        let dir = tempfile::tempdir().unwrap();
+        let pool = crate::store::sqlite::open(&dir.path().join("t.db"), 1).unwrap();
+        let conn = pool.get().unwrap();
+        conn.execute(
+            "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 20003)
+             INSERT INTO tasks (id, app_id, endpoint_id, task_type, status, run_at,
+                                next_attempt_at, max_attempts, created_at, updated_at)
+             SELECT i, 'a', 1, 'event', CASE WHEN i > 20000 THEN 'pending' ELSE 'success' END,
+                    i, CASE WHEN i > 20000 THEN i END, 1, 0, 0 FROM n",
+            [],
+        )
+        .unwrap();
+        let plan: String = conn
+            .query_row(
+                &format!("EXPLAIN QUERY PLAN {CANCEL_PENDING_OF_ENDPOINT}"),
+                params![1, 5],
+                |r| r.get(3),
+            )
+            .unwrap();
+        assert!(plan.contains("tasks_endpoint_due"), "{plan}");
+        let mut cancel = conn.prepare(CANCEL_PENDING_OF_ENDPOINT).unwrap();
+        assert_eq!(cancel.execute(params![1, 5]).unwrap(), 3);
+        let steps = cancel.get_status(VmStep);
+        assert!(steps < 2_000, "{steps} steps");
     }
 }

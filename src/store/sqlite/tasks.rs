@@ -239,8 +239,9 @@ impl TaskQueries for SqliteTx<'_> {
     /// `run_at`) of `tasks_endpoint_due` due no later than that one runs: for an on-time task
     /// the order by due time is the order by `run_at`. Whichever runs first is the head. The
     /// second seek reads past only tasks due before their `run_at` (canceled before they ran,
-    /// then sent back by `retry` to be due now): a task due after its `run_at` ahead of the
-    /// late head would run before it, so it would have been the late head.
+    /// then sent back by `retry` to be due now), one row look-up each: a task due after its
+    /// `run_at` ahead of the late head would run before it, so it would have been the late
+    /// head (docs/dev/storage.md, "The in-order head without `tasks_endpoint_order`").
     fn in_order_head(&mut self, endpoint_id: i64) -> Result<Option<(i64, i64)>, StoreError> {
         let conn = self.0;
         let late = conn
