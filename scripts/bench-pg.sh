@@ -176,8 +176,8 @@ for config in $CONFIGS; do
         # The samples every half second go to two psql sessions that stay open for the run (one
         # on `bench` for the server-wide views, one on the run's database once it exists): a
         # psql started per query costs a process, a connection and a backend each, and five a
-        # half second took 10–14% of the rates and doubled the half-rate p99 on two cores
-        # (BENCHMARKS.md, "The three-node tail taken apart").
+        # half second cost up to 16% of the rates and two to four times the half-rate p99 on
+        # two cores (BENCHMARKS.md, "The three-node tail taken apart").
         samplers=()
         if [ "$config" != sqlite ]; then
             sample_server "$pid_bench" | "${RUN[@]}" "$PGBIN/psql" -h "$PGDIR" -p "$PORT" -U webhookd \
@@ -197,7 +197,7 @@ for config in $CONFIGS; do
             sed -n 's/^activity|//p' "$OUT/$name.samples" >"$OUT/$name.activity"
             sed -n 's/^waits|//p' "$OUT/$name.samples" >"$OUT/$name.waits"
             peak=$(sed -n 's/^conns|//p' "$OUT/$name.samples" | sort -n | tail -1)
-            xacts=$(sed -n 's/^xacts|//p' "$OUT/$name.samples" | grep -v '^0$' | tail -1)
+            xacts=$(sed -n 's/^xacts|//p' "$OUT/$name.samples" | { grep -v '^0$' || true; } | tail -1)
             peak=${peak:-0} xacts=${xacts:-0}
         fi
         [ "$config" != sqlite ] && q "SELECT $BGWRITER" >>"$OUT/$name.bgwriter"
