@@ -401,18 +401,13 @@ mod tests {
     #[test]
     fn deleting_an_endpoint_cancels_its_pending_tasks_without_reading_its_history() {
         use rusqlite::StatementStatus::VmStep;
-        let dir = tempfile::tempdir().unwrap();
-        let pool = crate::store::sqlite::open(&dir.path().join("t.db"), 1).unwrap();
+        let (_dir, pool) = crate::store::sqlite::test_file_with_tasks(
+            20_003,
+            "CASE WHEN i > 20000 THEN 'pending' ELSE 'success' END",
+            "i",
+            "CASE WHEN i > 20000 THEN i END",
+        );
         let conn = pool.get().unwrap();
-        conn.execute(
-            "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 20003)
-             INSERT INTO tasks (id, app_id, endpoint_id, task_type, status, run_at,
-                                next_attempt_at, max_attempts, created_at, updated_at)
-             SELECT i, 'a', 1, 'event', CASE WHEN i > 20000 THEN 'pending' ELSE 'success' END,
-                    i, CASE WHEN i > 20000 THEN i END, 1, 0, 0 FROM n",
-            [],
-        )
-        .unwrap();
         let plan: String = conn
             .query_row(
                 &format!("EXPLAIN QUERY PLAN {CANCEL_PENDING_OF_ENDPOINT}"),

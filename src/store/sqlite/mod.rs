@@ -209,6 +209,32 @@ stored_words!(
     Backoff, Catchup, Jitter, Overlap, Scope, TaskKind, TaskStatus
 );
 
+/// A fresh database for a unit test holding tasks `1..=n` of app `a`'s endpoint 1, whose
+/// `status`, `run_at` and `next_attempt_at` are SQL expressions of their id `i`.
+#[cfg(test)]
+pub(crate) fn test_file_with_tasks(
+    n: i64,
+    status: &str,
+    run_at: &str,
+    due: &str,
+) -> (tempfile::TempDir, Pool) {
+    let dir = tempfile::tempdir().unwrap();
+    let pool = open(&dir.path().join("t.db"), 1).unwrap();
+    pool.get()
+        .unwrap()
+        .execute(
+            &format!(
+                "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < ?1)
+                 INSERT INTO tasks (id, app_id, endpoint_id, task_type, status, run_at,
+                                    next_attempt_at, max_attempts, created_at, updated_at)
+                 SELECT i, 'a', 1, 'event', {status}, {run_at}, {due}, 1, 0, 0 FROM n"
+            ),
+            [n],
+        )
+        .unwrap();
+    (dir, pool)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -949,18 +949,13 @@ mod tests {
     #[test]
     fn the_in_order_head_reads_no_backlog() {
         use rusqlite::StatementStatus::{FullscanStep, Sort, VmStep};
-        let dir = tempfile::tempdir().unwrap();
-        let pool = crate::store::sqlite::open(&dir.path().join("t.db"), 1).unwrap();
+        let (_dir, pool) = crate::store::sqlite::test_file_with_tasks(
+            20_000,
+            "'pending'",
+            "CASE WHEN i <= 10000 THEN i ELSE i + 20000 END",
+            "CASE WHEN i <= 10000 THEN 25000 ELSE i + 20000 END",
+        );
         let conn = pool.get().unwrap();
-        conn.execute(
-            "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 20000)
-             INSERT INTO tasks (id, app_id, endpoint_id, task_type, status, run_at,
-                                next_attempt_at, max_attempts, created_at, updated_at)
-             SELECT i, 'a', 1, 'event', 'pending', CASE WHEN i <= 10000 THEN i ELSE i + 20000 END,
-                    CASE WHEN i <= 10000 THEN 25000 ELSE i + 20000 END, 1, 0, 0 FROM n",
-            [],
-        )
-        .unwrap();
         // The two statements as `in_order_head` left them in the connection's cache.
         let counters = |conn: &rusqlite::Connection| {
             let mut sums = [0; 3];
