@@ -12,6 +12,8 @@ pub trait Bind: Sized {
     const MARK: char;
     /// A text value.
     fn text(value: String) -> Self;
+    /// An integer value.
+    fn int(value: i64) -> Self;
 }
 
 /// The conditions of a list request, joined with `AND`, and their bound values in order.
@@ -75,6 +77,14 @@ impl<V: Bind> Filters<V> {
                 })
                 .collect::<Vec<_>>()
                 .join(" UNION ALL "),
+        }
+    }
+
+    /// Adds `column = value` for an integer column when a value is given.
+    pub fn eq_int(self, column: &str, value: Option<i64>) -> Self {
+        match value {
+            Some(value) => self.bind(column, "=", V::int(value)),
+            None => self,
         }
     }
 

@@ -3,6 +3,7 @@
 //! in its own `tasks.rs` (`store::sqlite::tasks`, `store::postgres::tasks`).
 
 use crate::clock::{ser_ms, ser_opt_ms};
+use crate::store::list::{Bind, Filters};
 use crate::store::{Page, StoreError};
 use serde::Serialize;
 
@@ -108,6 +109,37 @@ impl TaskFilter {
             && self.schedule_id.is_none()
             && self.event_id.is_none()
             && self.endpoint_id.is_none()
+    }
+
+    /// The conditions of a task list of `app_id` in either backend's values. `retrying` is
+    /// written as the exact condition of the partial index `tasks_retrying`, so the store reads
+    /// that index instead of every pending task of the app. `by_event` writes the event's
+    /// condition (SQLite reads an event's tasks by their id range: `Filters::event`).
+    pub fn conditions<V: Bind>(
+        &self,
+        app_id: &str,
+        by_event: impl FnOnce(Filters<V>, i64) -> Filters<V>,
+    ) -> Filters<V> {
+        let (status, retrying) = match self.status.as_deref() {
+            Some("retrying") => (None, true),
+            other => (other, false),
+        };
+        let mut filters = Filters::app(app_id);
+        if retrying {
+            filters = filters.always("status = 'pending' AND attempts > 0");
+        }
+        let filters = filters
+            .eq_known("status", status, &STATUSES)
+            .eq_int("schedule_id", self.schedule_id);
+        let filters = match self.event_id {
+            Some(event_id) => by_event(filters, event_id),
+            None => filters,
+        };
+        filters.eq_int("endpoint_id", self.endpoint_id).eq_known(
+            "task_type",
+            self.task_type.as_deref(),
+            &TASK_TYPES,
+        )
     }
 }
 

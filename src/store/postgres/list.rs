@@ -19,6 +19,10 @@ impl crate::store::list::Bind for Value {
     fn text(value: String) -> Self {
         Box::new(value)
     }
+
+    fn int(value: i64) -> Self {
+        Box::new(value)
+    }
 }
 
 impl Filters {

@@ -14,9 +14,7 @@ use crate::store::attempts::Attempt;
 use crate::store::endpoints::HealthDelta;
 use crate::store::endpoints::Limits;
 use crate::store::postgres::{Backing, PgTx, Sql};
-use crate::store::tasks::{
-    AfterAttempt, Claimed, Finish, NewTask, PendingEndpoint, RetryFilter, STATUSES, TASK_TYPES,
-};
+use crate::store::tasks::{AfterAttempt, Claimed, Finish, NewTask, PendingEndpoint, RetryFilter};
 use crate::store::tasks::{IfBusy, Recorded, record_attempts_in_turn};
 use crate::store::tasks::{Task, TaskFilter};
 use crate::store::{StoreError, TaskQueries};
@@ -146,20 +144,9 @@ impl<C: GenericClient> TaskQueries for PgTx<'_, C> {
         page: Page,
     ) -> Result<(i64, Vec<Task>), StoreError> {
         let c = &mut *self.c;
-        let (status, retrying) = match f.status.as_deref() {
-            Some("retrying") => (None, true),
-            other => (other, false),
-        };
-        let mut filters = Filters::app(app_id);
-        if retrying {
-            filters = filters.always("status = 'pending' AND attempts > 0");
-        }
-        let filters = filters
-            .eq_known("status", status, &STATUSES)
-            .eq("schedule_id", f.schedule_id)
-            .eq("event_id", f.event_id)
-            .eq("endpoint_id", f.endpoint_id)
-            .eq_known("task_type", f.task_type.as_deref(), &TASK_TYPES);
+        let filters = f.conditions(app_id, |filters: Filters, event_id| {
+            filters.eq("event_id", Some(event_id))
+        });
         Ok(list_page(c, "tasks", COLUMNS, &filters, page, from_row)?)
     }
 

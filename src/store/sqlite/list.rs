@@ -17,6 +17,10 @@ impl crate::store::list::Bind for Value {
     fn text(value: String) -> Self {
         Value::Text(value)
     }
+
+    fn int(value: i64) -> Self {
+        Value::Integer(value)
+    }
 }
 
 impl Filters {

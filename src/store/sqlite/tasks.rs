@@ -511,25 +511,13 @@ impl TaskQueries for SqliteTx<'_> {
     }
 }
 
-/// The conditions of `list_tasks`. `retrying` is written as the exact condition of the partial
-/// index `tasks_retrying`, so SQLite reads that index instead of every pending task of the app.
-/// By app alone or by type the page is merged from one arm per status
+/// The conditions of `list_tasks` ([`TaskFilter::conditions`]), an event's tasks by their id
+/// range. By app alone or by type the page is merged from one arm per status
 /// ([`TaskFilter::pages_by_status`]).
 fn list_filters(app_id: &str, f: &TaskFilter) -> Filters {
-    let (status, retrying) = match f.status.as_deref() {
-        Some("retrying") => (None, true),
-        other => (other, false),
-    };
-    let mut filters = Filters::app(app_id);
-    if retrying {
-        filters = filters.always("status = 'pending' AND attempts > 0");
-    }
-    let filters = filters
-        .eq_known("status", status, &STATUSES)
-        .eq("schedule_id", f.schedule_id)
-        .event(f.event_id)
-        .eq("endpoint_id", f.endpoint_id)
-        .eq_known("task_type", f.task_type.as_deref(), &TASK_TYPES);
+    let filters = f.conditions(app_id, |filters: Filters, event_id| {
+        filters.event(Some(event_id))
+    });
     match f.pages_by_status() {
         true => filters.merged_over::<TaskStatus>("status"),
         false => filters,
