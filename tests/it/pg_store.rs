@@ -339,6 +339,28 @@ fn a_database_of_another_program_is_refused_untouched() {
     let err = format!("{:#}", pgstore::open(&url, 1).unwrap_err());
     assert!(err.contains("another program"), "{err}");
     assert_eq!(table_names(&mut client), ["invoices", "webhookd_schema"]);
+
+    // The marker's name with other column types (an integer `application`, a text `version`):
+    // refused with the same message, not a panic on the column's type.
+    for (application, version) in [("INTEGER", "BIGINT"), ("TEXT", "TEXT")] {
+        client
+            .batch_execute(&format!(
+                "DROP TABLE webhookd_schema;
+                 CREATE TABLE webhookd_schema (application {application}, version {version});
+                 INSERT INTO webhookd_schema VALUES ({}, '1')",
+                if application == "TEXT" {
+                    "'webhookd'"
+                } else {
+                    "1"
+                }
+            ))
+            .unwrap();
+        let err = format!("{:#}", pgstore::open(&url, 1).unwrap_err());
+        assert!(
+            err.contains("another program"),
+            "{application}/{version}: {err}"
+        );
+    }
 }
 
 #[test]

@@ -78,9 +78,15 @@ fn inspect(tx: &mut Transaction<'_>, shown: &str) -> anyhow::Result<Found> {
     } else {
         None
     };
-    match row {
-        Some(row) if row.get::<_, &str>(0) == APPLICATION => Ok(Found::Ours(row.get(1))),
-        _ => bail!(
+    // A table of the same name but other column types is another program's too: read with
+    // `try_get`, which refuses a type mismatch instead of panicking.
+    let ours = row.and_then(|row| match row.try_get::<_, &str>(0) {
+        Ok(application) if application == APPLICATION => row.try_get::<_, i64>(1).ok(),
+        _ => None,
+    });
+    match ours {
+        Some(version) => Ok(Found::Ours(version)),
+        None => bail!(
             "{shown} holds tables of another program, not webhookd's; it was left unchanged. Give --db an empty database."
         ),
     }
