@@ -19,7 +19,7 @@ pub struct Schedule {
     pub timezone: String,
     pub payload: Map<String, Value>,
     /// `active`, `paused` or `deleted`.
-    pub status: String,
+    pub status: ScheduleStatus,
     /// The next fire instant; `None` while paused or deleted.
     #[serde(serialize_with = "ser_opt_ms")]
     pub next_run_at: Option<i64>,
@@ -125,6 +125,18 @@ pub struct Firing {
 }
 
 crate::store::word::words! {
+    /// The state of a schedule (its `status` field).
+    ScheduleStatus, "schedule status" {
+        /// Fires at its instants.
+        Active = "active",
+        /// Fires only when triggered by hand; resuming plans its next run from then.
+        Paused = "paused",
+        /// Soft-deleted: still readable, never fires again, and cannot be changed.
+        Deleted = "deleted",
+    }
+}
+
+crate::store::word::words! {
     /// What a schedule does with runs missed while the server was down (its `catchup` field).
     Catchup, "catchup mode" {
         /// Fire once, for the latest missed instant within the grace.
@@ -161,7 +173,7 @@ pub trait ScheduleQueries {
     fn list_schedules(
         &mut self,
         app_id: &str,
-        status: Option<&str>,
+        status: Option<ScheduleStatus>,
         page: Page,
     ) -> Result<(i64, Vec<Schedule>), StoreError>;
     /// Active schedules due at `now_ms`, earliest first, at most `limit`.

@@ -17,6 +17,12 @@ pub trait Word: Sized + Copy + 'static {
     fn from_word(word: &str) -> Option<Self> {
         Self::ALL.iter().copied().find(|w| w.word() == word)
     }
+
+    /// The value of a stored `word`: a word outside the set is an error naming what the words
+    /// are (`not a task status: "bogus"`), never a default.
+    fn from_stored(word: &str) -> Result<Self, String> {
+        Self::from_word(word).ok_or_else(|| format!("not a {}: {word:?}", Self::WHAT))
+    }
 }
 
 /// Declares an enum of [`Word`]s: the variants with their words, serialized and displayed as

@@ -3,8 +3,8 @@
 use super::list::{Filters, list_page};
 use crate::store::Page;
 use crate::store::endpoints::{
-    DisabledReason, Endpoint, HealthDelta, Target, TargetsRead, filter_payload_from_text,
-    filter_payload_text, fresh_generation,
+    DisabledReason, Endpoint, EndpointStatus, HealthDelta, Target, TargetsRead,
+    filter_payload_from_text, filter_payload_text, fresh_generation,
 };
 use crate::store::postgres::PgTx;
 use crate::store::tasks::IfBusy;
@@ -409,11 +409,11 @@ impl<C: GenericClient> EndpointQueries for PgTx<'_, C> {
     fn list_endpoints(
         &mut self,
         app_id: &str,
-        status: Option<&str>,
+        status: Option<EndpointStatus>,
         page: Page,
     ) -> Result<(i64, Vec<Endpoint>), StoreError> {
         let c = &mut *self.c;
-        let filters = Filters::app(app_id).eq("status", status.map(str::to_string));
+        let filters = Filters::app(app_id).eq_word("status", status);
         Ok(list_page(
             c,
             "endpoints",

@@ -36,8 +36,11 @@ pub use url::{PgUrl, is_url, redact};
 
 use crate::retry::{Backoff, Jitter};
 use crate::store::Word;
+use crate::store::endpoints::EndpointStatus;
+use crate::store::events::EventStatus;
 use crate::store::keys::Scope;
-use crate::store::schedules::{Catchup, Overlap};
+use crate::store::policies::PolicyStatus;
+use crate::store::schedules::{Catchup, Overlap, ScheduleStatus};
 use crate::store::tasks::{TaskKind, TaskStatus};
 pub use conn::{Backing, Conn, PgConn, Sql, Statements};
 use connect::connect_with;
@@ -84,9 +87,7 @@ macro_rules! stored_words {
     ($($word:ty),+) => {$(
         impl<'a> FromSql<'a> for $word {
             fn from_sql(ty: &Type, raw: &'a [u8]) -> Result<Self, Box<dyn Error + Sync + Send>> {
-                let text = <&str as FromSql>::from_sql(ty, raw)?;
-                <$word as Word>::from_word(text)
-                    .ok_or_else(|| format!("not a {}: {text:?}", <$word as Word>::WHAT).into())
+                Ok(<$word as Word>::from_stored(<&str as FromSql>::from_sql(ty, raw)?)?)
             }
 
             fn accepts(ty: &Type) -> bool {
@@ -113,5 +114,15 @@ macro_rules! stored_words {
 }
 
 stored_words!(
-    Backoff, Catchup, Jitter, Overlap, Scope, TaskKind, TaskStatus
+    Backoff,
+    Catchup,
+    EndpointStatus,
+    EventStatus,
+    Jitter,
+    Overlap,
+    PolicyStatus,
+    ScheduleStatus,
+    Scope,
+    TaskKind,
+    TaskStatus
 );

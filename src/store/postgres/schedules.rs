@@ -8,7 +8,7 @@ use super::list::{Filters, list_page};
 use super::tasks::get_of_app;
 use crate::store::Page;
 use crate::store::postgres::PgTx;
-use crate::store::schedules::{Advance, Firing, Schedule, Window};
+use crate::store::schedules::{Advance, Firing, Schedule, ScheduleStatus, Window};
 use crate::store::{ScheduleQueries, StoreError};
 use postgres::GenericClient;
 use postgres::Row;
@@ -153,15 +153,13 @@ impl<C: GenericClient> ScheduleQueries for PgTx<'_, C> {
     fn list_schedules(
         &mut self,
         app_id: &str,
-        status: Option<&str>,
+        status: Option<ScheduleStatus>,
         page: Page,
     ) -> Result<(i64, Vec<Schedule>), StoreError> {
         let c = &mut *self.c;
-        let filters = Filters::app(app_id).always("status <> 'deleted'").eq_known(
-            "status",
-            status,
-            &["active", "paused"],
-        );
+        let filters = Filters::app(app_id)
+            .always("status <> 'deleted'")
+            .eq_word("status", status);
         Ok(list_page(
             c,
             "schedules",

@@ -16,7 +16,7 @@ use crate::store::endpoints::Limits;
 use crate::store::postgres::{Backing, PgTx, Sql};
 use crate::store::tasks::{AfterAttempt, Claimed, Finish, NewTask, PendingEndpoint, RetryFilter};
 use crate::store::tasks::{IfBusy, Recorded, record_attempts_in_turn};
-use crate::store::tasks::{Task, TaskFilter};
+use crate::store::tasks::{Task, TaskFilter, TaskStatus};
 use crate::store::{StoreError, TaskQueries};
 use crate::trace::TaskTrace;
 use postgres::GenericClient;
@@ -658,7 +658,7 @@ impl<C: GenericClient> TaskQueries for PgTx<'_, C> {
     ) -> Result<Vec<i64>, StoreError> {
         let c = &mut *self.c;
         let mut filters = Filters::app(app_id)
-            .eq_known("status", Some(f.status), &["failed", "canceled"])
+            .eq_word("status", Some(f.status))
             .eq("endpoint_id", f.endpoint_id)
             .eq("schedule_id", f.schedule_id)
             .eq("event_id", f.event_id)
@@ -699,7 +699,7 @@ impl<C: GenericClient> TaskQueries for PgTx<'_, C> {
     }
 
     /// How many tasks are in each status, over every app.
-    fn count_tasks_by_status(&mut self) -> Result<Vec<(String, i64)>, StoreError> {
+    fn count_tasks_by_status(&mut self) -> Result<Vec<(TaskStatus, i64)>, StoreError> {
         let c = &mut *self.c;
         Ok(
             c.query("SELECT status, count(*) FROM tasks GROUP BY status", &[])?

@@ -257,11 +257,11 @@ impl EndpointQueries for SqliteTx<'_> {
     fn list_endpoints(
         &mut self,
         app_id: &str,
-        status: Option<&str>,
+        status: Option<EndpointStatus>,
         page: Page,
     ) -> Result<(i64, Vec<Endpoint>), StoreError> {
         let conn = self.0;
-        let filters = Filters::app(app_id).eq("status", status.map(str::to_string));
+        let filters = Filters::app(app_id).eq_word("status", status);
         Ok(list_page(
             conn,
             "endpoints",

@@ -29,8 +29,11 @@ pub use wal::wal_path;
 use crate::config::SqliteSync;
 use crate::retry::{Backoff, Jitter};
 use crate::store::Word;
+use crate::store::endpoints::EndpointStatus;
+use crate::store::events::EventStatus;
 use crate::store::keys::Scope;
-use crate::store::schedules::{Catchup, Overlap};
+use crate::store::policies::PolicyStatus;
+use crate::store::schedules::{Catchup, Overlap, ScheduleStatus};
 use crate::store::tasks::{TaskKind, TaskStatus};
 use anyhow::{Context, bail};
 use r2d2_sqlite::SqliteConnectionManager;
@@ -188,12 +191,8 @@ macro_rules! stored_words {
             fn column_result(
                 value: rusqlite::types::ValueRef<'_>,
             ) -> rusqlite::types::FromSqlResult<Self> {
-                let text = value.as_str()?;
-                <$word as Word>::from_word(text).ok_or_else(|| {
-                    rusqlite::types::FromSqlError::Other(
-                        format!("not a {}: {text:?}", <$word as Word>::WHAT).into(),
-                    )
-                })
+                <$word as Word>::from_stored(value.as_str()?)
+                    .map_err(|e| rusqlite::types::FromSqlError::Other(e.into()))
             }
         }
 
@@ -206,7 +205,17 @@ macro_rules! stored_words {
 }
 
 stored_words!(
-    Backoff, Catchup, Jitter, Overlap, Scope, TaskKind, TaskStatus
+    Backoff,
+    Catchup,
+    EndpointStatus,
+    EventStatus,
+    Jitter,
+    Overlap,
+    PolicyStatus,
+    ScheduleStatus,
+    Scope,
+    TaskKind,
+    TaskStatus
 );
 
 /// A fresh database for a unit test holding tasks `1..=n` of app `a`'s endpoint 1, whose

@@ -149,15 +149,13 @@ impl ScheduleQueries for SqliteTx<'_> {
     fn list_schedules(
         &mut self,
         app_id: &str,
-        status: Option<&str>,
+        status: Option<ScheduleStatus>,
         page: Page,
     ) -> Result<(i64, Vec<Schedule>), StoreError> {
         let conn = self.0;
-        let filters = Filters::app(app_id).always("status != 'deleted'").eq_known(
-            "status",
-            status,
-            &["active", "paused"],
-        );
+        let filters = Filters::app(app_id)
+            .always("status != 'deleted'")
+            .eq_word("status", status);
         Ok(list_page(
             conn,
             "schedules",
