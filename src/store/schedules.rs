@@ -69,7 +69,7 @@ impl Schedule {
             app_id: self.app_id.clone(),
             cron_expr: self.cron_expr.clone(),
             timezone: self.timezone.clone(),
-            payload: Value::Object(self.payload.clone()).to_string(),
+            payload: self.payload_text(),
             endpoint_ids: self.endpoint_ids.clone(),
             next_run_at: self.next_run_at,
             catchup: self.catchup,
@@ -77,6 +77,17 @@ impl Schedule {
             window: self.window(),
             jitter_sec: self.jitter_sec,
         }
+    }
+
+    /// `payload` as its column stores it: compact JSON text.
+    pub fn payload_text(&self) -> String {
+        Value::Object(self.payload.clone()).to_string()
+    }
+
+    /// `endpoint_ids` as its column stores it: a JSON array, read back as
+    /// [`Stored<ScheduleTargets>`](crate::store::json::ScheduleTargets).
+    pub fn endpoint_ids_text(&self) -> String {
+        serde_json::to_string(&self.endpoint_ids).unwrap_or_else(|_| "[]".into())
     }
 
     /// The instants this schedule may fire at.

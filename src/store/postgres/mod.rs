@@ -38,6 +38,7 @@ use crate::retry::{Backoff, Jitter};
 use crate::store::Word;
 use crate::store::endpoints::EndpointStatus;
 use crate::store::events::EventStatus;
+use crate::store::json::{JsonColumn, Stored};
 use crate::store::keys::Scope;
 use crate::store::policies::PolicyStatus;
 use crate::store::schedules::{Catchup, Overlap, ScheduleStatus};
@@ -126,3 +127,15 @@ stored_words!(
     TaskKind,
     TaskStatus
 );
+
+/// Stored JSON (`store::json`) from PostgreSQL text: text that does not parse is a conversion
+/// error of the row (a `StoreError`), never a default.
+impl<'a, C: JsonColumn> FromSql<'a> for Stored<C> {
+    fn from_sql(ty: &Type, raw: &'a [u8]) -> Result<Self, Box<dyn Error + Sync + Send>> {
+        Ok(Stored::parse(<&str as FromSql>::from_sql(ty, raw)?)?)
+    }
+
+    fn accepts(ty: &Type) -> bool {
+        <&str as FromSql>::accepts(ty)
+    }
+}

@@ -31,6 +31,7 @@ use crate::retry::{Backoff, Jitter};
 use crate::store::Word;
 use crate::store::endpoints::EndpointStatus;
 use crate::store::events::EventStatus;
+use crate::store::json::{JsonColumn, Stored};
 use crate::store::keys::Scope;
 use crate::store::policies::PolicyStatus;
 use crate::store::schedules::{Catchup, Overlap, ScheduleStatus};
@@ -217,6 +218,14 @@ stored_words!(
     TaskKind,
     TaskStatus
 );
+
+/// Stored JSON (`store::json`) from SQLite text: text that does not parse is a conversion error
+/// of the row (a `StoreError`), never a default.
+impl<C: JsonColumn> rusqlite::types::FromSql for Stored<C> {
+    fn column_result(value: rusqlite::types::ValueRef<'_>) -> rusqlite::types::FromSqlResult<Self> {
+        Stored::parse(value.as_str()?).map_err(|e| rusqlite::types::FromSqlError::Other(e.into()))
+    }
+}
 
 /// A fresh database for a unit test holding tasks `1..=n` of app `a`'s endpoint 1, whose
 /// `status`, `run_at` and `next_attempt_at` are SQL expressions of their id `i`.

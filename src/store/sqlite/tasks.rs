@@ -2,6 +2,7 @@
 
 use crate::store::Page;
 use crate::store::endpoints::Limits;
+use crate::store::json::{Stored, TaskPayload};
 use crate::store::sqlite::SqliteTx;
 use crate::store::sqlite::ids;
 use crate::store::sqlite::list::{Filters, list_page, page_of};
@@ -27,7 +28,6 @@ const ON_TIME_HEAD: &str = "SELECT run_at, id FROM tasks INDEXED BY tasks_endpoi
   ORDER BY next_attempt_at, id LIMIT 1";
 
 pub fn from_row(r: &Row<'_>) -> rusqlite::Result<Task> {
-    let payload: String = r.get(6)?;
     Ok(Task {
         id: r.get(0)?,
         app_id: r.get(1)?,
@@ -35,7 +35,7 @@ pub fn from_row(r: &Row<'_>) -> rusqlite::Result<Task> {
         event_id: r.get(3)?,
         endpoint_id: r.get(4)?,
         task_type: r.get(5)?,
-        payload: serde_json::from_str(&payload).unwrap_or_default(),
+        payload: r.get::<_, Stored<TaskPayload>>(6)?.0,
         status: r.get(7)?,
         run_at: r.get(8)?,
         attempts: r.get(9)?,
