@@ -63,3 +63,25 @@ macro_rules! words {
     };
 }
 pub(crate) use words;
+
+/// Calls the macro `$convert` with every [`Word`] a column stores, so that both backends convert
+/// the same set (`stored_words!` in `sqlite/mod.rs` and `postgres/mod.rs`): a new stored word
+/// is added here once.
+macro_rules! stored_word_types {
+    ($convert:ident) => {
+        $convert!(
+            crate::retry::Backoff,
+            crate::retry::Jitter,
+            crate::store::endpoints::EndpointStatus,
+            crate::store::events::EventStatus,
+            crate::store::keys::Scope,
+            crate::store::policies::PolicyStatus,
+            crate::store::schedules::Catchup,
+            crate::store::schedules::Overlap,
+            crate::store::schedules::ScheduleStatus,
+            crate::store::tasks::TaskKind,
+            crate::store::tasks::TaskStatus
+        );
+    };
+}
+pub(crate) use stored_word_types;

@@ -1222,41 +1222,6 @@ fn a_corrupt_stored_word_is_an_error() {
     );
 }
 
-/// A stored status outside its set (a schedule's here) and stored JSON that does not parse (its
-/// payload, its endpoint ids) are errors of the read naming them, never defaults.
-#[test]
-fn a_corrupt_stored_status_or_json_is_an_error() {
-    let Some((server, url)) = database("corrupt") else {
-        return;
-    };
-    let mut c = server.client(&url);
-    let id = PgTx::new(&mut c, "test")
-        .insert_schedule(&schedule(NOW, vec![]))
-        .unwrap()
-        .id;
-    for (corrupt, message) in [
-        ("status = 'gone'", "not a schedule status: \"gone\""),
-        (
-            "payload = '{\"a\":'",
-            "not valid JSON for schedules.payload: ",
-        ),
-        (
-            "endpoint_ids = '[1,'",
-            "not valid JSON for schedules.endpoint_ids: ",
-        ),
-    ] {
-        c.batch_execute(&format!(
-            "UPDATE schedules SET status = 'active', payload = '{{}}', endpoint_ids = '[]';
-             UPDATE schedules SET {corrupt} WHERE id = {id}"
-        ))
-        .unwrap();
-        let err = PgTx::new(&mut c, "test")
-            .get_schedule("app", id)
-            .unwrap_err();
-        assert!(format!("{err}").contains(message), "{corrupt}: {err}");
-    }
-}
-
 /// One fan-out's tasks in one statement keep their order, endpoints and traces; a round's
 /// results in one statement follow `finish_attempt`'s rules row by row: only the claiming
 /// node's running tasks are recorded, a retry stays pending, a deleted endpoint cancels.

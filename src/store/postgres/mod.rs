@@ -34,15 +34,8 @@ pub use store::{PgStore, PgTx};
 pub use tls::{RootCert, SslMode, TlsSettings};
 pub use url::{PgUrl, is_url, redact};
 
-use crate::retry::{Backoff, Jitter};
 use crate::store::Word;
-use crate::store::endpoints::EndpointStatus;
-use crate::store::events::EventStatus;
 use crate::store::json::{JsonColumn, Stored};
-use crate::store::keys::Scope;
-use crate::store::policies::PolicyStatus;
-use crate::store::schedules::{Catchup, Overlap, ScheduleStatus};
-use crate::store::tasks::{TaskKind, TaskStatus};
 pub use conn::{Backing, Conn, PgConn, Sql, Statements};
 use connect::connect_with;
 pub use connect::{HEALTH_WAIT, Link, Manager, PgPool, PgSettings, checkout};
@@ -114,19 +107,7 @@ macro_rules! stored_words {
     )+};
 }
 
-stored_words!(
-    Backoff,
-    Catchup,
-    EndpointStatus,
-    EventStatus,
-    Jitter,
-    Overlap,
-    PolicyStatus,
-    ScheduleStatus,
-    Scope,
-    TaskKind,
-    TaskStatus
-);
+crate::store::word::stored_word_types!(stored_words);
 
 /// Stored JSON (`store::json`) from PostgreSQL text: text that does not parse is a conversion
 /// error of the row (a `StoreError`), never a default.

@@ -27,15 +27,8 @@ pub use store::{SqliteStore, SqliteTx, write_tx};
 pub use wal::wal_path;
 
 use crate::config::SqliteSync;
-use crate::retry::{Backoff, Jitter};
 use crate::store::Word;
-use crate::store::endpoints::EndpointStatus;
-use crate::store::events::EventStatus;
 use crate::store::json::{JsonColumn, Stored};
-use crate::store::keys::Scope;
-use crate::store::policies::PolicyStatus;
-use crate::store::schedules::{Catchup, Overlap, ScheduleStatus};
-use crate::store::tasks::{TaskKind, TaskStatus};
 use anyhow::{Context, bail};
 use r2d2_sqlite::SqliteConnectionManager;
 use rusqlite::{Connection, OpenFlags};
@@ -205,19 +198,7 @@ macro_rules! stored_words {
     )+};
 }
 
-stored_words!(
-    Backoff,
-    Catchup,
-    EndpointStatus,
-    EventStatus,
-    Jitter,
-    Overlap,
-    PolicyStatus,
-    ScheduleStatus,
-    Scope,
-    TaskKind,
-    TaskStatus
-);
+crate::store::word::stored_word_types!(stored_words);
 
 /// Stored JSON (`store::json`) from SQLite text: text that does not parse is a conversion error
 /// of the row (a `StoreError`), never a default.

@@ -867,51 +867,6 @@ mod tests {
         );
     }
 
-    /// A stored status outside its set (a schedule's here) and stored JSON that does not parse
-    /// (its payload, its endpoint ids) are errors of the read naming them, never defaults.
-    #[test]
-    fn a_corrupt_stored_status_or_json_is_an_error() {
-        use crate::store::schedules::ScheduleStatus;
-        let dir = tempfile::tempdir().unwrap();
-        let db = dir.path().join("t.sqlite");
-        let store = crate::store::open(db.to_str().unwrap(), 1).unwrap();
-        let conn = Connection::open(&db).unwrap();
-        conn.execute(
-            "INSERT INTO schedules (id, app_id, name, cron_expr, timezone, status, created_at,
-                                    updated_at)
-             VALUES (1, 'app1', 's', '0 * * * *', 'UTC', 'active', 0, 0)",
-            [],
-        )
-        .unwrap();
-        let sound = store
-            .read(|tx| tx.get_schedule("app1", 1))
-            .unwrap()
-            .unwrap();
-        assert_eq!(sound.status, ScheduleStatus::Active);
-        for (corrupt, message) in [
-            ("status = 'gone'", "not a schedule status: \"gone\""),
-            (
-                "payload = '{\"a\":'",
-                "not valid JSON for schedules.payload: ",
-            ),
-            (
-                "endpoint_ids = '[1,'",
-                "not valid JSON for schedules.endpoint_ids: ",
-            ),
-        ] {
-            conn.execute_batch(&format!(
-                "UPDATE schedules SET status = 'active', payload = '{{}}', endpoint_ids = '[]';
-                 UPDATE schedules SET {corrupt} WHERE id = 1"
-            ))
-            .unwrap();
-            let err = store.read(|tx| tx.get_schedule("app1", 1)).unwrap_err();
-            assert!(
-                matches!(&err, StoreError::Other(e) if format!("{e:#}").contains(message)),
-                "{corrupt}: {err}"
-            );
-        }
-    }
-
     /// A 200 means "on disk": with `--sqlite-sync full` (the default) a write returns after an
     /// fsync of the `-wal` file covering its commit; writers that commit while an fsync runs
     /// share the next one. `normal` never fsyncs at commit.
