@@ -2,6 +2,8 @@
 //! and served in its OpenMetrics text. Counting is lock-free (atomics) on the delivery hot path;
 //! the per-endpoint counters take a read lock on their label map.
 
+use crate::store::Word;
+use crate::store::tasks::TaskStatus;
 use prometheus_client::encoding::text::encode;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -337,15 +339,15 @@ impl Metrics {
     /// became of exported spans when `--otlp-endpoint` is set.
     pub fn render(
         &self,
-        tasks_by_status: &[(String, i64)],
+        tasks_by_status: &[(TaskStatus, i64)],
         otlp: Option<&crate::otlp::ExportCounts>,
     ) -> String {
         let mut registry = Registry::default();
         let tasks = Family::<Labels, Gauge>::default();
-        for status in ["pending", "running", "success", "failed", "canceled"] {
+        for &status in TaskStatus::ALL {
             let count = tasks_by_status
                 .iter()
-                .find(|(s, _)| s == status)
+                .find(|(s, _)| *s == status)
                 .map_or(0, |(_, n)| *n);
             tasks
                 .get_or_create(&vec![("status", status.to_string())])
@@ -494,7 +496,7 @@ mod tests {
         m.record_delivery(7, DeliveryOutcome::Success, 3);
         m.record_delivery(7, DeliveryOutcome::Success, 40);
         m.record_delivery(8, DeliveryOutcome::NetworkError, 60_000);
-        let text = m.render(&[("pending".into(), 7)], None);
+        let text = m.render(&[(TaskStatus::Pending, 7)], None);
         for line in [
             "webhookd_tasks{status=\"pending\"} 7\n",
             "webhookd_tasks{status=\"failed\"} 0\n",

@@ -21,7 +21,7 @@ use webhookd::auth::signed_payload;
 use webhookd::client::Client;
 use webhookd::clock::{Clock, SystemClock};
 use webhookd::signing::hmac_hex;
-use webhookd::store::events::Event;
+use webhookd::store::events::{Event, EventStatus};
 use webhookd::store::keys::NewKey;
 use webhookd::store::{self, TaskQueries, tasks::NewTask};
 
@@ -201,7 +201,7 @@ fn event_record(event_name: &str) -> anyhow::Result<Vec<u8>> {
         event_name: event_name.to_string(),
         event_key: None,
         payload: Value::Object(payload),
-        status: "dispatched".to_string(),
+        status: EventStatus::Dispatched,
         task_count: 1,
         created_at: SystemClock.now_ms(),
     })?)

@@ -5,7 +5,8 @@ use super::{Ctx, Data, Request, missing, to_data};
 use crate::error::{ApiError, ApiResult};
 use crate::operator::{self, OperatorEvent};
 use crate::payload_filter::PayloadFilter;
-use crate::store::{endpoints::DisabledReason, endpoints::Endpoint};
+use crate::store::Word;
+use crate::store::endpoints::{DisabledReason, Endpoint, EndpointStatus};
 use serde_json::{Map, Value};
 
 const METHODS: &[&str] = &["GET", "POST", "PUT", "PATCH", "DELETE"];
@@ -238,7 +239,7 @@ pub fn create(ctx: &mut Ctx<'_>, req: &Request) -> ApiResult<Data> {
         retry_policy_id,
         filter_events,
         filter_payload,
-        status: "enabled".into(),
+        status: EndpointStatus::Enabled,
         rate_limit_per_sec,
         max_in_flight,
         previous_secret: None,
@@ -256,10 +257,10 @@ pub fn create(ctx: &mut Ctx<'_>, req: &Request) -> ApiResult<Data> {
 
 pub fn list(ctx: &mut Ctx<'_>, req: &Request) -> ApiResult<Data> {
     let page = req.query.page()?;
-    let status = req.query.one_of("status", &["enabled", "disabled"])?;
+    let status = req.query.one_of("status", EndpointStatus::ALL)?;
     let (total, items) = ctx
         .store
-        .read(|tx| tx.list_endpoints(ctx.app_id, status.as_deref(), page))?;
+        .read(|tx| tx.list_endpoints(ctx.app_id, status, page))?;
     page_object(page, total, items)
 }
 

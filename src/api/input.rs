@@ -2,7 +2,7 @@
 //! errors that name the offending field.
 
 use crate::error::{ApiError, ApiResult};
-use crate::store::Page;
+use crate::store::{Page, Word};
 use serde_json::{Map, Value};
 use std::cell::RefCell;
 use std::collections::BTreeSet;
@@ -388,15 +388,21 @@ impl Query {
             .transpose()
     }
 
-    /// A value that must be one of `allowed`.
-    pub fn one_of(&self, name: &str, allowed: &[&str]) -> ApiResult<Option<String>> {
-        match self.get(name) {
-            None => Ok(None),
-            Some(v) if allowed.contains(&v) => Ok(Some(v.to_string())),
-            Some(v) => Err(ApiError::validation(format!(
-                "{name}: '{v}' is not one of {}",
-                allowed.join(", ")
-            ))),
+    /// A value that must be the word of one of `allowed` (`T::ALL`, or part of it), parsed into
+    /// it; else 40001 listing the words.
+    pub fn one_of<T: Word>(&self, name: &str, allowed: &[T]) -> ApiResult<Option<T>> {
+        let Some(v) = self.get(name) else {
+            return Ok(None);
+        };
+        match allowed.iter().find(|w| w.word() == v) {
+            Some(w) => Ok(Some(*w)),
+            None => {
+                let words: Vec<_> = allowed.iter().map(Word::word).collect();
+                Err(ApiError::validation(format!(
+                    "{name}: '{v}' is not one of {}",
+                    words.join(", ")
+                )))
+            }
         }
     }
 

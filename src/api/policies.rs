@@ -5,7 +5,7 @@ use super::{Ctx, Data, Request, missing, to_data};
 use crate::error::{ApiError, ApiResult};
 use crate::retry::{Backoff, Jitter};
 use crate::store::Word;
-use crate::store::policies::Policy;
+use crate::store::policies::{Policy, PolicyStatus};
 
 fn parse_backoff(text: &str) -> ApiResult<Backoff> {
     Backoff::from_word(text).ok_or_else(|| {
@@ -74,7 +74,7 @@ pub fn create(ctx: &mut Ctx<'_>, req: &Request) -> ApiResult<Data> {
         max_delay_sec,
         max_age_sec,
         jitter,
-        status: "active".into(),
+        status: PolicyStatus::Active,
         created_at: ctx.now_ms,
         updated_at: ctx.now_ms,
     };

@@ -14,7 +14,7 @@ use crate::cron::CronSchedule;
 use crate::error::{ApiError, ApiResult};
 use crate::scheduler::{instants_between, next_in_window};
 use crate::store::Word;
-use crate::store::schedules::{Catchup, Overlap, Schedule, Window};
+use crate::store::schedules::{Catchup, Overlap, Schedule, ScheduleStatus, Window};
 use chrono::{DateTime, Datelike, Utc};
 use serde_json::{Value, json};
 
@@ -124,7 +124,7 @@ fn load(ctx: &Ctx<'_>, id: i64) -> ApiResult<Schedule> {
 /// Loads a schedule an operation is about to change: 409 when it is deleted.
 fn load_live(ctx: &Ctx<'_>, id: i64, operation: &str) -> ApiResult<Schedule> {
     let schedule = load(ctx, id)?;
-    if schedule.status == "deleted" {
+    if schedule.status == ScheduleStatus::Deleted {
         return Err(ApiError::conflict(format!(
             "schedule {id} is deleted; it cannot be {operation}"
         )));
@@ -172,7 +172,7 @@ pub fn create(ctx: &mut Ctx<'_>, req: &Request) -> ApiResult<Data> {
         cron_expr,
         timezone,
         payload,
-        status: "active".into(),
+        status: ScheduleStatus::Active,
         next_run_at: next_run(&cron, window, ctx.now_ms),
         last_run_at: None,
         created_at: ctx.now_ms,
@@ -196,10 +196,12 @@ pub fn create(ctx: &mut Ctx<'_>, req: &Request) -> ApiResult<Data> {
 
 pub fn list(ctx: &mut Ctx<'_>, req: &Request) -> ApiResult<Data> {
     let page = req.query.page()?;
-    let status = req.query.one_of("status", &["active", "paused"])?;
+    let status = req
+        .query
+        .one_of("status", &[ScheduleStatus::Active, ScheduleStatus::Paused])?;
     let (total, mut items) = ctx
         .store
-        .read(|tx| tx.list_schedules(ctx.app_id, status.as_deref(), page))?;
+        .read(|tx| tx.list_schedules(ctx.app_id, status, page))?;
     for schedule in &mut items {
         ctx.store.read(|tx| tx.fill_schedule_names(schedule))?;
     }
@@ -228,7 +230,7 @@ fn apply_patch(ctx: &Ctx<'_>, s: &mut Schedule, body: &Body) -> ApiResult<()> {
         // A changed expression or window re-plans from now: a schedule past its end revives
         // when its end moves later.
         if ((&cron_expr, &timezone) != (&s.cron_expr, &s.timezone) || window != s.window())
-            && s.status == "active"
+            && s.status == ScheduleStatus::Active
         {
             s.next_run_at = next_run(&cron, window, ctx.now_ms);
         }
@@ -270,8 +272,8 @@ pub fn update(ctx: &mut Ctx<'_>, req: &Request) -> ApiResult<Data> {
 pub fn pause(ctx: &mut Ctx<'_>, req: &Request) -> ApiResult<Data> {
     req.no_body()?;
     let mut schedule = load_live(ctx, req.id(), "paused")?;
-    if schedule.status != "paused" {
-        schedule.status = "paused".into();
+    if schedule.status != ScheduleStatus::Paused {
+        schedule.status = ScheduleStatus::Paused;
         schedule.paused_reason = None;
         schedule.next_run_at = None;
         save(ctx, &mut schedule)?;
@@ -285,10 +287,10 @@ pub fn resume(ctx: &mut Ctx<'_>, req: &Request) -> ApiResult<Data> {
     req.no_body()?;
     let mut schedule = load_live(ctx, req.id(), "resumed")?;
     check_has_targets(&schedule, "resumed")?;
-    if schedule.status != "active" {
+    if schedule.status != ScheduleStatus::Active {
         schedule.paused_reason = None;
         let cron = parse_cron(&schedule.cron_expr, &schedule.timezone)?;
-        schedule.status = "active".into();
+        schedule.status = ScheduleStatus::Active;
         schedule.next_run_at = next_run(&cron, schedule.window(), ctx.now_ms);
         save(ctx, &mut schedule)?;
     }
@@ -312,8 +314,8 @@ pub fn delete(ctx: &mut Ctx<'_>, req: &Request) -> ApiResult<Data> {
     req.no_body()?;
     let id = req.id();
     let mut schedule = load(ctx, id)?;
-    if schedule.status != "deleted" {
-        schedule.status = "deleted".into();
+    if schedule.status != ScheduleStatus::Deleted {
+        schedule.status = ScheduleStatus::Deleted;
         schedule.next_run_at = None;
         save(ctx, &mut schedule)?;
     }

@@ -6,8 +6,10 @@ use super::{Ctx, Data, Request, missing, to_data};
 use crate::clock::parse_instant;
 use crate::error::{ApiError, ApiResult};
 use crate::store::endpoints::Endpoint;
-use crate::store::tasks::{NewTask, RetryFilter, Task, TaskFilter, TaskKind, TaskStatus};
-use crate::store::{self};
+use crate::store::tasks::{
+    NewTask, RetryFilter, StatusFilter, Task, TaskFilter, TaskKind, TaskStatus,
+};
+use crate::store::{self, Word};
 use serde_json::{Value, json};
 
 fn load(ctx: &Ctx<'_>, id: i64) -> ApiResult<Task> {
@@ -20,11 +22,11 @@ pub fn list(ctx: &mut Ctx<'_>, req: &Request) -> ApiResult<Data> {
     let q = &req.query;
     let page = q.page()?;
     let filter = TaskFilter {
-        status: q.one_of("status", &store::tasks::STATUS_FILTERS)?,
+        status: q.one_of("status", StatusFilter::ALL)?,
         schedule_id: q.int("schedule_id")?,
         event_id: q.int("event_id")?,
         endpoint_id: q.int("endpoint_id")?,
-        task_type: q.one_of("task_type", &store::tasks::TASK_TYPES)?,
+        task_type: q.one_of("task_type", TaskKind::ALL)?,
     };
     let (total, items) = ctx
         .store
@@ -231,8 +233,8 @@ pub fn retry_bulk(ctx: &mut Ctx<'_>, req: &Request) -> ApiResult<Data> {
     let schedule_id = id_field("schedule_id")?;
     let event_id = id_field("event_id")?;
     let status = match body.str("status")?.as_deref() {
-        None | Some("failed") => "failed",
-        Some("canceled") => "canceled",
+        None | Some("failed") => TaskStatus::Failed,
+        Some("canceled") => TaskStatus::Canceled,
         Some(other) => {
             return Err(ApiError::validation(format!(
                 "status: must be failed or canceled, not \"{other}\""

@@ -734,7 +734,7 @@ pub(super) mod tests {
                         retry_policy_id: None,
                         filter_events: None,
                         filter_payload: None,
-                        status: "enabled".into(),
+                        status: crate::store::endpoints::EndpointStatus::Enabled,
                         rate_limit_per_sec: None,
                         max_in_flight: None,
                         previous_secret: None,

@@ -24,7 +24,7 @@ pub struct Endpoint {
     /// Conditions on an event's payload (`payload_filter`), all of which must hold for an event
     /// to reach the endpoint; stored as JSON text. `None`: no condition.
     pub filter_payload: Option<serde_json::Map<String, serde_json::Value>>,
-    pub status: String,
+    pub status: EndpointStatus,
     /// Deliveries start at most this often a second, on average (burst 1); `None`: no limit.
     pub rate_limit_per_sec: Option<f64>,
     /// Most deliveries at once; 1 also means in order. `None`: the server's default cap.
@@ -49,6 +49,17 @@ pub struct Endpoint {
     pub last_failure_at: Option<i64>,
     /// Attempts failed since the last success.
     pub consecutive_failures: i64,
+}
+
+crate::store::word::words! {
+    /// Whether an endpoint gets tasks (its `status` field).
+    EndpointStatus, "endpoint status" {
+        /// Events and schedules make tasks for it, and the delivery pool sends them.
+        Enabled = "enabled",
+        /// By hand, a `410 Gone` reply or auto-disable ([`DisabledReason`]): no new tasks, and
+        /// its pending tasks wait.
+        Disabled = "disabled",
+    }
 }
 
 /// Why an endpoint is disabled (docs/design.md §11 `disabled_reason`).
@@ -231,7 +242,7 @@ pub trait EndpointQueries {
     fn list_endpoints(
         &mut self,
         app_id: &str,
-        status: Option<&str>,
+        status: Option<EndpointStatus>,
         page: Page,
     ) -> Result<(i64, Vec<Endpoint>), StoreError>;
     /// Names of the given endpoints of an app, for `endpoint_names`; unknown ids are left out.

@@ -20,11 +20,19 @@ pub struct Event {
     pub event_key: Option<String>,
     pub payload: serde_json::Value,
     /// `dispatched`: its tasks were created with it.
-    pub status: String,
+    pub status: EventStatus,
     /// How many tasks (matching enabled endpoints) it created.
     pub task_count: i64,
     #[serde(serialize_with = "ser_ms")]
     pub created_at: i64,
+}
+
+crate::store::word::words! {
+    /// The state of an event (its `status` field).
+    EventStatus, "event status" {
+        /// Its tasks were created with it (the only state an event has).
+        Dispatched = "dispatched",
+    }
 }
 
 /// An event as a client publishes it (or the server, for operator events): what

@@ -97,20 +97,16 @@ impl<V: Bind> Filters<V> {
         self
     }
 
-    /// Adds `column = 'value'` with the value written into the SQL when it is one of `known` (a
-    /// closed set such as task states, so nothing a client sent reaches the SQL text), else
-    /// bound. A literal lets the planner match partial indexes (`WHERE status = 'pending'`):
-    /// on SQLite a bound value there re-plans the statement on every call, which halved
-    /// `GET /tasks?status=` (BENCHMARKS.md); each known value is its own cached statement.
-    pub fn eq_known(mut self, column: &str, value: Option<&str>, known: &[&str]) -> Self {
-        match value {
-            Some(v) if known.contains(&v) => {
-                self.clauses.push(format!("{column} = '{v}'"));
-                self
-            }
-            Some(v) => self.bind(column, "=", V::text(v.to_string())),
-            None => self,
+    /// Adds `column = 'word'` when a value is given, the word written into the SQL (a closed
+    /// set such as task states: nothing a client sent reaches the SQL text). A literal lets the
+    /// planner match partial indexes (`WHERE status = 'pending'`): on SQLite a bound value
+    /// there re-plans the statement on every call, which halved `GET /tasks?status=`
+    /// (BENCHMARKS.md); each word is its own cached statement.
+    pub fn eq_word<W: Word>(mut self, column: &str, value: Option<W>) -> Self {
+        if let Some(word) = value {
+            self.clauses.push(format!("{column} = '{}'", word.word()));
         }
+        self
     }
 
     /// Adds a fixed condition with no parameter, e.g. `status != 'deleted'`.

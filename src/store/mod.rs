@@ -7,6 +7,7 @@
 pub mod attempts;
 pub mod endpoints;
 pub mod events;
+pub mod json;
 pub mod keys;
 pub mod list;
 pub mod policies;

@@ -6,6 +6,14 @@ use crate::clock::ser_ms;
 use crate::store::{Page, StoreError};
 use serde::Serialize;
 
+crate::store::word::words! {
+    /// The state of a retry policy (its `status` field).
+    PolicyStatus, "policy status" {
+        /// In use (the only state a policy has: deleting one removes it).
+        Active = "active",
+    }
+}
+
 /// A retry policy record, serialized exactly as the API returns it.
 #[derive(Debug, Clone, Serialize, PartialEq)]
 pub struct Policy {
@@ -20,7 +28,7 @@ pub struct Policy {
     /// retried; `None`: no limit.
     pub max_age_sec: Option<i64>,
     pub jitter: crate::retry::Jitter,
-    pub status: String,
+    pub status: PolicyStatus,
     #[serde(serialize_with = "ser_ms")]
     pub created_at: i64,
     #[serde(serialize_with = "ser_ms")]

@@ -19,7 +19,7 @@ pub struct Schedule {
     pub timezone: String,
     pub payload: Map<String, Value>,
     /// `active`, `paused` or `deleted`.
-    pub status: String,
+    pub status: ScheduleStatus,
     /// The next fire instant; `None` while paused or deleted.
     #[serde(serialize_with = "ser_opt_ms")]
     pub next_run_at: Option<i64>,
@@ -69,7 +69,7 @@ impl Schedule {
             app_id: self.app_id.clone(),
             cron_expr: self.cron_expr.clone(),
             timezone: self.timezone.clone(),
-            payload: Value::Object(self.payload.clone()).to_string(),
+            payload: self.payload_text(),
             endpoint_ids: self.endpoint_ids.clone(),
             next_run_at: self.next_run_at,
             catchup: self.catchup,
@@ -77,6 +77,17 @@ impl Schedule {
             window: self.window(),
             jitter_sec: self.jitter_sec,
         }
+    }
+
+    /// `payload` as its column stores it: compact JSON text.
+    pub fn payload_text(&self) -> String {
+        Value::Object(self.payload.clone()).to_string()
+    }
+
+    /// `endpoint_ids` as its column stores it: a JSON array, read back as
+    /// [`Stored<ScheduleTargets>`](crate::store::json::ScheduleTargets).
+    pub fn endpoint_ids_text(&self) -> String {
+        serde_json::to_string(&self.endpoint_ids).unwrap_or_else(|_| "[]".into())
     }
 
     /// The instants this schedule may fire at.
@@ -125,6 +136,18 @@ pub struct Firing {
 }
 
 crate::store::word::words! {
+    /// The state of a schedule (its `status` field).
+    ScheduleStatus, "schedule status" {
+        /// Fires at its instants.
+        Active = "active",
+        /// Fires only when triggered by hand; resuming plans its next run from then.
+        Paused = "paused",
+        /// Soft-deleted: still readable, never fires again, and cannot be changed.
+        Deleted = "deleted",
+    }
+}
+
+crate::store::word::words! {
     /// What a schedule does with runs missed while the server was down (its `catchup` field).
     Catchup, "catchup mode" {
         /// Fire once, for the latest missed instant within the grace.
@@ -161,7 +184,7 @@ pub trait ScheduleQueries {
     fn list_schedules(
         &mut self,
         app_id: &str,
-        status: Option<&str>,
+        status: Option<ScheduleStatus>,
         page: Page,
     ) -> Result<(i64, Vec<Schedule>), StoreError>;
     /// Active schedules due at `now_ms`, earliest first, at most `limit`.

@@ -4,7 +4,7 @@
 
 use crate::clock::{ser_ms, ser_opt_ms};
 use crate::store::list::{Bind, Filters};
-use crate::store::{Page, StoreError};
+use crate::store::{Page, StoreError, Word};
 use serde::Serialize;
 
 /// A task record, serialized exactly as the API returns it.
@@ -76,26 +76,43 @@ crate::store::word::words! {
     }
 }
 
-/// Every state a task can be in.
-pub const STATUSES: [&str; 5] = ["pending", "running", "success", "failed", "canceled"];
+/// What `GET /tasks?status=` asks for: the tasks in one state, or `retrying` (pending tasks
+/// that have failed at least one attempt; their records still say `pending`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StatusFilter {
+    /// The tasks in this state.
+    Is(TaskStatus),
+    /// Pending tasks with at least one failed attempt.
+    Retrying,
+}
 
-/// What `GET /tasks?status=` accepts: every state, and `retrying` (pending tasks that have
-/// failed at least one attempt; their records still say `pending`).
-pub const STATUS_FILTERS: [&str; 6] = [
-    "pending", "running", "success", "failed", "canceled", "retrying",
-];
+impl Word for StatusFilter {
+    const WHAT: &'static str = "task status filter";
+    const ALL: &'static [Self] = &[
+        StatusFilter::Is(TaskStatus::Pending),
+        StatusFilter::Is(TaskStatus::Running),
+        StatusFilter::Is(TaskStatus::Success),
+        StatusFilter::Is(TaskStatus::Failed),
+        StatusFilter::Is(TaskStatus::Canceled),
+        StatusFilter::Retrying,
+    ];
 
-/// Every way a task can come about.
-pub const TASK_TYPES: [&str; 3] = ["schedule", "event", "manual"];
+    fn word(&self) -> &'static str {
+        match self {
+            StatusFilter::Is(status) => status.word(),
+            StatusFilter::Retrying => "retrying",
+        }
+    }
+}
 
 /// Filters of `GET /tasks`; `None` means "any".
 #[derive(Debug, Default, Clone)]
 pub struct TaskFilter {
-    pub status: Option<String>,
+    pub status: Option<StatusFilter>,
     pub schedule_id: Option<i64>,
     pub event_id: Option<i64>,
     pub endpoint_id: Option<i64>,
-    pub task_type: Option<String>,
+    pub task_type: Option<TaskKind>,
 }
 
 impl TaskFilter {
@@ -120,26 +137,24 @@ impl TaskFilter {
         app_id: &str,
         by_event: impl FnOnce(Filters<V>, i64) -> Filters<V>,
     ) -> Filters<V> {
-        let (status, retrying) = match self.status.as_deref() {
-            Some("retrying") => (None, true),
-            other => (other, false),
+        let filters = Filters::app(app_id);
+        let (filters, status) = match self.status {
+            Some(StatusFilter::Retrying) => {
+                (filters.always("status = 'pending' AND attempts > 0"), None)
+            }
+            Some(StatusFilter::Is(status)) => (filters, Some(status)),
+            None => (filters, None),
         };
-        let mut filters = Filters::app(app_id);
-        if retrying {
-            filters = filters.always("status = 'pending' AND attempts > 0");
-        }
         let filters = filters
-            .eq_known("status", status, &STATUSES)
+            .eq_word("status", status)
             .eq_int("schedule_id", self.schedule_id);
         let filters = match self.event_id {
             Some(event_id) => by_event(filters, event_id),
             None => filters,
         };
-        filters.eq_int("endpoint_id", self.endpoint_id).eq_known(
-            "task_type",
-            self.task_type.as_deref(),
-            &TASK_TYPES,
-        )
+        filters
+            .eq_int("endpoint_id", self.endpoint_id)
+            .eq_word("task_type", self.task_type)
     }
 }
 
@@ -287,7 +302,7 @@ where
 #[derive(Debug, Clone)]
 pub struct RetryFilter {
     /// `failed` or `canceled`.
-    pub status: &'static str,
+    pub status: TaskStatus,
     pub endpoint_id: Option<i64>,
     pub schedule_id: Option<i64>,
     pub event_id: Option<i64>,
@@ -439,5 +454,20 @@ pub trait TaskQueries {
         endpoint_id: i64,
     ) -> Result<bool, StoreError>;
     /// How many tasks are in each status, over every app (for `/metrics`).
-    fn count_tasks_by_status(&mut self) -> Result<Vec<(String, i64)>, StoreError>;
+    fn count_tasks_by_status(&mut self) -> Result<Vec<(TaskStatus, i64)>, StoreError>;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `GET /tasks?status=` takes every task status, in the order the API lists them, then
+    /// `retrying`.
+    #[test]
+    fn the_status_filter_takes_every_status_then_retrying() {
+        let words: Vec<_> = StatusFilter::ALL.iter().map(Word::word).collect();
+        let mut expected: Vec<_> = TaskStatus::ALL.iter().map(Word::word).collect();
+        expected.push("retrying");
+        assert_eq!(words, expected);
+    }
 }

@@ -17,6 +17,12 @@ pub trait Word: Sized + Copy + 'static {
     fn from_word(word: &str) -> Option<Self> {
         Self::ALL.iter().copied().find(|w| w.word() == word)
     }
+
+    /// The value of a stored `word`: a word outside the set is an error naming what the words
+    /// are (`not a task status: "bogus"`), never a default.
+    fn from_stored(word: &str) -> Result<Self, String> {
+        Self::from_word(word).ok_or_else(|| format!("not a {}: {word:?}", Self::WHAT))
+    }
 }
 
 /// Declares an enum of [`Word`]s: the variants with their words, serialized and displayed as
@@ -57,3 +63,25 @@ macro_rules! words {
     };
 }
 pub(crate) use words;
+
+/// Calls the macro `$convert` with every [`Word`] a column stores, so that both backends convert
+/// the same set (`stored_words!` in `sqlite/mod.rs` and `postgres/mod.rs`): a new stored word
+/// is added here once.
+macro_rules! stored_word_types {
+    ($convert:ident) => {
+        $convert!(
+            crate::retry::Backoff,
+            crate::retry::Jitter,
+            crate::store::endpoints::EndpointStatus,
+            crate::store::events::EventStatus,
+            crate::store::keys::Scope,
+            crate::store::policies::PolicyStatus,
+            crate::store::schedules::Catchup,
+            crate::store::schedules::Overlap,
+            crate::store::schedules::ScheduleStatus,
+            crate::store::tasks::TaskKind,
+            crate::store::tasks::TaskStatus
+        );
+    };
+}
+pub(crate) use stored_word_types;

@@ -7,7 +7,8 @@ use chrono::{DateTime, TimeDelta, TimeZone, Utc};
 use serde_json::{Value, json};
 use std::time::Duration;
 use webhookd::client::Client;
-use webhookd::store::{Page, tasks::Task, tasks::TaskFilter};
+use webhookd::store::schedules::ScheduleStatus;
+use webhookd::store::{Page, StoreError, tasks::Task, tasks::TaskFilter};
 
 /// 2025-06-02 (no daylight-saving change near it) at the given UTC time.
 pub(crate) fn at(h: u32, m: u32, s: u32) -> DateTime<Utc> {
@@ -782,4 +783,46 @@ fn deleting_the_last_target_pauses_the_schedule_until_targets_are_set() {
     let resumed = ok(&client, "POST", &format!("{path}/resume"), None);
     assert_eq!(resumed["status"], "active");
     assert_eq!(resumed["paused_reason"], Value::Null);
+}
+
+/// A stored status outside its set and stored JSON that does not parse (a schedule's status,
+/// payload and endpoint ids here) are errors of the read naming them, never defaults, on either
+/// store (the twin of the corrupt-word tests of `sqlite/store.rs` and `pg_delivery.rs`).
+#[test]
+fn a_corrupt_stored_status_or_json_is_an_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = crate::support::test_db(dir.path());
+    let store = webhookd::store::open(&db, 1).unwrap();
+    let mut raw = crate::support::Db::open(&db);
+    raw.execute(
+        "INSERT INTO schedules (id, app_id, name, cron_expr, timezone, status, created_at,
+                                updated_at)
+         VALUES (1, 'app1', 's', '0 * * * *', 'UTC', 'active', 0, 0)",
+        &[],
+    );
+    let read = || store.read::<_, StoreError>(|tx| tx.get_schedule("app1", 1));
+    assert_eq!(read().unwrap().unwrap().status, ScheduleStatus::Active);
+    for (corrupt, message) in [
+        ("status = 'gone'", "not a schedule status: \"gone\""),
+        (
+            "payload = '{\"a\":'",
+            "not valid JSON for schedules.payload: ",
+        ),
+        (
+            "endpoint_ids = '[1,'",
+            "not valid JSON for schedules.endpoint_ids: ",
+        ),
+    ] {
+        raw.execute(
+            "UPDATE schedules SET status = 'active', payload = '{}', endpoint_ids = '[]'
+              WHERE id = 1",
+            &[],
+        );
+        raw.execute(&format!("UPDATE schedules SET {corrupt} WHERE id = 1"), &[]);
+        let err = read().unwrap_err();
+        assert!(
+            matches!(&err, StoreError::Other(_)) && err.to_string().contains(message),
+            "{corrupt}: {err}"
+        );
+    }
 }

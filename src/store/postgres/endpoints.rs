@@ -3,9 +3,10 @@
 use super::list::{Filters, list_page};
 use crate::store::Page;
 use crate::store::endpoints::{
-    DisabledReason, Endpoint, HealthDelta, Target, TargetsRead, filter_payload_from_text,
-    filter_payload_text, fresh_generation,
+    DisabledReason, Endpoint, EndpointStatus, HealthDelta, Target, TargetsRead,
+    filter_payload_from_text, filter_payload_text, fresh_generation,
 };
+use crate::store::json::{EndpointHeaders, Stored};
 use crate::store::postgres::PgTx;
 use crate::store::tasks::IfBusy;
 use crate::store::{EndpointQueries, StoreError};
@@ -14,14 +15,13 @@ use postgres::{Error, GenericClient, Row};
 const COLUMNS: &str = "id, app_id, name, url, method, headers, secret, timeout_ms, retry_policy_id, filter_events, status, created_at, updated_at, rate_limit_per_sec, max_in_flight, previous_secret, previous_secret_expires_at, disabled_reason, last_success_at, last_failure_at, consecutive_failures, filter_payload";
 
 fn from_row(r: &Row) -> Result<Endpoint, Error> {
-    let headers: String = r.try_get(5)?;
     Ok(Endpoint {
         id: r.try_get(0)?,
         app_id: r.try_get(1)?,
         name: r.try_get(2)?,
         url: r.try_get(3)?,
         method: r.try_get(4)?,
-        headers: serde_json::from_str(&headers).unwrap_or_default(),
+        headers: r.try_get::<_, Stored<EndpointHeaders>>(5)?.0,
         secret: r.try_get(6)?,
         timeout_ms: r.try_get(7)?,
         retry_policy_id: r.try_get(8)?,
@@ -409,11 +409,11 @@ impl<C: GenericClient> EndpointQueries for PgTx<'_, C> {
     fn list_endpoints(
         &mut self,
         app_id: &str,
-        status: Option<&str>,
+        status: Option<EndpointStatus>,
         page: Page,
     ) -> Result<(i64, Vec<Endpoint>), StoreError> {
         let c = &mut *self.c;
-        let filters = Filters::app(app_id).eq("status", status.map(str::to_string));
+        let filters = Filters::app(app_id).eq_word("status", status);
         Ok(list_page(
             c,
             "endpoints",

@@ -4,6 +4,7 @@ use super::group::{Publish, Stated, Turn};
 use super::list::{Filters, list_page};
 use crate::store::Page;
 use crate::store::events::{Event, NewEvent};
+use crate::store::json::{EventPayload, Stored};
 use crate::store::postgres::PgTx;
 use crate::store::postgres::replay::{Carried, record_pair_if};
 use crate::store::postgres::tasks::{TaskColumns, insert_tasks_sql};
@@ -17,13 +18,12 @@ pub(super) const COLUMNS: &str =
     "id, app_id, event_name, event_key, payload, status, task_count, created_at";
 
 pub(super) fn from_row(r: &Row) -> Result<Event, Error> {
-    let payload: String = r.try_get(4)?;
     Ok(Event {
         id: r.try_get(0)?,
         app_id: r.try_get(1)?,
         event_name: r.try_get(2)?,
         event_key: r.try_get(3)?,
-        payload: serde_json::from_str(&payload).unwrap_or_default(),
+        payload: r.try_get::<_, Stored<EventPayload>>(4)?.0,
         status: r.try_get(5)?,
         task_count: r.try_get(6)?,
         created_at: r.try_get(7)?,

@@ -34,11 +34,8 @@ pub use store::{PgStore, PgTx};
 pub use tls::{RootCert, SslMode, TlsSettings};
 pub use url::{PgUrl, is_url, redact};
 
-use crate::retry::{Backoff, Jitter};
 use crate::store::Word;
-use crate::store::keys::Scope;
-use crate::store::schedules::{Catchup, Overlap};
-use crate::store::tasks::{TaskKind, TaskStatus};
+use crate::store::json::{JsonColumn, Stored};
 pub use conn::{Backing, Conn, PgConn, Sql, Statements};
 use connect::connect_with;
 pub use connect::{HEALTH_WAIT, Link, Manager, PgPool, PgSettings, checkout};
@@ -84,9 +81,7 @@ macro_rules! stored_words {
     ($($word:ty),+) => {$(
         impl<'a> FromSql<'a> for $word {
             fn from_sql(ty: &Type, raw: &'a [u8]) -> Result<Self, Box<dyn Error + Sync + Send>> {
-                let text = <&str as FromSql>::from_sql(ty, raw)?;
-                <$word as Word>::from_word(text)
-                    .ok_or_else(|| format!("not a {}: {text:?}", <$word as Word>::WHAT).into())
+                Ok(<$word as Word>::from_stored(<&str as FromSql>::from_sql(ty, raw)?)?)
             }
 
             fn accepts(ty: &Type) -> bool {
@@ -112,6 +107,16 @@ macro_rules! stored_words {
     )+};
 }
 
-stored_words!(
-    Backoff, Catchup, Jitter, Overlap, Scope, TaskKind, TaskStatus
-);
+crate::store::word::stored_word_types!(stored_words);
+
+/// Stored JSON (`store::json`) from PostgreSQL text: text that does not parse is a conversion
+/// error of the row (a `StoreError`), never a default.
+impl<'a, C: JsonColumn> FromSql<'a> for Stored<C> {
+    fn from_sql(ty: &Type, raw: &'a [u8]) -> Result<Self, Box<dyn Error + Sync + Send>> {
+        Ok(Stored::parse(<&str as FromSql>::from_sql(ty, raw)?)?)
+    }
+
+    fn accepts(ty: &Type) -> bool {
+        <&str as FromSql>::accepts(ty)
+    }
+}

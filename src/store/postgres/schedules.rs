@@ -7,45 +7,31 @@
 use super::list::{Filters, list_page};
 use super::tasks::get_of_app;
 use crate::store::Page;
+use crate::store::json::{SchedulePayload, ScheduleTargets, Stored};
 use crate::store::postgres::PgTx;
-use crate::store::schedules::{Advance, Firing, Schedule, Window};
+use crate::store::schedules::{Advance, Firing, Schedule, ScheduleStatus, Window};
 use crate::store::{ScheduleQueries, StoreError};
 use postgres::GenericClient;
 use postgres::Row;
-use serde_json::Value;
 use std::collections::{BTreeMap, HashSet};
 
 const COLUMNS: &str = "id, app_id, name, cron_expr, timezone, payload, status, next_run_at, last_run_at, created_at, updated_at, endpoint_ids, paused_reason, catchup, overlap, skipped_runs, starts_at, ends_at, jitter_sec";
 const FIRING_COLUMNS: &str = "id, app_id, cron_expr, timezone, payload, endpoint_ids, next_run_at, catchup, overlap, starts_at, ends_at, jitter_sec";
 
-fn ids_from_json(text: &str) -> Vec<i64> {
-    serde_json::from_str(text).unwrap_or_default()
-}
-
-fn ids_json(ids: &[i64]) -> String {
-    serde_json::to_string(ids).unwrap_or_else(|_| "[]".into())
-}
-
-fn payload_json(s: &Schedule) -> String {
-    Value::Object(s.payload.clone()).to_string()
-}
-
 fn from_row(r: &Row) -> Result<Schedule, postgres::Error> {
-    let payload: String = r.try_get(5)?;
-    let endpoint_ids: String = r.try_get(11)?;
     Ok(Schedule {
         id: r.try_get(0)?,
         app_id: r.try_get(1)?,
         name: r.try_get(2)?,
         cron_expr: r.try_get(3)?,
         timezone: r.try_get(4)?,
-        payload: serde_json::from_str(&payload).unwrap_or_default(),
+        payload: r.try_get::<_, Stored<SchedulePayload>>(5)?.0,
         status: r.try_get(6)?,
         next_run_at: r.try_get(7)?,
         last_run_at: r.try_get(8)?,
         created_at: r.try_get(9)?,
         updated_at: r.try_get(10)?,
-        endpoint_ids: ids_from_json(&endpoint_ids),
+        endpoint_ids: r.try_get::<_, Stored<ScheduleTargets>>(11)?.0,
         paused_reason: r.try_get(12)?,
         catchup: r.try_get(13)?,
         overlap: r.try_get(14)?,
@@ -59,14 +45,13 @@ fn from_row(r: &Row) -> Result<Schedule, postgres::Error> {
 }
 
 fn firing_from_row(r: &Row) -> Result<Firing, postgres::Error> {
-    let endpoint_ids: String = r.try_get(5)?;
     Ok(Firing {
         id: r.try_get(0)?,
         app_id: r.try_get(1)?,
         cron_expr: r.try_get(2)?,
         timezone: r.try_get(3)?,
         payload: r.try_get(4)?,
-        endpoint_ids: ids_from_json(&endpoint_ids),
+        endpoint_ids: r.try_get::<_, Stored<ScheduleTargets>>(5)?.0,
         next_run_at: r.try_get(6)?,
         catchup: r.try_get(7)?,
         overlap: r.try_get(8)?,
@@ -93,8 +78,8 @@ impl<C: GenericClient> ScheduleQueries for PgTx<'_, C> {
                     &s.name,
                     &s.cron_expr,
                     &s.timezone,
-                    &payload_json(s),
-                    &ids_json(&s.endpoint_ids),
+                    &s.payload_text(),
+                    &s.endpoint_ids_text(),
                     &s.status,
                     &s.next_run_at,
                     &s.last_run_at,
@@ -128,8 +113,8 @@ impl<C: GenericClient> ScheduleQueries for PgTx<'_, C> {
                 &s.name,
                 &s.cron_expr,
                 &s.timezone,
-                &payload_json(s),
-                &ids_json(&s.endpoint_ids),
+                &s.payload_text(),
+                &s.endpoint_ids_text(),
                 &s.status,
                 &s.next_run_at,
                 &s.updated_at,
@@ -153,15 +138,13 @@ impl<C: GenericClient> ScheduleQueries for PgTx<'_, C> {
     fn list_schedules(
         &mut self,
         app_id: &str,
-        status: Option<&str>,
+        status: Option<ScheduleStatus>,
         page: Page,
     ) -> Result<(i64, Vec<Schedule>), StoreError> {
         let c = &mut *self.c;
-        let filters = Filters::app(app_id).always("status <> 'deleted'").eq_known(
-            "status",
-            status,
-            &["active", "paused"],
-        );
+        let filters = Filters::app(app_id)
+            .always("status <> 'deleted'")
+            .eq_word("status", status);
         Ok(list_page(
             c,
             "schedules",

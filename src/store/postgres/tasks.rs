@@ -13,10 +13,11 @@ use crate::store::Page;
 use crate::store::attempts::Attempt;
 use crate::store::endpoints::HealthDelta;
 use crate::store::endpoints::Limits;
+use crate::store::json::{Stored, TaskPayload};
 use crate::store::postgres::{Backing, PgTx, Sql};
 use crate::store::tasks::{AfterAttempt, Claimed, Finish, NewTask, PendingEndpoint, RetryFilter};
 use crate::store::tasks::{IfBusy, Recorded, record_attempts_in_turn};
-use crate::store::tasks::{Task, TaskFilter};
+use crate::store::tasks::{Task, TaskFilter, TaskStatus};
 use crate::store::{StoreError, TaskQueries};
 use crate::trace::TaskTrace;
 use postgres::GenericClient;
@@ -34,7 +35,6 @@ pub const LEASE_MARGIN_MS: i64 = 30_000;
 const COLUMNS: &str = "id, app_id, schedule_id, event_id, endpoint_id, task_type, payload, status, run_at, attempts, max_attempts, next_attempt_at, last_status_code, last_error, finished_at, created_at, updated_at, trace_id";
 
 fn from_row(r: &Row) -> Result<Task, postgres::Error> {
-    let payload: String = r.try_get(6)?;
     Ok(Task {
         id: r.try_get(0)?,
         app_id: r.try_get(1)?,
@@ -42,7 +42,7 @@ fn from_row(r: &Row) -> Result<Task, postgres::Error> {
         event_id: r.try_get(3)?,
         endpoint_id: r.try_get(4)?,
         task_type: r.try_get(5)?,
-        payload: serde_json::from_str(&payload).unwrap_or_default(),
+        payload: r.try_get::<_, Stored<TaskPayload>>(6)?.0,
         status: r.try_get(7)?,
         run_at: r.try_get(8)?,
         attempts: r.try_get(9)?,
@@ -658,7 +658,7 @@ impl<C: GenericClient> TaskQueries for PgTx<'_, C> {
     ) -> Result<Vec<i64>, StoreError> {
         let c = &mut *self.c;
         let mut filters = Filters::app(app_id)
-            .eq_known("status", Some(f.status), &["failed", "canceled"])
+            .eq_word("status", Some(f.status))
             .eq("endpoint_id", f.endpoint_id)
             .eq("schedule_id", f.schedule_id)
             .eq("event_id", f.event_id)
@@ -699,7 +699,7 @@ impl<C: GenericClient> TaskQueries for PgTx<'_, C> {
     }
 
     /// How many tasks are in each status, over every app.
-    fn count_tasks_by_status(&mut self) -> Result<Vec<(String, i64)>, StoreError> {
+    fn count_tasks_by_status(&mut self) -> Result<Vec<(TaskStatus, i64)>, StoreError> {
         let c = &mut *self.c;
         Ok(
             c.query("SELECT status, count(*) FROM tasks GROUP BY status", &[])?

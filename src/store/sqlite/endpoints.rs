@@ -3,6 +3,7 @@
 use crate::store::Page;
 #[allow(unused_imports)]
 use crate::store::endpoints::*;
+use crate::store::json::{EndpointHeaders, Stored};
 use crate::store::sqlite::SqliteTx;
 use crate::store::sqlite::list::{Filters, list_page};
 use crate::store::{EndpointQueries, StoreError};
@@ -21,14 +22,13 @@ const CANCEL_PENDING_OF_ENDPOINT: &str = "UPDATE tasks INDEXED BY tasks_endpoint
 const COLUMNS: &str = "id, app_id, name, url, method, headers, secret, timeout_ms, retry_policy_id, filter_events, status, created_at, updated_at, rate_limit_per_sec, max_in_flight, previous_secret, previous_secret_expires_at, disabled_reason, last_success_at, last_failure_at, consecutive_failures, filter_payload";
 
 fn from_row(r: &Row<'_>) -> rusqlite::Result<Endpoint> {
-    let headers: String = r.get(5)?;
     Ok(Endpoint {
         id: r.get(0)?,
         app_id: r.get(1)?,
         name: r.get(2)?,
         url: r.get(3)?,
         method: r.get(4)?,
-        headers: serde_json::from_str(&headers).unwrap_or_default(),
+        headers: r.get::<_, Stored<EndpointHeaders>>(5)?.0,
         secret: r.get(6)?,
         timeout_ms: r.get(7)?,
         retry_policy_id: r.get(8)?,
@@ -257,11 +257,11 @@ impl EndpointQueries for SqliteTx<'_> {
     fn list_endpoints(
         &mut self,
         app_id: &str,
-        status: Option<&str>,
+        status: Option<EndpointStatus>,
         page: Page,
     ) -> Result<(i64, Vec<Endpoint>), StoreError> {
         let conn = self.0;
-        let filters = Filters::app(app_id).eq("status", status.map(str::to_string));
+        let filters = Filters::app(app_id).eq_word("status", status);
         Ok(list_page(
             conn,
             "endpoints",

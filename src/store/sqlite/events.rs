@@ -2,6 +2,7 @@
 
 use crate::store::Page;
 use crate::store::events::{Event, NewEvent};
+use crate::store::json::{EventPayload, Stored};
 use crate::store::sqlite::SqliteTx;
 use crate::store::sqlite::ids;
 use crate::store::sqlite::list::{Filters, list_page};
@@ -12,13 +13,12 @@ use rusqlite::{OptionalExtension, Row, params};
 const COLUMNS: &str = "id, app_id, event_name, event_key, payload, status, task_count, created_at";
 
 fn from_row(r: &Row<'_>) -> rusqlite::Result<Event> {
-    let payload: String = r.get(4)?;
     Ok(Event {
         id: r.get(0)?,
         app_id: r.get(1)?,
         event_name: r.get(2)?,
         event_key: r.get(3)?,
-        payload: serde_json::from_str(&payload).unwrap_or_default(),
+        payload: r.get::<_, Stored<EventPayload>>(4)?.0,
         status: r.get(5)?,
         task_count: r.get(6)?,
         created_at: r.get(7)?,

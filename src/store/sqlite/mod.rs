@@ -27,11 +27,8 @@ pub use store::{SqliteStore, SqliteTx, write_tx};
 pub use wal::wal_path;
 
 use crate::config::SqliteSync;
-use crate::retry::{Backoff, Jitter};
 use crate::store::Word;
-use crate::store::keys::Scope;
-use crate::store::schedules::{Catchup, Overlap};
-use crate::store::tasks::{TaskKind, TaskStatus};
+use crate::store::json::{JsonColumn, Stored};
 use anyhow::{Context, bail};
 use r2d2_sqlite::SqliteConnectionManager;
 use rusqlite::{Connection, OpenFlags};
@@ -188,12 +185,8 @@ macro_rules! stored_words {
             fn column_result(
                 value: rusqlite::types::ValueRef<'_>,
             ) -> rusqlite::types::FromSqlResult<Self> {
-                let text = value.as_str()?;
-                <$word as Word>::from_word(text).ok_or_else(|| {
-                    rusqlite::types::FromSqlError::Other(
-                        format!("not a {}: {text:?}", <$word as Word>::WHAT).into(),
-                    )
-                })
+                <$word as Word>::from_stored(value.as_str()?)
+                    .map_err(|e| rusqlite::types::FromSqlError::Other(e.into()))
             }
         }
 
@@ -205,9 +198,15 @@ macro_rules! stored_words {
     )+};
 }
 
-stored_words!(
-    Backoff, Catchup, Jitter, Overlap, Scope, TaskKind, TaskStatus
-);
+crate::store::word::stored_word_types!(stored_words);
+
+/// Stored JSON (`store::json`) from SQLite text: text that does not parse is a conversion error
+/// of the row (a `StoreError`), never a default.
+impl<C: JsonColumn> rusqlite::types::FromSql for Stored<C> {
+    fn column_result(value: rusqlite::types::ValueRef<'_>) -> rusqlite::types::FromSqlResult<Self> {
+        Stored::parse(value.as_str()?).map_err(|e| rusqlite::types::FromSqlError::Other(e.into()))
+    }
+}
 
 /// A fresh database for a unit test holding tasks `1..=n` of app `a`'s endpoint 1, whose
 /// `status`, `run_at` and `next_attempt_at` are SQL expressions of their id `i`.

@@ -1,43 +1,33 @@
 //! [`ScheduleQueries`] on SQLite: the SQL of the `schedules` table (records in `store::schedules`).
 
 use crate::store::Page;
+use crate::store::json::{SchedulePayload, ScheduleTargets, Stored};
 #[allow(unused_imports)]
 use crate::store::schedules::*;
 use crate::store::sqlite::list::{Filters, list_page};
 use crate::store::sqlite::{SqliteTx, rows};
 use crate::store::{ScheduleQueries, StoreError};
 use rusqlite::{OptionalExtension, Row, ToSql, params};
-use serde_json::Value;
 use std::collections::{BTreeMap, HashSet};
 
 const COLUMNS: &str = "id, app_id, name, cron_expr, timezone, payload, status, next_run_at, last_run_at, created_at, updated_at, endpoint_ids, paused_reason, catchup, overlap, skipped_runs, starts_at, ends_at, jitter_sec";
 
 const FIRING_COLUMNS: &str = "id, app_id, cron_expr, timezone, payload, endpoint_ids, next_run_at, catchup, overlap, starts_at, ends_at, jitter_sec";
 
-fn ids_from_json(text: &str) -> Vec<i64> {
-    serde_json::from_str(text).unwrap_or_default()
-}
-
-fn ids_json(ids: &[i64]) -> String {
-    serde_json::to_string(ids).unwrap_or_else(|_| "[]".into())
-}
-
 fn from_row(r: &Row<'_>) -> rusqlite::Result<Schedule> {
-    let payload: String = r.get(5)?;
-    let endpoint_ids: String = r.get(11)?;
     Ok(Schedule {
         id: r.get(0)?,
         app_id: r.get(1)?,
         name: r.get(2)?,
         cron_expr: r.get(3)?,
         timezone: r.get(4)?,
-        payload: serde_json::from_str(&payload).unwrap_or_default(),
+        payload: r.get::<_, Stored<SchedulePayload>>(5)?.0,
         status: r.get(6)?,
         next_run_at: r.get(7)?,
         last_run_at: r.get(8)?,
         created_at: r.get(9)?,
         updated_at: r.get(10)?,
-        endpoint_ids: ids_from_json(&endpoint_ids),
+        endpoint_ids: r.get::<_, Stored<ScheduleTargets>>(11)?.0,
         paused_reason: r.get(12)?,
         catchup: r.get(13)?,
         overlap: r.get(14)?,
@@ -51,14 +41,13 @@ fn from_row(r: &Row<'_>) -> rusqlite::Result<Schedule> {
 }
 
 fn firing_from_row(r: &Row<'_>) -> rusqlite::Result<Firing> {
-    let endpoint_ids: String = r.get(5)?;
     Ok(Firing {
         id: r.get(0)?,
         app_id: r.get(1)?,
         cron_expr: r.get(2)?,
         timezone: r.get(3)?,
         payload: r.get(4)?,
-        endpoint_ids: ids_from_json(&endpoint_ids),
+        endpoint_ids: r.get::<_, Stored<ScheduleTargets>>(5)?.0,
         next_run_at: r.get(6)?,
         catchup: r.get(7)?,
         overlap: r.get(8)?,
@@ -68,10 +57,6 @@ fn firing_from_row(r: &Row<'_>) -> rusqlite::Result<Firing> {
         },
         jitter_sec: r.get(11)?,
     })
-}
-
-fn payload_json(s: &Schedule) -> String {
-    Value::Object(s.payload.clone()).to_string()
 }
 
 impl ScheduleQueries for SqliteTx<'_> {
@@ -86,8 +71,8 @@ impl ScheduleQueries for SqliteTx<'_> {
             s.name,
             s.cron_expr,
             s.timezone,
-            payload_json(s),
-            ids_json(&s.endpoint_ids),
+            s.payload_text(),
+            s.endpoint_ids_text(),
             s.status,
             s.next_run_at,
             s.last_run_at,
@@ -121,8 +106,8 @@ impl ScheduleQueries for SqliteTx<'_> {
             s.name,
             s.cron_expr,
             s.timezone,
-            payload_json(s),
-            ids_json(&s.endpoint_ids),
+            s.payload_text(),
+            s.endpoint_ids_text(),
             s.status,
             s.next_run_at,
             s.updated_at,
@@ -149,15 +134,13 @@ impl ScheduleQueries for SqliteTx<'_> {
     fn list_schedules(
         &mut self,
         app_id: &str,
-        status: Option<&str>,
+        status: Option<ScheduleStatus>,
         page: Page,
     ) -> Result<(i64, Vec<Schedule>), StoreError> {
         let conn = self.0;
-        let filters = Filters::app(app_id).always("status != 'deleted'").eq_known(
-            "status",
-            status,
-            &["active", "paused"],
-        );
+        let filters = Filters::app(app_id)
+            .always("status != 'deleted'")
+            .eq_word("status", status);
         Ok(list_page(
             conn,
             "schedules",

@@ -2,6 +2,7 @@
 
 use crate::store::Page;
 use crate::store::endpoints::Limits;
+use crate::store::json::{Stored, TaskPayload};
 use crate::store::sqlite::SqliteTx;
 use crate::store::sqlite::ids;
 use crate::store::sqlite::list::{Filters, list_page, page_of};
@@ -27,7 +28,6 @@ const ON_TIME_HEAD: &str = "SELECT run_at, id FROM tasks INDEXED BY tasks_endpoi
   ORDER BY next_attempt_at, id LIMIT 1";
 
 pub fn from_row(r: &Row<'_>) -> rusqlite::Result<Task> {
-    let payload: String = r.get(6)?;
     Ok(Task {
         id: r.get(0)?,
         app_id: r.get(1)?,
@@ -35,7 +35,7 @@ pub fn from_row(r: &Row<'_>) -> rusqlite::Result<Task> {
         event_id: r.get(3)?,
         endpoint_id: r.get(4)?,
         task_type: r.get(5)?,
-        payload: serde_json::from_str(&payload).unwrap_or_default(),
+        payload: r.get::<_, Stored<TaskPayload>>(6)?.0,
         status: r.get(7)?,
         run_at: r.get(8)?,
         attempts: r.get(9)?,
@@ -150,11 +150,14 @@ impl TaskQueries for SqliteTx<'_> {
         page: Page,
     ) -> Result<(i64, Vec<Task>), StoreError> {
         let conn = self.0;
-        let status = f.status.as_deref();
         let filters = list_filters(app_id, f);
         // By app alone or by app and status, the total is the counters' (`task_counts`, kept
         // by triggers): the same cost at any size. Any other filter counts its matches.
-        let counted = status != Some("retrying")
+        let status = match f.status {
+            Some(StatusFilter::Is(status)) => Some(status),
+            Some(StatusFilter::Retrying) | None => None,
+        };
+        let counted = f.status != Some(StatusFilter::Retrying)
             && f.schedule_id.is_none()
             && f.event_id.is_none()
             && f.endpoint_id.is_none()
@@ -174,7 +177,7 @@ impl TaskQueries for SqliteTx<'_> {
         };
         // The newest pending tasks are not in the counters yet ([`count_pending`]).
         let total = match status {
-            None | Some("pending") => counters + uncounted_pending(conn, app_id)?,
+            None | Some(TaskStatus::Pending) => counters + uncounted_pending(conn, app_id)?,
             Some(_) => counters,
         };
         Ok((
@@ -437,7 +440,7 @@ impl TaskQueries for SqliteTx<'_> {
     ) -> Result<Vec<i64>, StoreError> {
         let conn = self.0;
         let mut filters = Filters::app(app_id)
-            .eq_known("status", Some(f.status), &["failed", "canceled"])
+            .eq_word("status", Some(f.status))
             .eq("endpoint_id", f.endpoint_id)
             .eq("schedule_id", f.schedule_id)
             .event(f.event_id)
@@ -476,9 +479,9 @@ impl TaskQueries for SqliteTx<'_> {
             .query_row(params![schedule_id, endpoint_id], |r| r.get(0))?)
     }
 
-    fn count_tasks_by_status(&mut self) -> Result<Vec<(String, i64)>, StoreError> {
+    fn count_tasks_by_status(&mut self) -> Result<Vec<(TaskStatus, i64)>, StoreError> {
         let conn = self.0;
-        let mut counts: Vec<(String, i64)> = conn
+        let mut counts: Vec<(TaskStatus, i64)> = conn
             .prepare_cached(
                 "SELECT status, sum(n) FROM task_counts WHERE status <> '' GROUP BY status",
             )?
@@ -502,9 +505,12 @@ impl TaskQueries for SqliteTx<'_> {
                    FROM apps WHERE app_id IS NOT NULL"
             ))?
             .query_row([], |r| r.get(0))?;
-        match counts.iter_mut().find(|(status, _)| status == "pending") {
+        match counts
+            .iter_mut()
+            .find(|(status, _)| *status == TaskStatus::Pending)
+        {
             Some((_, n)) => *n += uncounted,
-            None => counts.push(("pending".into(), uncounted)),
+            None => counts.push((TaskStatus::Pending, uncounted)),
         }
         counts.retain(|(_, n)| *n > 0);
         Ok(counts)
@@ -702,7 +708,7 @@ mod tests {
         let conn = pool.get().unwrap();
         let by_app = TaskFilter::default();
         let by_type = TaskFilter {
-            task_type: Some("manual".into()),
+            task_type: Some(TaskKind::Manual),
             ..TaskFilter::default()
         };
         let first = Page {
