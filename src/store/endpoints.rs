@@ -80,16 +80,6 @@ pub fn filter_payload_text(ep: &Endpoint) -> Option<String> {
         .map(|f| serde_json::Value::Object(f.clone()).to_string())
 }
 
-/// `filter_payload` read back from its column; text that is not an object reads as none.
-pub fn filter_payload_from_text(
-    text: Option<String>,
-) -> Option<serde_json::Map<String, serde_json::Value>> {
-    match serde_json::from_str(&text?) {
-        Ok(serde_json::Value::Object(map)) => Some(map),
-        _ => None,
-    }
-}
-
 impl DisabledReason {
     pub fn as_str(self) -> &'static str {
         match self {

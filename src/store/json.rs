@@ -50,6 +50,10 @@ json_columns! {
     ScheduleTargets: Vec<i64> = "schedules.endpoint_ids",
     /// An endpoint's headers, name → value.
     EndpointHeaders: Map<String, Value> = "endpoints.headers",
+    /// An endpoint's conditions on a payload (`NULL`: none). Text that is not an object is an
+    /// error of the read, not "no filter", which would show the endpoint as taking every event
+    /// while the fan-out sends it none (`targets`).
+    EndpointPayloadFilter: Map<String, Value> = "endpoints.filter_payload",
 }
 
 #[cfg(test)]

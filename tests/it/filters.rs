@@ -481,3 +481,51 @@ fn full_jitter_keeps_each_delay_within_half_to_whole() {
         "no spread: {delays:?}"
     );
 }
+
+/// An endpoint's stored `filter_payload` that is not an object, and headers that do not parse,
+/// are errors of the read naming the column, never "no filter" (which would show the endpoint
+/// taking every event while the fan-out sends it none) or no headers; on either store.
+#[test]
+fn a_corrupt_stored_filter_or_headers_is_an_error() {
+    use webhookd::store::StoreError;
+    let dir = tempfile::tempdir().unwrap();
+    let db = crate::support::test_db(dir.path());
+    let store = webhookd::store::open(&db, 1).unwrap();
+    let mut raw = crate::support::Db::open(&db);
+    raw.execute(
+        "INSERT INTO endpoints (id, app_id, name, url, method, timeout_ms, status, created_at,
+                                updated_at, filter_payload)
+         VALUES (1, 'app1', 'e', 'http://127.0.0.1:9/', 'POST', 1000, 'enabled', 0, 0,
+                 '{\"kind\":\"a\"}')",
+        &[],
+    );
+    let read = || store.read::<_, StoreError>(|tx| tx.get_endpoint("app1", 1));
+    let endpoint = read().unwrap().unwrap();
+    assert_eq!(
+        endpoint.filter_payload,
+        Some(json!({"kind": "a"}).as_object().unwrap().clone())
+    );
+    for (corrupt, message) in [
+        (
+            "filter_payload = '[1]'",
+            "not valid JSON for endpoints.filter_payload: ",
+        ),
+        (
+            "filter_payload = '{\"a\":'",
+            "not valid JSON for endpoints.filter_payload: ",
+        ),
+        ("headers = 'x'", "not valid JSON for endpoints.headers: "),
+    ] {
+        raw.execute(
+            "UPDATE endpoints SET filter_payload = NULL, headers = '{}' WHERE id = 1",
+            &[],
+        );
+        assert_eq!(read().unwrap().unwrap().filter_payload, None);
+        raw.execute(&format!("UPDATE endpoints SET {corrupt} WHERE id = 1"), &[]);
+        let err = read().unwrap_err();
+        assert!(
+            matches!(&err, StoreError::Other(_)) && err.to_string().contains(message),
+            "{corrupt}: {err}"
+        );
+    }
+}

@@ -4,9 +4,9 @@ use super::list::{Filters, list_page};
 use crate::store::Page;
 use crate::store::endpoints::{
     DisabledReason, Endpoint, EndpointStatus, HealthDelta, Target, TargetsRead,
-    filter_payload_from_text, filter_payload_text, fresh_generation,
+    filter_payload_text, fresh_generation,
 };
-use crate::store::json::{EndpointHeaders, Stored};
+use crate::store::json::{EndpointHeaders, EndpointPayloadFilter, Stored};
 use crate::store::postgres::PgTx;
 use crate::store::tasks::IfBusy;
 use crate::store::{EndpointQueries, StoreError};
@@ -37,7 +37,9 @@ fn from_row(r: &Row) -> Result<Endpoint, Error> {
         last_success_at: r.try_get(18)?,
         last_failure_at: r.try_get(19)?,
         consecutive_failures: r.try_get(20)?,
-        filter_payload: filter_payload_from_text(r.try_get(21)?),
+        filter_payload: r
+            .try_get::<_, Option<Stored<EndpointPayloadFilter>>>(21)?
+            .map(|f| f.0),
     })
 }
 

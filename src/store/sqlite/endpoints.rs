@@ -3,7 +3,7 @@
 use crate::store::Page;
 #[allow(unused_imports)]
 use crate::store::endpoints::*;
-use crate::store::json::{EndpointHeaders, Stored};
+use crate::store::json::{EndpointHeaders, EndpointPayloadFilter, Stored};
 use crate::store::sqlite::SqliteTx;
 use crate::store::sqlite::list::{Filters, list_page};
 use crate::store::{EndpointQueries, StoreError};
@@ -44,7 +44,9 @@ fn from_row(r: &Row<'_>) -> rusqlite::Result<Endpoint> {
         last_success_at: r.get(18)?,
         last_failure_at: r.get(19)?,
         consecutive_failures: r.get(20)?,
-        filter_payload: filter_payload_from_text(r.get(21)?),
+        filter_payload: r
+            .get::<_, Option<Stored<EndpointPayloadFilter>>>(21)?
+            .map(|f| f.0),
     })
 }
 
