@@ -76,6 +76,9 @@ struct EndpointState {
     /// Its limits as the walk last read them, and when (epoch ms): while they are fresh
     /// ([`LIMITS_FRESH_MS`]) and it is full under them, the walk passes it over unread.
     limits: Option<(Limits, i64)>,
+    /// When (epoch ms) the walk last logged that its row cannot be read (a damaged stored
+    /// value: [`unreadable_endpoint`]), so that it says so once a minute, not every round.
+    unreadable_logged_ms: Option<i64>,
 }
 
 impl EndpointState {
@@ -434,8 +437,19 @@ impl Gate {
         let state = self.endpoints.entry(endpoint_id).or_default();
         state.limits = Some((*limits, now_ms));
         if state.app.is_none() {
-            let Some(endpoint) = tx.get_endpoint_any(endpoint_id)? else {
-                return Ok(0);
+            let endpoint = match tx.get_endpoint_any(endpoint_id) {
+                Ok(Some(endpoint)) => endpoint,
+                Ok(None) => return Ok(0),
+                // A damaged row stops this endpoint's deliveries, not the round's.
+                Err(e) if e.is_unreadable_value() => {
+                    let logged = &mut state.unreadable_logged_ms;
+                    if logged.is_none_or(|at| now_ms.saturating_sub(at) >= 60_000) {
+                        *logged = Some(now_ms);
+                        unreadable_endpoint(endpoint_id, &e);
+                    }
+                    return Ok(0);
+                }
+                Err(e) => return Err(e),
             };
             state.app = Some(Arc::from(endpoint.app_id));
         }
@@ -600,6 +614,17 @@ fn limiter_for(state: &mut EndpointState, rate: f64, clock: Arc<dyn Clock>) -> &
 
 fn wake(at: &mut Option<i64>, candidate: i64) {
     *at = Some(at.map_or(candidate, |a| a.min(candidate)));
+}
+
+/// Logs that endpoint `endpoint_id`'s row cannot be read (`error`: a stored value that does not
+/// read as its type): its tasks wait, unclaimed, until the value is set again; every other
+/// endpoint is delivered as usual (docs/operations.md, "A stored value webhookd cannot read").
+pub(crate) fn unreadable_endpoint(endpoint_id: i64, error: &StoreError) {
+    tracing::error!(
+        endpoint_id,
+        error = %error,
+        "delivery pool: the endpoint's stored row cannot be read; its tasks wait until it is set again (other endpoints are delivered)"
+    );
 }
 
 #[cfg(test)]

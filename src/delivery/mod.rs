@@ -1102,6 +1102,30 @@ fn log_outcome(d: &Done) {
     }
 }
 
+/// `get_endpoints_any(ids)`, less the endpoints whose row cannot be read (a damaged stored
+/// value): those are read one by one, logged and left out, so that one damaged row stops its own
+/// deliveries, not the round's. Their claimed tasks stay `running` until their lease runs out
+/// (PostgreSQL) or the next start, like a task whose endpoint went between claim and read.
+fn readable_endpoints(
+    tx: &mut dyn Tx,
+    ids: &[i64],
+) -> Result<Vec<crate::store::endpoints::Endpoint>, StoreError> {
+    match tx.get_endpoints_any(ids) {
+        Err(e) if e.is_unreadable_value() => {
+            let mut found = Vec::with_capacity(ids.len());
+            for &id in ids {
+                match tx.get_endpoint_any(id) {
+                    Ok(endpoint) => found.extend(endpoint),
+                    Err(e) if e.is_unreadable_value() => fair::unreadable_endpoint(id, &e),
+                    Err(e) => return Err(e),
+                }
+            }
+            Ok(found)
+        }
+        read => read,
+    }
+}
+
 /// The endpoints and retry policies of claimed tasks: those held at the generation their claim
 /// saw ([`held`]), the others loaded (together: `get_endpoints_any`) once each and held.
 fn targets(
@@ -1129,7 +1153,7 @@ fn targets(
     let mut ids: Vec<i64> = generations.keys().copied().collect();
     ids.sort_unstable();
     if !ids.is_empty() {
-        for ep in tx.get_endpoints_any(&ids)? {
+        for ep in readable_endpoints(tx, &ids)? {
             let policy = tx.effective_policy(ep.retry_policy_id)?;
             let target = Arc::new(Target::new(&ep, policy));
             held.keep(generations.get(&ep.id).copied().flatten(), &target, now_ms);

@@ -19,10 +19,10 @@ pub struct Stored<C: JsonColumn>(pub C::Value);
 impl<C: JsonColumn> Stored<C> {
     /// Parses the column's text; text that does not hold a `C::Value` is an error naming the
     /// column.
-    pub fn parse(text: &str) -> Result<Self, String> {
+    pub fn parse(text: &str) -> Result<Self, crate::store::Unreadable> {
         serde_json::from_str(text)
             .map(Stored)
-            .map_err(|e| format!("not valid JSON for {}: {e}", C::COLUMN))
+            .map_err(|e| crate::store::Unreadable(format!("not valid JSON for {}: {e}", C::COLUMN)))
     }
 }
 
@@ -63,7 +63,7 @@ mod tests {
     #[test]
     fn text_that_does_not_hold_the_column_s_value_is_an_error_naming_it() {
         assert_eq!(Stored::<ScheduleTargets>::parse("[1,2]").unwrap().0, [1, 2]);
-        let err = Stored::<ScheduleTargets>::parse("{}").err().unwrap();
+        let err = Stored::<ScheduleTargets>::parse("{}").err().unwrap().0;
         assert!(
             err.starts_with("not valid JSON for schedules.endpoint_ids: "),
             "{err}"

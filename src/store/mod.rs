@@ -65,7 +65,28 @@ impl std::fmt::Display for StoreError {
 
 impl std::error::Error for StoreError {}
 
+/// A stored value that does not read as its type: a word outside its set (`store::word`) or
+/// JSON text that does not parse (`store::json`). Both backends' conversions fail with it, so
+/// that [`StoreError::is_unreadable_value`] tells a damaged row from a failing database.
+#[derive(Debug)]
+pub struct Unreadable(pub String);
+
+impl std::fmt::Display for Unreadable {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for Unreadable {}
+
 impl StoreError {
+    /// Whether a read failed on a stored value that does not read as its type ([`Unreadable`]):
+    /// the row is damaged (docs/operations.md, "A stored value webhookd cannot read"), the
+    /// database itself works.
+    pub fn is_unreadable_value(&self) -> bool {
+        matches!(self, StoreError::Other(e) if e.chain().any(|cause| cause.is::<Unreadable>()))
+    }
+
     /// A copy for a cached health result (`Other` keeps its message only).
     pub fn duplicate(&self) -> StoreError {
         match self {

@@ -20,8 +20,9 @@ pub trait Word: Sized + Copy + 'static {
 
     /// The value of a stored `word`: a word outside the set is an error naming what the words
     /// are (`not a task status: "bogus"`), never a default.
-    fn from_stored(word: &str) -> Result<Self, String> {
-        Self::from_word(word).ok_or_else(|| format!("not a {}: {word:?}", Self::WHAT))
+    fn from_stored(word: &str) -> Result<Self, crate::store::Unreadable> {
+        Self::from_word(word)
+            .ok_or_else(|| crate::store::Unreadable(format!("not a {}: {word:?}", Self::WHAT)))
     }
 }
 

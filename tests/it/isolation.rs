@@ -310,3 +310,74 @@ fn test_deliveries_are_bounded_per_app_and_another_app_is_not_held_up() {
     assert_eq!(reply["attempt"]["status_code"], 200, "{reply}");
     server.stop();
 }
+
+/// An endpoint whose stored row cannot be read (headers made invalid JSON by hand; the API
+/// refuses such input) stops its own deliveries only: its sibling in the same app gets every
+/// event, the damaged one none, and reading it answers an internal error naming the column
+/// (docs/operations.md, "A stored value webhookd cannot read"). Before, one such row failed
+/// every delivery round.
+#[test]
+fn an_endpoint_whose_row_cannot_be_read_stops_only_its_own_deliveries() {
+    let server = TestServer::start();
+    let c = server.client();
+    let (healthy, damaged) = (Receiver::start(), Receiver::start());
+    ok(
+        &c,
+        "POST",
+        "/v1/endpoints",
+        Some(json!({"name": "h", "url": healthy.url})),
+    );
+    let damaged_id = ok(
+        &c,
+        "POST",
+        "/v1/endpoints",
+        Some(json!({"name": "d", "url": damaged.url})),
+    )["id"]
+        .as_i64()
+        .unwrap();
+    let mut raw = crate::support::Db::open(&server.db);
+    raw.execute(
+        &format!("UPDATE endpoints SET headers = 'x' WHERE id = {damaged_id}"),
+        &[],
+    );
+    for n in 0..3 {
+        ok(
+            &c,
+            "POST",
+            "/v1/events",
+            Some(json!({"event_name": "e", "payload": {"n": n}})),
+        );
+    }
+    let arrived = healthy.wait_for(3, WAIT);
+    assert_eq!(
+        arrived.len(),
+        3,
+        "the healthy sibling got {} of 3",
+        arrived.len()
+    );
+    assert!(damaged.received().is_empty());
+    err(
+        &c,
+        "GET",
+        &format!("/v1/endpoints/{damaged_id}"),
+        None,
+        500,
+        50001,
+    );
+    // The damaged endpoint's tasks wait: none was sent or failed.
+    let tasks = ok(
+        &c,
+        "GET",
+        &format!("/v1/tasks?endpoint_id={damaged_id}"),
+        None,
+    );
+    assert_eq!(tasks["total"], 3, "{tasks}");
+    assert!(
+        tasks["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|t| t["attempts"] == 0),
+        "{tasks}"
+    );
+}
